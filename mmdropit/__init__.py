@@ -1,0 +1,1 @@
+"""mmdropit: train deep networks in less memory under MMEngine."""
