@@ -1,0 +1,17 @@
+"""Fixes for mmengine 0.10.7 on torch 2.13, installed when ``mmdropit`` is imported.
+
+Nothing under site-packages is edited; each shim patches names at run time and is idempotent:
+
+- :mod:`.checkpoint_loading`: ``load_from`` / ``resume`` of MMEngine checkpoints under
+  ``torch.load(weights_only=True)``;
+- :mod:`.cpu_distributed`: ``--launcher pytorch`` with gloo on machines without CUDA;
+- :mod:`.installed_packages`: ``mmdet::`` base configs without ``pkg_resources``.
+"""
+from . import checkpoint_loading, cpu_distributed, installed_packages
+
+
+def install_all() -> None:
+    """Install every shim (safe to call more than once)."""
+    checkpoint_loading.install()
+    cpu_distributed.install()
+    installed_packages.install()

@@ -1,0 +1,3 @@
+from .accuracy import TopKAccuracy
+
+__all__ = ['TopKAccuracy']

@@ -1,0 +1,83 @@
+"""What ``tools/train.py``'s flags do to a config, kept here so they can be tested.
+
+Same meaning as MMDetection's ``tools/train.py``, except ``--amp``: MMDetection replaces any
+``optim_wrapper.type`` with ``AmpOptimWrapper``; here a custom wrapper type is kept.
+"""
+from __future__ import annotations
+
+import os.path as osp
+
+import torch
+from mmengine.config import Config
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from mmengine.registry import OPTIM_WRAPPERS, DefaultScope
+
+from ..errors import ConfigError
+
+
+def resolve_work_dir(cfg: Config, config_path: str, work_dir: str | None) -> None:
+    """``--work-dir`` wins, then ``cfg.work_dir``, then ``./work_dirs/<config name>``."""
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config_path))[0])
+
+
+def enable_amp(cfg: Config) -> None:
+    """Turn on automatic mixed precision, keeping a custom optim wrapper type.
+
+    ``OptimWrapper`` becomes ``AmpOptimWrapper``; a subclass of ``AmpOptimWrapper`` is kept
+    as it is; any other wrapper type is an error (it would silently lose its behaviour if
+    replaced, and cannot do mixed precision if kept).
+
+    Raises:
+        ConfigError: no ``optim_wrapper``, a wrapper type that is not AMP-capable, or no
+            CUDA device (mmengine 0.10.7's ``AmpOptimWrapper`` runs on GPUs only).
+    """
+    wrapper = cfg.get('optim_wrapper')
+    if wrapper is None:
+        raise ConfigError('--amp needs an optim_wrapper in the config')
+    type_name = wrapper.get('type', 'OptimWrapper')
+    wrapper_cls = type_name if isinstance(type_name, type) else _lookup_wrapper(cfg, type_name)
+    if wrapper_cls is OptimWrapper:
+        wrapper.type = 'AmpOptimWrapper'
+    elif not issubclass(wrapper_cls, AmpOptimWrapper):
+        raise ConfigError(
+            f'--amp: optim_wrapper type {wrapper_cls.__name__} is not an AmpOptimWrapper; '
+            'it is kept as it is, so make it subclass AmpOptimWrapper or drop --amp')
+    if not torch.cuda.is_available():
+        raise ConfigError("--amp: no CUDA device; mmengine 0.10.7's AmpOptimWrapper "
+                          'runs on GPUs only')
+    wrapper.setdefault('loss_scale', 'dynamic')
+
+
+def _lookup_wrapper(cfg: Config, type_name: str) -> type:
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
+        wrapper_cls = OPTIM_WRAPPERS.get(type_name)
+    if wrapper_cls is None:
+        raise ConfigError(f'unknown optim_wrapper type {type_name!r}: check the spelling or '
+                          'add the module that registers it to custom_imports')
+    return wrapper_cls
+
+
+def enable_auto_scale_lr(cfg: Config) -> None:
+    """Scale the learning rate by (real batch size / ``auto_scale_lr.base_batch_size``).
+
+    Raises:
+        ConfigError: the config has no ``auto_scale_lr=dict(base_batch_size=...)``.
+    """
+    scale = cfg.get('auto_scale_lr')
+    if not scale or 'base_batch_size' not in scale:
+        raise ConfigError('--auto-scale-lr needs auto_scale_lr = dict(enable=False, '
+                          'base_batch_size=<batch size the lr was tuned for>) in the config')
+    scale.enable = True
+
+
+def set_resume(cfg: Config, resume: str | None) -> None:
+    """``--resume`` alone resumes from the work dir's latest checkpoint; with a path, from it."""
+    if resume is None:
+        return
+    cfg.resume = True
+    cfg.load_from = None if resume == 'auto' else resume
+    if resume != 'auto' and not osp.isfile(resume):
+        raise ConfigError(f'--resume {resume}: no such checkpoint file')

@@ -1,0 +1,214 @@
+"""The memory peak of one training step, split by what the memory holds.
+
+On CPU (and any non-CUDA device) the step runs under PyTorch's
+:class:`torch.distributed._tools.mem_tracker.MemTracker`, a dispatch mode that sees every tensor
+created and freed and files its storage under a category. On CUDA the caching allocator's own
+counters are read instead (``torch.cuda.max_memory_allocated`` and ``max_memory_reserved``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import torch
+from torch import nn
+from torch.distributed._tools.mem_tracker import MemTracker
+
+CATEGORIES = ('parameter', 'buffer', 'gradient', 'activation', 'temporary', 'optimizer_state',
+              'other')
+_TRACKER_CATEGORIES = {
+    'Parameter': 'parameter',
+    'Buffer': 'buffer',
+    'Gradient': 'gradient',
+    'Activation': 'activation',
+    'Temp': 'temporary',
+    'Optstate': 'optimizer_state',
+    'Other': 'other',
+}
+_TRACKER_TOTAL = 'Total'
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """The peak memory of a measured region and what it was made of.
+
+    Attributes:
+        device: The measured device, e.g. ``'cpu'`` or ``'cuda:0'``.
+        peak_bytes: Bytes held by tensors at the highest point.
+        by_category: Bytes per category (names from :data:`CATEGORIES`). On CPU: the breakdown
+            *at the moment of the total peak*, so the values add up to ``peak_bytes``. On CUDA only
+            what can be known from outside: ``'parameter'``, ``'buffer'`` and ``'optimizer_state'``
+            (sizes at the end of the region) and ``'other'``, the rest of the peak (activations,
+            temporaries and gradients together).
+        reserved_bytes: Peak bytes reserved by the CUDA caching allocator; ``None`` on CPU.
+
+    Example:
+        >>> peak = StepPeak('cpu', 700, {'parameter': 400, 'activation': 200, 'temporary': 100})
+        >>> peak.activation_peak_bytes
+        300
+    """
+
+    device: str
+    peak_bytes: int
+    by_category: dict[str, int] = field(default_factory=dict)
+    reserved_bytes: int | None = None
+
+    @property
+    def activation_peak_bytes(self) -> int | None:
+        """Activation plus temporary bytes at the moment of the peak.
+
+        This is the "activation peak" of memory-saving papers: parameters, gradients, buffers and
+        optimizer state left out. ``None`` where the breakdown is not known (CUDA).
+        """
+        if 'activation' not in self.by_category:
+            return None
+        return self.by_category['activation'] + self.by_category.get('temporary', 0)
+
+
+def _resolve_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
+    if device is not None:
+        resolved = torch.device(device)
+    else:
+        first = next(iter(model.parameters()), None)
+        resolved = first.device if first is not None else torch.device('cpu')
+    if resolved.type == 'cuda' and resolved.index is None:
+        resolved = torch.device('cuda', torch.cuda.current_device())
+    return resolved
+
+
+def _bytes_on(tensors: list[torch.Tensor], device: torch.device) -> int:
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in tensors if t.device == device}
+    return sum(storages.values())
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+    if optimizer is None:
+        return []
+    return [value for state in optimizer.state.values() for value in state.values()
+            if isinstance(value, torch.Tensor)]
+
+
+class StepPeakMeter:
+    """Measure the memory peak of a training step by category.
+
+    Use it as a context manager around one step (forward, backward, optimizer step), or call
+    :meth:`start` and :meth:`stop` from two places (e.g. the ``before_train_iter`` and
+    ``after_train_iter`` of a hook).
+
+    On CPU, tensors that exist before :meth:`start` are counted only when they belong to ``model``
+    (parameters, buffers, gradients) or ``optimizer`` (state); an input batch built beforehand is
+    not counted, one built inside the region is an activation. The tracker supports one forward of
+    the root module per region (no gradient accumulation inside one region).
+
+    On CUDA the peak is that of the whole device (every tensor, also those of other models).
+    With ``reset_peak=True`` :meth:`start` resets the allocator's peak counters, so the peak is that
+    of the region. With ``reset_peak=False`` nothing is reset and the numbers are the peak since
+    the last reset by anyone (e.g. MMEngine's ``LoggerHook``, which resets at every log line), which
+    may lie before :meth:`start`; use this inside a training loop that reads the counters itself.
+
+    Args:
+        model: The trained model.
+        optimizer: Its optimizer, whose state is filed as ``'optimizer_state'``.
+        device: The device to measure; ``None`` takes the device of the first parameter.
+        reset_peak: On CUDA, reset the peak counters at :meth:`start`. Ignored on CPU.
+
+    Example:
+        >>> net = nn.Linear(256, 256)
+        >>> opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        >>> with StepPeakMeter(net, opt) as meter:
+        ...     net(torch.randn(64, 256)).square().mean().backward()
+        ...     opt.step()
+        ...     opt.zero_grad()
+        >>> meter.result.by_category['parameter']
+        263168
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                 device: str | torch.device | None = None, reset_peak: bool = True) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.device = _resolve_device(model, device)
+        self.reset_peak = reset_peak
+        self._tracker: MemTracker | None = None
+        self._cuda_running = False
+        self._result: StepPeak | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the meter is between :meth:`start` and :meth:`stop`."""
+        return self._tracker is not None or self._cuda_running
+
+    @property
+    def result(self) -> StepPeak:
+        """The peak of the last finished measurement.
+
+        Raises:
+            RuntimeError: If no measurement has finished yet.
+        """
+        if self._result is None:
+            raise RuntimeError('StepPeakMeter has no result yet: call start() and stop() first')
+        return self._result
+
+    def start(self) -> None:
+        """Begin measuring.
+
+        Raises:
+            RuntimeError: If the meter is already running.
+        """
+        if self.running:
+            raise RuntimeError('StepPeakMeter is already running')
+        if self.device.type == 'cuda':
+            if self.reset_peak:
+                torch.cuda.synchronize(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+            self._cuda_running = True
+            return
+        tracker = MemTracker()
+        tracker.track_external(*(obj for obj in (self.model, self.optimizer) if obj is not None))
+        tracker.__enter__()
+        self._tracker = tracker
+
+    def stop(self) -> StepPeak:
+        """Stop measuring and return the peak (also kept in :attr:`result`).
+
+        Raises:
+            RuntimeError: If the meter is not running.
+        """
+        if not self.running:
+            raise RuntimeError('StepPeakMeter.stop() called before start()')
+        self._result = self._stop_cuda() if self._cuda_running else self._stop_tracker()
+        return self._result
+
+    def __enter__(self) -> StepPeakMeter:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+    def _stop_tracker(self) -> StepPeak:
+        tracker, self._tracker = self._tracker, None
+        tracker.__exit__(None, None, None)
+        snapshot = tracker.get_tracker_snapshot('peak').get(self.device, {})
+        by_category = dict.fromkeys(CATEGORIES, 0)
+        for key, nbytes in snapshot.items():
+            name = getattr(key, 'value', key)
+            if name != _TRACKER_TOTAL:
+                by_category[_TRACKER_CATEGORIES[name]] += nbytes
+        return StepPeak(device=str(self.device), peak_bytes=snapshot.get(_TRACKER_TOTAL, 0),
+                        by_category=by_category)
+
+    def _stop_cuda(self) -> StepPeak:
+        self._cuda_running = False
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        known = {
+            'parameter': _bytes_on(list(self.model.parameters()), self.device),
+            'buffer': _bytes_on(list(self.model.buffers()), self.device),
+            'optimizer_state': _bytes_on(_optimizer_tensors(self.optimizer), self.device),
+        }
+        known['other'] = max(peak - sum(known.values()), 0)
+        return StepPeak(device=str(self.device), peak_bytes=peak, by_category=known,
+                        reserved_bytes=torch.cuda.max_memory_reserved(self.device))

@@ -1,0 +1,162 @@
+"""Tables and JSON that compare measured training steps with a baseline.
+
+A :class:`Measurement` holds what the meters found for one (model, variant) pair. :func:`compare`
+turns a list of them into rows with ratios to the baseline variant of the same model; the
+markdown table and the JSON dump are both written from those rows.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .peak import StepPeak
+from .saved import SavedActivations
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What was measured for one model under one variant.
+
+    Attributes:
+        model: Model name, e.g. ``'deit_tiny'``.
+        variant: Variant name, e.g. ``'baseline'`` or ``'grad-ckpt'``.
+        saved: Saved-activation bytes of one step.
+        peak: Peak memory of one step by category.
+        step_seconds: Median seconds of one training step.
+        time_ratio: Median of the per-round ratios of this variant's step time to the baseline's,
+            timed alternately in one process; ``None`` falls back to the ratio of the medians.
+
+    Example:
+        >>> m = Measurement('mlp', 'baseline', SavedActivations(6144, 2, {'float32': 6144}),
+        ...                 StepPeak('cpu', 9000, {'activation': 6000}), 0.01)
+        >>> m.peak.activation_peak_bytes
+        6000
+    """
+
+    model: str
+    variant: str
+    saved: SavedActivations
+    peak: StepPeak
+    step_seconds: float
+    time_ratio: float | None = None
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or not base:
+        return None
+    return value / base
+
+
+def compare(measurements: Sequence[Measurement], baseline: str = 'baseline') -> list[dict[str, Any]]:
+    """One row of values and ratios per measurement, ratios to the same model's baseline.
+
+    Args:
+        measurements: The measurements, in the order the rows should have.
+        baseline: Name of the variant the ratios divide by. A model without it gets ``None``
+            ratios.
+
+    Returns:
+        Dicts with keys ``model``, ``variant``, ``saved_bytes``, ``saved_ratio``, ``peak_bytes``,
+        ``peak_ratio``, ``activation_peak_bytes``, ``activation_peak_ratio``, ``step_seconds``,
+        ``time_ratio``.
+
+    Example:
+        >>> base = Measurement('m', 'baseline', SavedActivations(100), StepPeak('cpu', 400), 2.0)
+        >>> half = Measurement('m', 'half', SavedActivations(50), StepPeak('cpu', 300), 3.0)
+        >>> [row['saved_ratio'] for row in compare([base, half])]
+        [1.0, 0.5]
+    """
+    bases = {m.model: m for m in measurements if m.variant == baseline}
+    rows = []
+    for m in measurements:
+        base = bases.get(m.model)
+        time_ratio = m.time_ratio
+        if time_ratio is None and base is not None:
+            time_ratio = _ratio(m.step_seconds, base.step_seconds)
+        rows.append({
+            'model': m.model,
+            'variant': m.variant,
+            'saved_bytes': m.saved.total_bytes,
+            'saved_ratio': _ratio(m.saved.total_bytes, base and base.saved.total_bytes),
+            'peak_bytes': m.peak.peak_bytes,
+            'peak_ratio': _ratio(m.peak.peak_bytes, base and base.peak.peak_bytes),
+            'activation_peak_bytes': m.peak.activation_peak_bytes,
+            'activation_peak_ratio': _ratio(m.peak.activation_peak_bytes,
+                                            base and base.peak.activation_peak_bytes),
+            'step_seconds': m.step_seconds,
+            'time_ratio': time_ratio if base is not None else None,
+        })
+    return rows
+
+
+def _mib(nbytes: int | None) -> str:
+    return 'n/a' if nbytes is None else f'{nbytes / MIB:,.1f}'
+
+
+def _times(ratio: float | None) -> str:
+    return 'n/a' if ratio is None else f'{ratio:.2f}'
+
+
+def markdown_table(measurements: Sequence[Measurement], baseline: str = 'baseline') -> str:
+    """A markdown table of values (MiB, seconds) and their ratios to the baseline.
+
+    Args:
+        measurements: The measurements, one row each.
+        baseline: Name of the variant the ratios divide by.
+
+    Returns:
+        The table as markdown text, ending with a newline.
+
+    Example:
+        >>> base = Measurement('m', 'baseline', SavedActivations(MIB), StepPeak('cpu', 4 * MIB), 2.0)
+        >>> print(markdown_table([base]).splitlines()[2])
+        | m | baseline | 1.0 | 1.00 | 4.0 | 1.00 | n/a | n/a | 2.000 | 1.00 |
+    """
+    lines = [
+        '| model | variant | saved MiB | x base | peak MiB | x base | activation peak MiB | x base '
+        '| step s | x base |',
+        '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ]
+    for row in compare(measurements, baseline):
+        cells = [row['model'], row['variant'],
+                 _mib(row['saved_bytes']), _times(row['saved_ratio']),
+                 _mib(row['peak_bytes']), _times(row['peak_ratio']),
+                 _mib(row['activation_peak_bytes']), _times(row['activation_peak_ratio']),
+                 f"{row['step_seconds']:.3f}", _times(row['time_ratio'])]
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def write_json(measurements: Sequence[Measurement], path: str | Path,
+               baseline: str = 'baseline', meta: dict[str, Any] | None = None) -> Path:
+    """Write every number (rows with ratios, plus the full meter results) as JSON.
+
+    Args:
+        measurements: The measurements.
+        path: The file to write; its folder must exist.
+        baseline: Name of the variant the ratios divide by.
+        meta: Anything that describes the run (device, batch size, versions).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> base = Measurement('m', 'baseline', SavedActivations(8), StepPeak('cpu', 16), 1.0)
+        >>> out = write_json([base], Path(tempfile.mkdtemp()) / 'bench.json', meta={'batch': 4})
+        >>> json.loads(out.read_text())['rows'][0]['saved_ratio']
+        1.0
+    """
+    rows = compare(measurements, baseline)
+    for row, m in zip(rows, measurements):
+        row['saved'] = asdict(m.saved)
+        row['peak'] = asdict(m.peak)
+    path = Path(path)
+    path.write_text(json.dumps({'meta': meta or {}, 'baseline': baseline, 'rows': rows},
+                               indent=2) + '\n')
+    return path

@@ -1,0 +1,194 @@
+"""Saved-activation bytes: what autograd keeps from the forward pass for the backward pass.
+
+Every tensor that autograd saves for backward passes through
+:class:`torch.autograd.graph.saved_tensors_hooks`. The meter counts each underlying storage once
+(views and repeated saves of one tensor share a storage), leaves out the parameters and buffers of
+the model (they live anyway), and leaves the saved tensors untouched: the pack hook returns the very
+tensor it was given, so autograd behaves exactly as without the meter.
+"""
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+T = TypeVar('T')
+
+_StorageKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class SavedActivations:
+    """Bytes autograd kept for backward during one measured region.
+
+    Attributes:
+        total_bytes: Bytes of the distinct storages saved for backward.
+        num_tensors: Number of distinct storages (not of ``save_for_backward`` calls).
+        by_dtype: Bytes per dtype name, e.g. ``{'float32': 6144}``.
+
+    Example:
+        >>> SavedActivations(total_bytes=6144, num_tensors=2, by_dtype={'float32': 6144}).total_bytes
+        6144
+    """
+
+    total_bytes: int = 0
+    num_tensors: int = 0
+    by_dtype: dict[str, int] = field(default_factory=dict)
+
+
+def _storage_key(storage: torch.UntypedStorage) -> _StorageKey:
+    return str(storage.device), storage.data_ptr()
+
+
+def _storages_of(model: nn.Module | None) -> set[_StorageKey]:
+    if model is None:
+        return set()
+    tensors = [*model.parameters(), *model.buffers()]
+    return {_storage_key(t.untyped_storage()) for t in tensors if t.device.type != 'meta'}
+
+
+class SavedTensorMeter:
+    """Count the bytes that autograd saves for backward, each storage once.
+
+    Use it as a context manager around a training step, or call :meth:`start` and :meth:`stop`
+    from two places (e.g. the ``before_train_iter`` and ``after_train_iter`` of a hook).
+
+    What is counted: every tensor packed by autograd while the meter runs, including the inputs
+    that ``torch.utils.checkpoint`` keeps and the compact tensors that custom autograd Functions
+    store with ``ctx.save_for_backward``. What is not: parameters and buffers of ``model``
+    (compared by storage), tensors on the ``meta`` device, storages of zero bytes, and tensors
+    without a storage of their own (sparse tensors, wrapper subclasses).
+
+    A storage that is freed while the meter runs and whose address is then reused by a new storage
+    is counted as two storages: the meter follows each storage with a weak reference, so it never
+    keeps memory alive and never changes the peak it runs in.
+
+    Args:
+        model: The model whose parameters and buffers are left out; ``None`` leaves out nothing.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+        >>> with SavedTensorMeter(net) as meter:
+        ...     net(torch.randn(8, 64)).sum().backward()
+        >>> meter.result.total_bytes  # input of the first Linear + output of the ReLU
+        6144
+    """
+
+    def __init__(self, model: nn.Module | None = None) -> None:
+        self.model = model
+        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._excluded: set[_StorageKey] = set()
+        self._alive: dict[_StorageKey, weakref.ref] = {}
+        self._bytes_by_dtype: dict[str, int] = {}
+        self._num_storages = 0
+        self._result: SavedActivations | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the meter is between :meth:`start` and :meth:`stop`."""
+        return self._hooks is not None
+
+    @property
+    def result(self) -> SavedActivations:
+        """The count of the last finished measurement.
+
+        Raises:
+            RuntimeError: If no measurement has finished yet.
+        """
+        if self._result is None:
+            raise RuntimeError('SavedTensorMeter has no result yet: call start() and stop() first')
+        return self._result
+
+    def start(self) -> None:
+        """Begin counting: install the saved-tensor hooks.
+
+        Raises:
+            RuntimeError: If the meter is already running.
+        """
+        if self.running:
+            raise RuntimeError('SavedTensorMeter is already running')
+        self._excluded = _storages_of(self.model)
+        self._alive = {}
+        self._bytes_by_dtype = {}
+        self._num_storages = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._hooks.__enter__()
+
+    def stop(self) -> SavedActivations:
+        """Stop counting, remove the hooks and return the count (also kept in :attr:`result`).
+
+        Raises:
+            RuntimeError: If the meter is not running.
+        """
+        if self._hooks is None:
+            raise RuntimeError('SavedTensorMeter.stop() called before start()')
+        self._hooks.__exit__(None, None, None)
+        self._hooks = None
+        self._alive = {}
+        self._result = SavedActivations(
+            total_bytes=sum(self._bytes_by_dtype.values()),
+            num_tensors=self._num_storages,
+            by_dtype=dict(self._bytes_by_dtype))
+        return self._result
+
+    def __enter__(self) -> SavedTensorMeter:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        self._record(tensor)
+        return tensor
+
+    def _record(self, tensor: torch.Tensor) -> None:
+        if tensor.device.type == 'meta' or tensor.is_sparse:
+            return
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return  # a tensor without a storage of its own
+        nbytes = storage.nbytes()
+        key = _storage_key(storage)
+        if nbytes == 0 or key in self._excluded or key in self._alive:
+            return
+        alive = self._alive
+        self._alive[key] = weakref.ref(storage, lambda _ref: alive.pop(key, None))
+        dtype = str(tensor.dtype).removeprefix('torch.')
+        self._bytes_by_dtype[dtype] = self._bytes_by_dtype.get(dtype, 0) + nbytes
+        self._num_storages += 1
+
+
+def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def measure_saved_activations(forward: Callable[[], T],
+                              model: nn.Module | None = None) -> tuple[T, SavedActivations]:
+    """Run ``forward`` under a :class:`SavedTensorMeter` and return its output and the count.
+
+    Only the forward pass needs to run inside: that is where autograd saves tensors.
+
+    Args:
+        forward: Runs the forward pass and returns its output (e.g. the loss).
+        model: The model whose parameters and buffers are left out of the count.
+
+    Returns:
+        ``(output of forward, SavedActivations)``.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32))
+        >>> loss, saved = measure_saved_activations(lambda: net(torch.randn(8, 64)).sum(), net)
+        >>> saved.num_tensors, saved.by_dtype
+        (2, {'float32': 6144})
+    """
+    with SavedTensorMeter(model) as meter:
+        output = forward()
+    return output, meter.result

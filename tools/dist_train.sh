@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Distributed training with torchrun: bash tools/dist_train.sh CONFIG NPROC [train.py args]
+# Multi-node: NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 bash tools/dist_train.sh CONFIG 8
+# On machines without CUDA the processes use gloo (mmdropit's shim).
+set -euo pipefail
+CONFIG=$1
+NPROC=$2
+NNODES=${NNODES:-1}
+NODE_RANK=${NODE_RANK:-0}
+PORT=${PORT:-29500}
+MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+PYTHONPATH="$TOOLS_DIR/..${PYTHONPATH:+:$PYTHONPATH}" \
+torchrun \
+    --nnodes="$NNODES" \
+    --node_rank="$NODE_RANK" \
+    --master_addr="$MASTER_ADDR" \
+    --nproc_per_node="$NPROC" \
+    --master_port="$PORT" \
+    "$TOOLS_DIR/train.py" "$CONFIG" --launcher pytorch "${@:3}"
