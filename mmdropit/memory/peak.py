@@ -2,13 +2,20 @@
 
 On CPU (and any non-CUDA device) the step runs under PyTorch's
 :class:`torch.distributed._tools.mem_tracker.MemTracker`, a dispatch mode that sees every tensor
-created and freed and files its storage under a category. On CUDA the caching allocator's own
-counters are read instead (``torch.cuda.max_memory_allocated`` and ``max_memory_reserved``).
+created and freed and files its storage under a category. MemTracker keeps the breakdown at the
+moment of the total peak (a copy of its running counts taken whenever the total exceeds its
+previous maximum), so the categories add up to the peak. The total peak often falls late in the
+step (all gradients and the optimizer state alive) when most activations are already freed, so
+the activation peak is followed separately, after every operation.
+
+On CUDA the caching allocator's own counters are read instead (``torch.cuda.max_memory_allocated``
+and ``max_memory_reserved``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,6 +33,7 @@ _TRACKER_CATEGORIES = {
     'Other': 'other',
 }
 _TRACKER_TOTAL = 'Total'
+_ACTIVATION_KINDS = ('Activation', 'Temp')
 
 
 @dataclass(frozen=True)
@@ -40,29 +48,57 @@ class StepPeak:
             what can be known from outside: ``'parameter'``, ``'buffer'`` and ``'optimizer_state'``
             (sizes at the end of the region) and ``'other'``, the rest of the peak (activations,
             temporaries and gradients together).
+        activation_peak_bytes: The highest activation plus temporary bytes at any moment of the
+            region (not necessarily the moment of the total peak): the "activation peak" of
+            memory-saving papers, parameters, gradients, buffers and optimizer state left out.
+            A gradient counts as temporary from the operation that computes it until autograd
+            hands it to its parameter. ``None`` on CUDA, where it is not known.
         reserved_bytes: Peak bytes reserved by the CUDA caching allocator; ``None`` on CPU.
 
     Example:
-        >>> peak = StepPeak('cpu', 700, {'parameter': 400, 'activation': 200, 'temporary': 100})
-        >>> peak.activation_peak_bytes
+        >>> peak = StepPeak('cpu', 700, {'parameter': 400, 'activation': 200, 'temporary': 100},
+        ...                 activation_peak_bytes=350)
+        >>> peak.peak_bytes - peak.by_category['parameter']
         300
     """
 
     device: str
     peak_bytes: int
     by_category: dict[str, int] = field(default_factory=dict)
+    activation_peak_bytes: int | None = None
     reserved_bytes: int | None = None
 
-    @property
-    def activation_peak_bytes(self) -> int | None:
-        """Activation plus temporary bytes at the moment of the peak.
 
-        This is the "activation peak" of memory-saving papers: parameters, gradients, buffers and
-        optimizer state left out. ``None`` where the breakdown is not known (CUDA).
-        """
-        if 'activation' not in self.by_category:
-            return None
-        return self.by_category['activation'] + self.by_category.get('temporary', 0)
+class _NoHook:
+    """Stands in for the gradient hooks MemTracker would put on a frozen parameter."""
+
+    def remove(self) -> None:
+        """Nothing to remove."""
+
+
+class _ActivationPeakTracker(MemTracker):
+    """MemTracker that also keeps the highest activation + temporary bytes after any operation.
+
+    MemTracker registers a gradient hook on every parameter of every module it sees, which raises
+    for parameters that do not require gradients (frozen stages of a detector). Those parameters
+    are marked as already hooked: they never receive a gradient, so nothing is missed.
+    """
+
+    def __init__(self, device: torch.device, frozen: list[nn.Parameter]) -> None:
+        super().__init__()
+        self.device = device
+        self.activation_peak = 0
+        for param in frozen:
+            self._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
+
+    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: tuple[type, ...],
+                           args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        result = super().__torch_dispatch__(func, types, args, kwargs)
+        counts = self.get_tracker_snapshot('current').get(self.device, {})
+        activation = sum(nbytes for key, nbytes in counts.items()
+                         if getattr(key, 'value', key) in _ACTIVATION_KINDS)
+        self.activation_peak = max(self.activation_peak, activation)
+        return result
 
 
 def _resolve_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
@@ -130,7 +166,7 @@ class StepPeakMeter:
         self.optimizer = optimizer
         self.device = _resolve_device(model, device)
         self.reset_peak = reset_peak
-        self._tracker: MemTracker | None = None
+        self._tracker: _ActivationPeakTracker | None = None
         self._cuda_running = False
         self._result: StepPeak | None = None
 
@@ -164,7 +200,8 @@ class StepPeakMeter:
                 torch.cuda.reset_peak_memory_stats(self.device)
             self._cuda_running = True
             return
-        tracker = MemTracker()
+        frozen = [param for param in self.model.parameters() if not param.requires_grad]
+        tracker = _ActivationPeakTracker(self.device, frozen)
         tracker.track_external(*(obj for obj in (self.model, self.optimizer) if obj is not None))
         tracker.__enter__()
         self._tracker = tracker
@@ -198,7 +235,7 @@ class StepPeakMeter:
             if name != _TRACKER_TOTAL:
                 by_category[_TRACKER_CATEGORIES[name]] += nbytes
         return StepPeak(device=str(self.device), peak_bytes=snapshot.get(_TRACKER_TOTAL, 0),
-                        by_category=by_category)
+                        by_category=by_category, activation_peak_bytes=tracker.activation_peak)
 
     def _stop_cuda(self) -> StepPeak:
         self._cuda_running = False

@@ -33,7 +33,7 @@ class Measurement:
 
     Example:
         >>> m = Measurement('mlp', 'baseline', SavedActivations(6144, 2, {'float32': 6144}),
-        ...                 StepPeak('cpu', 9000, {'activation': 6000}), 0.01)
+        ...                 StepPeak('cpu', 9000, activation_peak_bytes=6000), 0.01)
         >>> m.peak.activation_peak_bytes
         6000
     """

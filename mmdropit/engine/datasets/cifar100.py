@@ -49,6 +49,7 @@ class CIFAR100Dataset(BaseDataset):
                     f'cifar-100-python.tar.gz into {data_root!r} or fix data_root')
         with open(osp.join(self.folder, 'meta'), 'rb') as stream:
             classes = tuple(pickle.load(stream, encoding='latin1')['fine_label_names'])
+        import mmcv.transforms  # noqa: F401  (registers LoadImageFromFile, Resize, ... at the root)
         super().__init__(data_root=data_root, metainfo=dict(classes=classes), **kwargs)
 
     def load_data_list(self) -> list[dict]:

@@ -48,6 +48,7 @@ class ImageFolderDataset(BaseDataset):
                 entry.name for entry in os.scandir(self.split_dir) if entry.is_dir()))
         if not classes:
             raise DataNotFoundError(f'{self.split_dir!r} has no class sub-folders')
+        import mmcv.transforms  # noqa: F401  (registers LoadImageFromFile, Resize, ... at the root)
         super().__init__(data_root=data_root, metainfo=dict(classes=tuple(classes)), **kwargs)
 
     def load_data_list(self) -> list[dict]:

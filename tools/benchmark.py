@@ -1,0 +1,414 @@
+"""Measure the memory and time of training steps for a few models under memory-saving variants.
+
+For every (model, variant) pair one training step (forward, backward, SGD step, zero_grad) is
+measured three ways: the saved-activation bytes (``SavedTensorMeter``), the peak of the step by
+category (``StepPeakMeter``: MemTracker on CPU, the allocator's counters on CUDA) and the step
+time, timed alternately with the baseline of the same model in one process after a warm-up (the
+ratio reported is the median of the per-round ratios). Models start from random weights and see
+synthetic batches: nothing is downloaded.
+
+Writes ``benchmark.md``, ``benchmark.png`` and ``benchmark.json`` into ``--out`` and prints the
+table.
+
+Example:
+    python tools/benchmark.py --quick                         # deit_tiny + resnet50, batch 4
+    python tools/benchmark.py --models deit_small,faster_rcnn --steps 5 --device cuda
+
+A new memory technique becomes a variant with :func:`register_variant`: a context manager that
+applies it to a :class:`Workload` on entry and undoes it on exit.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ContextManager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmdropit.memory import (Measurement, SavedTensorMeter, StepPeakMeter, compare,
+                             markdown_table, plot_ratios, write_json)
+
+BASELINE = 'baseline'
+DEFAULT_OUT = 'work_dirs/benchmark'
+QUICK_MODELS = ('deit_tiny', 'resnet50')
+QUICK_BATCH_SIZE = 4
+QUICK_STEPS = 1
+IMAGE_SIZE = 224
+DET_IMAGE_SIZE = 512
+DET_BOXES_PER_IMAGE = 3
+MIB = 2**20
+
+
+@dataclass
+class Workload:
+    """A model and a fixed synthetic batch: everything one training step needs.
+
+    Attributes:
+        name: Short model name used in the table, e.g. ``'deit_tiny'``.
+        model: The model, on the measured device, in train mode.
+        loss: Runs the forward pass on the fixed batch and returns the scalar loss.
+        set_grad_checkpointing: Switches the library's own activation checkpointing on or off.
+    """
+
+    name: str
+    model: nn.Module
+    loss: Callable[[], torch.Tensor]
+    set_grad_checkpointing: Callable[[bool], None]
+
+
+# ----------------------------------------------------------------------------------------------
+# Variants: a name and a context manager that applies a technique to a workload and undoes it.
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Variant:
+    """A memory technique to compare with the baseline.
+
+    Attributes:
+        name: Name in the table and on the command line.
+        prepare: ``prepare(workload)`` is entered around each measured step, outside the timer:
+            it changes the model (e.g. converts layers) and restores it on exit.
+        forward: ``forward(workload)`` is entered around the forward pass only (e.g. autocast).
+    """
+
+    name: str
+    prepare: Callable[[Workload], ContextManager[None]]
+    forward: Callable[[Workload], ContextManager[None]]
+
+
+VARIANTS: dict[str, Variant] = {}
+
+
+def _nothing(work: Workload) -> ContextManager[None]:
+    return contextlib.nullcontext()
+
+
+def register_variant(name: str, prepare: Callable[[Workload], ContextManager[None]] = _nothing,
+                     forward: Callable[[Workload], ContextManager[None]] = _nothing) -> Variant:
+    """Add a variant to :data:`VARIANTS` (in table order) and return it.
+
+    Args:
+        name: Name in the table and for ``--variants``.
+        prepare: Context manager factory that applies the technique to the model and undoes it.
+        forward: Context manager factory entered around the forward pass.
+
+    Returns:
+        The registered :class:`Variant`.
+
+    Example:
+        >>> @contextlib.contextmanager
+        ... def channels_last(work):
+        ...     work.model.to(memory_format=torch.channels_last)
+        ...     try:
+        ...         yield
+        ...     finally:
+        ...         work.model.to(memory_format=torch.contiguous_format)
+        >>> register_variant('channels-last', prepare=channels_last).name
+        'channels-last'
+    """
+    if name in VARIANTS:
+        raise ValueError(f'variant {name!r} is already registered')
+    VARIANTS[name] = Variant(name, prepare, forward)
+    return VARIANTS[name]
+
+
+@contextlib.contextmanager
+def _grad_checkpointing(work: Workload) -> Iterator[None]:
+    work.set_grad_checkpointing(True)
+    try:
+        yield
+    finally:
+        work.set_grad_checkpointing(False)
+
+
+def _bf16_autocast(work: Workload) -> ContextManager[None]:
+    device_type = next(work.model.parameters()).device.type
+    return torch.autocast(device_type, dtype=torch.bfloat16)
+
+
+register_variant(BASELINE)
+register_variant('grad-ckpt', prepare=_grad_checkpointing)
+register_variant('bf16-autocast', forward=_bf16_autocast)
+
+
+# ----------------------------------------------------------------------------------------------
+# Models: random weights, synthetic batches.
+# ----------------------------------------------------------------------------------------------
+
+def _timm_builder(arch: str) -> Callable[[str, int, torch.device], Workload]:
+    def build(name: str, batch_size: int, device: torch.device) -> Workload:
+        import timm
+        model = timm.create_model(arch, pretrained=False).to(device).train()
+        images = torch.randn(batch_size, 3, IMAGE_SIZE, IMAGE_SIZE, device=device)
+        labels = torch.randint(0, model.num_classes, (batch_size,), device=device)
+        return Workload(name, model, lambda: F.cross_entropy(model(images), labels),
+                        model.set_grad_checkpointing)
+    return build
+
+
+def _synthetic_detection_batch(batch_size: int) -> dict:
+    from mmdet.structures import DetDataSample
+    from mmengine.structures import InstanceData
+
+    generator = torch.Generator().manual_seed(0)
+    size = DET_IMAGE_SIZE
+    inputs, samples = [], []
+    for _ in range(batch_size):
+        inputs.append(torch.randint(0, 256, (3, size, size), dtype=torch.uint8,
+                                    generator=generator))
+        corner = torch.rand(DET_BOXES_PER_IMAGE, 2, generator=generator) * (size * 3 / 4)
+        extent = 32 + torch.rand(DET_BOXES_PER_IMAGE, 2, generator=generator) * (size / 4 - 32)
+        sample = DetDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
+                                             scale_factor=(1.0, 1.0)))
+        sample.gt_instances = InstanceData(
+            bboxes=torch.cat([corner, corner + extent], dim=1),
+            labels=torch.randint(0, 80, (DET_BOXES_PER_IMAGE,), generator=generator))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def _build_faster_rcnn(name: str, batch_size: int, device: torch.device) -> Workload:
+    import mmdet
+    from mmdet.models.backbones.resnet import BasicBlock, Bottleneck
+    from mmdet.registry import MODELS as MMDET_MODELS
+    from mmdet.utils import register_all_modules
+    from mmengine.config import Config
+
+    register_all_modules()
+    config = Config.fromfile(os.path.join(os.path.dirname(mmdet.__file__), '.mim', 'configs',
+                                          'faster_rcnn', 'faster-rcnn_r50_fpn_1x_coco.py'))
+    config.model.backbone.init_cfg = None  # no torchvision:// download
+    model = MMDET_MODELS.build(config.model)
+    model.init_weights()
+    model.to(device).train()
+    data = model.data_preprocessor(_synthetic_detection_batch(batch_size), training=True)
+
+    def loss() -> torch.Tensor:
+        losses = model(data['inputs'], data['data_samples'], mode='loss')
+        return model.parse_losses(losses)[0]
+
+    def set_grad_checkpointing(enable: bool) -> None:
+        for module in model.modules():
+            if isinstance(module, (Bottleneck, BasicBlock)):
+                module.with_cp = enable
+
+    return Workload(name, model, loss, set_grad_checkpointing)
+
+
+MODELS: dict[str, Callable[[str, int, torch.device], Workload]] = {
+    'deit_tiny': _timm_builder('deit_tiny_patch16_224'),
+    'deit_small': _timm_builder('deit_small_patch16_224'),
+    'deit_base': _timm_builder('deit_base_patch16_224'),
+    'resnet50': _timm_builder('resnet50'),
+    'faster_rcnn': _build_faster_rcnn,
+}
+DETECTION_MODELS = ('faster_rcnn',)
+
+
+# ----------------------------------------------------------------------------------------------
+# Measuring.
+# ----------------------------------------------------------------------------------------------
+
+def _train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer) -> None:
+    with variant.forward(work):
+        loss = work.loss()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _timed_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer,
+                device: torch.device) -> float:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    _train_step(work, variant, optimizer)
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
+                       device: torch.device) -> list[Measurement]:
+    """Measure one workload under each variant; ``variants[0]`` must be the baseline.
+
+    One warm-up step per variant (a variant that fails there is reported and left out), then per
+    variant one step under the saved-tensor meter and one under the peak meter, then ``steps``
+    rounds that time every variant once, in order.
+
+    Args:
+        work: The model and its batch.
+        variants: The variants, baseline first.
+        steps: Number of timed rounds.
+        device: The device the model is on.
+
+    Returns:
+        One :class:`Measurement` per variant that ran.
+    """
+    optimizer = torch.optim.SGD(work.model.parameters(), lr=1e-4, momentum=0.9)
+    working = []
+    for variant in variants:
+        try:
+            with variant.prepare(work):
+                _train_step(work, variant, optimizer)
+        except (RuntimeError, NotImplementedError) as error:
+            if variant.name == BASELINE:
+                raise
+            optimizer.zero_grad(set_to_none=True)
+            print(f'  {work.name:<12} {variant.name:<14} skipped: {str(error).splitlines()[0]}',
+                  flush=True)
+            continue
+        working.append(variant)
+
+    saved, peaks = {}, {}
+    for variant in working:
+        with variant.prepare(work):
+            with SavedTensorMeter(work.model) as saved_meter:
+                _train_step(work, variant, optimizer)
+            with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
+                _train_step(work, variant, optimizer)
+        saved[variant.name] = saved_meter.result
+        peaks[variant.name] = peak_meter.result
+
+    times: dict[str, list[float]] = {variant.name: [] for variant in working}
+    for _ in range(steps):
+        for variant in working:
+            with variant.prepare(work):
+                times[variant.name].append(_timed_step(work, variant, optimizer, device))
+
+    measurements = []
+    for variant in working:
+        ratios = [t / b for t, b in zip(times[variant.name], times[BASELINE])]
+        measurements.append(Measurement(
+            model=work.name, variant=variant.name, saved=saved[variant.name],
+            peak=peaks[variant.name], step_seconds=statistics.median(times[variant.name]),
+            time_ratio=statistics.median(ratios)))
+    return measurements
+
+
+def _progress_line(row: dict) -> str:
+    def mib(key: str) -> str:
+        return 'n/a' if row[key] is None else f'{row[key] / MIB:.1f} MiB'
+
+    def times(key: str) -> str:
+        return 'n/a' if row[key] is None else f'x{row[key]:.2f}'
+
+    return (f"  {row['model']:<12} {row['variant']:<14} saved {mib('saved_bytes')} "
+            f"({times('saved_ratio')})  peak {mib('peak_bytes')} ({times('peak_ratio')})  "
+            f"activation peak {mib('activation_peak_bytes')} ({times('activation_peak_ratio')})  "
+            f"step {row['step_seconds']:.3f} s ({times('time_ratio')})")
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line.
+# ----------------------------------------------------------------------------------------------
+
+def _names(text: str, known: dict, what: str) -> list[str]:
+    names = [name.strip() for name in text.split(',') if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise SystemExit(f'unknown {what} {unknown or text!r}; choose from {", ".join(known)}')
+    return names
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Read the command line; ``--quick`` fills in what was not given explicitly."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--models', help=f'comma list from {", ".join(MODELS)} (default: all)')
+    parser.add_argument('--variants', default=','.join(VARIANTS),
+                        help=f'comma list from {", ".join(VARIANTS)} (the baseline is always run)')
+    parser.add_argument('--batch-size', type=int,
+                        help='images per step for the classification models (default 16)')
+    parser.add_argument('--det-batch-size', type=int, default=2,
+                        help=f'images ({DET_IMAGE_SIZE}x{DET_IMAGE_SIZE}) per step for detection')
+    parser.add_argument('--steps', type=int, help='timed rounds after the warm-up (default 3)')
+    parser.add_argument('--out', default=DEFAULT_OUT, help='output folder')
+    parser.add_argument('--device', choices=('cpu', 'cuda'),
+                        default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--quick', action='store_true',
+                        help=f'{",".join(QUICK_MODELS)} at batch {QUICK_BATCH_SIZE}, '
+                             f'{QUICK_STEPS} timed round')
+    args = parser.parse_args(argv)
+    args.models = _names(args.models or ','.join(QUICK_MODELS if args.quick else MODELS),
+                         MODELS, 'model')
+    args.variants = _names(args.variants, VARIANTS, 'variant')
+    if args.batch_size is None:
+        args.batch_size = QUICK_BATCH_SIZE if args.quick else 16
+    if args.steps is None:
+        args.steps = QUICK_STEPS if args.quick else 3
+    if args.steps < 1:
+        raise SystemExit('--steps must be at least 1')
+    return args
+
+
+def main(argv: list[str] | None = None) -> list[Measurement]:
+    """Run the benchmark and write ``benchmark.md``, ``benchmark.png`` and ``benchmark.json``."""
+    args = parse_args(argv)
+    warnings.filterwarnings('ignore', message='torch.utils.checkpoint: the use_reentrant')
+    device = torch.device(args.device)
+    variants = [VARIANTS[BASELINE]] + [VARIANTS[name] for name in args.variants
+                                       if name != BASELINE]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    measurements: list[Measurement] = []
+    for index, name in enumerate(args.models, start=1):
+        torch.manual_seed(args.seed)
+        batch_size = args.det_batch_size if name in DETECTION_MODELS else args.batch_size
+        print(f'[{index}/{len(args.models)}] {name}, batch {batch_size}, {args.device}',
+              flush=True)
+        work = MODELS[name](name, batch_size, device)
+        results = benchmark_workload(work, variants, args.steps, device)
+        for row in compare(results, BASELINE):
+            print(_progress_line(row), flush=True)
+        measurements.extend(results)
+        del work
+
+    table = markdown_table(measurements, BASELINE)
+    meta = {
+        'device': args.device,
+        'device_name': (torch.cuda.get_device_name(device) if device.type == 'cuda'
+                        else platform.processor() or platform.machine()),
+        'threads': torch.get_num_threads(),
+        'torch': torch.__version__,
+        'batch_size': args.batch_size,
+        'det_batch_size': args.det_batch_size,
+        'image_size': IMAGE_SIZE,
+        'det_image_size': DET_IMAGE_SIZE,
+        'timed_rounds': args.steps,
+        'seed': args.seed,
+    }
+    peak_source = ('torch.cuda.max_memory_allocated' if device.type == 'cuda'
+                   else 'MemTracker (breakdown at the moment of the total peak)')
+    (out / 'benchmark.md').write_text(
+        '# Memory benchmark\n\n'
+        f'Device: {meta["device_name"]} ({args.device}, {meta["threads"]} threads), '
+        f'torch {torch.__version__}. Batch {args.batch_size} at {IMAGE_SIZE}x{IMAGE_SIZE} '
+        f'(detection: {args.det_batch_size} at {DET_IMAGE_SIZE}x{DET_IMAGE_SIZE}), random '
+        'weights, synthetic data.\n\n'
+        'One step = forward, backward, SGD (momentum) step, zero_grad. *saved*: bytes autograd '
+        'keeps for backward, each storage once, parameters excluded. *peak*: peak of the step '
+        f'({peak_source}). *activation peak*: activation + temporary bytes at that peak. '
+        f'*step*: median of {args.steps} timed round(s) after a warm-up; its ratio is the median '
+        'of per-round ratios, baseline and variants alternated in one process.\n\n' + table)
+    write_json(measurements, out / 'benchmark.json', BASELINE, meta)
+    plot_ratios(measurements, out / 'benchmark.png', BASELINE)
+    print()
+    print(table, end='')
+    print(f'\nwrote {out / "benchmark.md"}, {out / "benchmark.json"}, {out / "benchmark.png"}')
+    return measurements
+
+
+if __name__ == '__main__':
+    main()
