@@ -1,0 +1,164 @@
+"""tools/train.py: real trainings of the tiny configs, its flags, and its errors."""
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from mmengine.registry import OPTIM_WRAPPERS
+from mmengine.runner import Runner
+
+import mmdropit  # noqa: F401
+from mmdropit.engine.train_options import enable_amp, enable_auto_scale_lr, set_resume
+from mmdropit.errors import ConfigError
+from tests.conftest import (TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
+                            run_tool)
+
+
+def test_tiny_vit_trains_two_iterations_in_a_runner(tmp_path):
+    cfg = Config.fromfile(TINY_VIT)
+    cfg.train_cfg.max_epochs = 1
+    cfg.train_dataloader.dataset.indices = 128
+    cfg.val_dataloader.dataset.indices = 100
+    cfg.work_dir = str(tmp_path)
+    runner = Runner.from_cfg(cfg)
+    before = runner.model.model.head.weight.detach().clone()
+    runner.train()
+    assert runner.iter == 2
+    assert not torch.equal(before, runner.model.model.head.weight)
+    metrics = runner.message_hub.get_scalar('val/accuracy/top1').current()
+    assert 0.0 <= metrics <= 100.0
+    assert (tmp_path / 'epoch_1.pth').is_file()
+
+
+def test_faster_rcnn_r18_trains_on_the_digit_set_through_train_py(tmp_path, digit_coco):
+    result = run_tool(
+        'tools/train.py', str(TINY_FRCNN), '--work-dir', str(tmp_path), '--cfg-options',
+        *digit_coco_options(digit_coco), 'train_cfg.max_epochs=1',
+        'train_dataloader.dataset.indices=4', 'val_dataloader.dataset.indices=2',
+        'default_hooks.logger.interval=1')
+    log = result.stdout + result.stderr
+    imports = r"custom_imports = dict\(\s*allow_failed_imports=False, imports=\[\s*'mmdropit',"
+    assert re.search(imports, log)
+    assert 'Epoch(train) [1][2/2]' in log and 'loss_rpn_cls' in log and 'loss_bbox' in log
+    assert (tmp_path / 'epoch_1.pth').is_file()
+
+
+def _write_config(tmp_path, body: str) -> str:
+    path = tmp_path / 'config.py'
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def _one_line_error(result) -> str:
+    assert result.returncode != 0
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith('error:')]
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+def test_unknown_hook_under_mmdet_scope_is_one_line(tmp_path):
+    config = _write_config(tmp_path, f'''
+        _base_ = r'{TINY_VIT}'
+        default_scope = 'mmdet'
+        custom_hooks = [dict(type='DropItHookTypo')]
+        ''')
+    result = run_tool('tools/train.py', config, '--work-dir', str(tmp_path), check=False)
+    line = _one_line_error(result)
+    assert "unknown type 'DropItHookTypo'" in line and 'custom_imports' in line
+
+
+def test_missing_detection_data_is_one_line(tmp_path):
+    result = run_tool('tools/train.py', str(TINY_FRCNN), '--work-dir', str(tmp_path),
+                      '--cfg-options', *digit_coco_options(tmp_path / 'nowhere'), check=False)
+    line = _one_line_error(result)
+    assert 'nowhere' in line and 'data_root' in line
+
+
+BROKEN_MMCV = '''
+import importlib.abc, sys
+class BrokenExtension(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == 'mmcv._ext':
+            raise ImportError('mmcv/_ext.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev')
+sys.meta_path.insert(0, BrokenExtension())
+'''
+
+
+def test_abi_broken_mmcv_is_one_line(tmp_path):
+    (tmp_path / 'sitecustomize.py').write_text(BROKEN_MMCV)
+    result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
+                      env={'PYTHONPATH': str(tmp_path)}, check=False)
+    line = _one_line_error(result)
+    assert 'undefined symbol' in line and 'rebuild' in line and 'make env' in line
+
+
+def test_missing_config_file_is_one_line(tmp_path):
+    result = run_tool('tools/train.py', str(tmp_path / 'nope.py'), check=False)
+    assert 'nope.py' in _one_line_error(result)
+
+
+@OPTIM_WRAPPERS.register_module()
+class _TestAmpWrapper(AmpOptimWrapper):
+    pass
+
+
+@OPTIM_WRAPPERS.register_module()
+class _TestPlainWrapper(OptimWrapper):
+    pass
+
+
+@pytest.fixture
+def cuda_present(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+
+
+def test_amp_turns_the_default_wrapper_into_amp(cuda_present):
+    cfg = Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1))))
+    enable_amp(cfg)
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    assert cfg.optim_wrapper.loss_scale == 'dynamic'
+
+
+def test_amp_keeps_a_custom_amp_wrapper_type(cuda_present):
+    cfg = Config(dict(optim_wrapper=dict(type='_TestAmpWrapper', loss_scale=512.0)))
+    enable_amp(cfg)
+    assert cfg.optim_wrapper.type == '_TestAmpWrapper' and cfg.optim_wrapper.loss_scale == 512.0
+
+
+def test_amp_refuses_to_replace_a_custom_non_amp_wrapper(cuda_present):
+    cfg = Config(dict(optim_wrapper=dict(type='_TestPlainWrapper')))
+    with pytest.raises(ConfigError, match='_TestPlainWrapper is not an AmpOptimWrapper'):
+        enable_amp(cfg)
+    assert cfg.optim_wrapper.type == '_TestPlainWrapper'
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the CPU-only message')
+def test_amp_without_cuda_says_why():
+    cfg = Config(dict(optim_wrapper=dict(type='OptimWrapper')))
+    with pytest.raises(ConfigError, match='no CUDA device'):
+        enable_amp(cfg)
+
+
+def test_auto_scale_lr_needs_a_base_batch_size():
+    with pytest.raises(ConfigError, match='base_batch_size'):
+        enable_auto_scale_lr(Config(dict()))
+    cfg = Config.fromfile(TINY_FRCNN)
+    enable_auto_scale_lr(cfg)
+    assert cfg.auto_scale_lr.enable is True
+
+
+def test_resume_flag_forms(tmp_path):
+    cfg = Config(dict(load_from='x.pth'))
+    set_resume(cfg, 'auto')
+    assert cfg.resume is True and cfg.load_from is None
+    checkpoint = tmp_path / 'a.pth'
+    checkpoint.write_bytes(b'')
+    set_resume(cfg, str(checkpoint))
+    assert cfg.load_from == str(checkpoint)
+    with pytest.raises(ConfigError, match='no such checkpoint'):
+        set_resume(cfg, str(tmp_path / 'missing.pth'))
