@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_VIT = ROOT / 'configs' / 'tiny' / 'vit-tiny_mnist5k.py'
 TINY_FRCNN = ROOT / 'configs' / 'tiny' / 'faster-rcnn_r18_fpn_digits.py'
 
-# Two iterations of the tiny ViT (batch 64) and a 100-image validation.
+# Two iterations of the tiny ViT (batch 32) and a 100-image validation.
 TINY_VIT_2_ITERS = [
-    'train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=128',
+    'train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64',
     'val_dataloader.dataset.indices=100', 'default_hooks.logger.interval=1',
 ]
 

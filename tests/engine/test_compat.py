@@ -62,11 +62,11 @@ def test_torchrun_two_cpu_processes_train_with_gloo(tmp_path):
     result = run_tool('-c', 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))',
                       'bash', 'tools/dist_train.sh', str(TINY_VIT), '2', '--work-dir',
                       str(tmp_path), '--cfg-options', *TINY_VIT_2_ITERS,
-                      'train_dataloader.batch_size=32', env=env)
+                      'train_dataloader.batch_size=16', env=env)
     log = result.stdout + result.stderr
     assert 'Distributed launcher: pytorch' in log and 'Distributed training: True' in log
     assert 'GPU number: 2' in log  # mmengine's name for the world size
-    assert 'Epoch(train) [1][2/2]' in log  # 128 images / (2 processes x 32)
+    assert 'Epoch(train) [1][2/2]' in log  # 64 images / (2 processes x 16)
     assert (tmp_path / 'epoch_1.pth').is_file()
 
 

@@ -21,7 +21,7 @@ from tests.conftest import (TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_o
 def test_tiny_vit_trains_two_iterations_in_a_runner(tmp_path):
     cfg = Config.fromfile(TINY_VIT)
     cfg.train_cfg.max_epochs = 1
-    cfg.train_dataloader.dataset.indices = 128
+    cfg.train_dataloader.dataset.indices = 64
     cfg.val_dataloader.dataset.indices = 100
     cfg.work_dir = str(tmp_path)
     runner = Runner.from_cfg(cfg)

@@ -3,7 +3,7 @@ dataset_type = 'MNIST5kDataset'
 pipeline = [dict(type='PackClsInputs')]
 
 train_dataloader = dict(
-    batch_size=64,
+    batch_size=32,
     num_workers=0,
     sampler=dict(type='DefaultSampler', shuffle=True),
     dataset=dict(type=dataset_type, split='train', pipeline=pipeline))
