@@ -28,4 +28,4 @@ train_cfg = dict(by_epoch=True, max_epochs=8, val_interval=2)
 val_cfg = dict()
 test_cfg = dict()
 
-# custom_hooks = [dict(type='MemoryReportHook', interval=50)]
+custom_hooks = [dict(type='MemoryReportHook', interval=100)]

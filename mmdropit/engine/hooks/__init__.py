@@ -1,0 +1,3 @@
+from .memory_report_hook import MemoryReportHook
+
+__all__ = ['MemoryReportHook']
