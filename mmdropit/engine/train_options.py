@@ -15,14 +15,6 @@ from mmengine.registry import OPTIM_WRAPPERS, DefaultScope
 from ..errors import ConfigError
 
 
-def resolve_work_dir(cfg: Config, config_path: str, work_dir: str | None) -> None:
-    """``--work-dir`` wins, then ``cfg.work_dir``, then ``./work_dirs/<config name>``."""
-    if work_dir is not None:
-        cfg.work_dir = work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config_path))[0])
-
-
 def enable_amp(cfg: Config) -> None:
     """Turn on automatic mixed precision, keeping a custom optim wrapper type.
 

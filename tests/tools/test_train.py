@@ -162,3 +162,13 @@ def test_resume_flag_forms(tmp_path):
     assert cfg.load_from == str(checkpoint)
     with pytest.raises(ConfigError, match='no such checkpoint'):
         set_resume(cfg, str(tmp_path / 'missing.pth'))
+
+
+def test_test_py_evaluates_the_checkpoint_of_train_py(tmp_path):
+    run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
+             '--cfg-options', *TINY_VIT_2_ITERS)
+    result = run_tool('tools/test.py', str(TINY_VIT), str(tmp_path / 'epoch_1.pth'),
+                      '--work-dir', str(tmp_path / 'test'), '--cfg-options',
+                      'test_dataloader.dataset.indices=100')
+    assert re.search(r'Epoch\(test\) \[1/1\]\s+accuracy/top1: \d+\.\d+', result.stdout +
+                     result.stderr)

@@ -1,0 +1,72 @@
+"""What ``tools/train.py`` and ``tools/test.py`` share: common flags, config loading, errors."""
+from __future__ import annotations
+
+import argparse
+import os
+import os.path as osp
+import sys
+from collections.abc import Callable
+
+from mmengine.config import Config, DictAction
+
+from .environment import require_mmcv_ops
+from .friendly_errors import explain
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local-rank``, ``--debug``."""
+    parser.add_argument('--work-dir', help='the dir to save logs, checkpoints and metrics')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config keys, e.g. train_cfg.max_epochs=2')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    parser.add_argument('--debug', action='store_true', help='show full tracebacks')
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """Read ``args.config`` and apply the common flags.
+
+    The work dir is ``--work-dir``, else ``cfg.work_dir``, else ``./work_dirs/<config name>``.
+
+    Raises:
+        FileNotFoundError: the config file does not exist.
+        EnvironmentProblem: mmcv's compiled ops do not load.
+    """
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    if not osp.isfile(args.config):
+        raise FileNotFoundError(f'config file {args.config!r} does not exist')
+    require_mmcv_ops()
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    return cfg
+
+
+def build_runner(cfg: Config):
+    """MMEngine's ``Runner``, or the ``runner_type`` the config names (e.g. FlexibleRunner)."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+
+    if 'runner_type' in cfg:
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)
+
+
+def run_reporting_errors(action: Callable[[], object], debug: bool) -> None:
+    """Run ``action``; a known user error exits with one ``error: ...`` line.
+
+    Unknown errors, and every error with ``debug``, keep their full traceback.
+    """
+    try:
+        action()
+    except Exception as exc:
+        message = explain(exc)
+        if message is None or debug:
+            raise
+        sys.exit(f'error: {message}')

@@ -1,0 +1,39 @@
+"""Evaluate a checkpoint on the test set of a config, with mmdropit available.
+
+Example::
+
+    python tools/test.py configs/tiny/vit-tiny_mnist5k.py work_dirs/vit-tiny_mnist5k/epoch_8.pth
+"""
+from __future__ import annotations
+
+import argparse
+import os.path as osp
+
+import mmdropit  # noqa: F401  (shims and registrations before any config is read)
+from mmdropit.engine.cli import (add_common_arguments, build_runner, load_config,
+                                 run_reporting_errors)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Test a checkpoint (mmdropit)')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    add_common_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test(args: argparse.Namespace) -> None:
+    if not osp.isfile(args.checkpoint):
+        raise FileNotFoundError(f'checkpoint {args.checkpoint!r} does not exist')
+    cfg = load_config(args)
+    cfg.load_from = args.checkpoint
+    build_runner(cfg).test()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    run_reporting_errors(lambda: test(args), args.debug)
+
+
+if __name__ == '__main__':
+    main()
