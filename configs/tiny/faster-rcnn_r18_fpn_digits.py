@@ -4,22 +4,10 @@
 _base_ = [
     'mmdet::_base_/models/faster-rcnn_r50_fpn.py',
     './_base_/digit_coco_detection.py',
-    'mmdet::_base_/schedules/schedule_1x.py',
-    'mmdet::_base_/default_runtime.py',
+    './_base_/digit_schedule.py',
 ]
-
-custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
 
 model = dict(
     backbone=dict(depth=18, init_cfg=None),  # no download: trained from scratch
     neck=dict(in_channels=[64, 128, 256, 512]),
     roi_head=dict(bbox_head=dict(num_classes=10)))
-
-train_cfg = dict(max_epochs=12, val_interval=4)
-optim_wrapper = dict(optimizer=dict(lr=0.01))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=200),
-    dict(type='MultiStepLR', begin=0, end=12, by_epoch=True, milestones=[8, 11], gamma=0.1),
-]
-auto_scale_lr = dict(enable=False, base_batch_size=2)
-default_hooks = dict(logger=dict(interval=10))
