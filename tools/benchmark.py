@@ -3,9 +3,10 @@
 For every (model, variant) pair one training step (forward, backward, SGD step, zero_grad) is
 measured three ways: the saved-activation bytes (``SavedTensorMeter``), the peak of the step by
 category (``StepPeakMeter``: MemTracker on CPU, the allocator's counters on CUDA) and the step
-time, timed alternately with the baseline of the same model in one process after a warm-up (the
-ratio reported is the median of the per-round ratios). Models start from random weights and see
-synthetic batches: nothing is downloaded.
+time, timed alternately with the baseline of the same model in one process once those two steps
+have warmed up (the ratio reported is the median of the per-round ratios). Models start from
+random weights and see synthetic batches: nothing is downloaded. The default run (all models,
+three timed rounds) takes about a quarter of an hour on two CPU cores.
 
 Writes ``benchmark.md``, ``benchmark.png`` and ``benchmark.json`` into ``--out`` and prints the
 table.
@@ -187,10 +188,9 @@ def _build_faster_rcnn(name: str, batch_size: int, device: torch.device) -> Work
     register_all_modules()
     config = Config.fromfile(os.path.join(os.path.dirname(mmdet.__file__), '.mim', 'configs',
                                           'faster_rcnn', 'faster-rcnn_r50_fpn_1x_coco.py'))
-    config.model.backbone.init_cfg = None  # no torchvision:// download
-    model = MMDET_MODELS.build(config.model)
-    model.init_weights()
-    model.to(device).train()
+    # Weights stay at PyTorch's default initialisation: init_weights() would load the backbone
+    # from torchvision:// (a download) and log every parameter.
+    model = MMDET_MODELS.build(config.model).to(device).train()
     data = model.data_preprocessor(_synthetic_detection_batch(batch_size), training=True)
 
     def loss() -> torch.Tensor:
@@ -239,12 +239,13 @@ def _timed_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimiz
 
 
 def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
-                       device: torch.device) -> list[Measurement]:
+                       device: torch.device) -> tuple[list[Measurement], list[str]]:
     """Measure one workload under each variant; ``variants[0]`` must be the baseline.
 
-    One warm-up step per variant (a variant that fails there is reported and left out), then per
-    variant one step under the saved-tensor meter and one under the peak meter, then ``steps``
-    rounds that time every variant once, in order.
+    Per variant, one step under the saved-tensor meter (it is also the warm-up: the meter does not
+    slow the step down, and the optimizer creates its state there) and one under the peak meter.
+    Then ``steps`` rounds time every variant once, in order, so each variant's step is timed next
+    to a baseline step under the same machine load.
 
     Args:
         work: The model and its batch.
@@ -253,30 +254,25 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
         device: The device the model is on.
 
     Returns:
-        One :class:`Measurement` per variant that ran.
+        One :class:`Measurement` per variant that ran, and one line per variant that failed on
+        this model (e.g. an operator without a bfloat16 kernel); the baseline must not fail.
     """
     optimizer = torch.optim.SGD(work.model.parameters(), lr=1e-4, momentum=0.9)
-    working = []
+    working, skipped, saved, peaks = [], [], {}, {}
     for variant in variants:
         try:
             with variant.prepare(work):
-                _train_step(work, variant, optimizer)
+                with SavedTensorMeter(work.model) as saved_meter:
+                    _train_step(work, variant, optimizer)
+                with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
+                    _train_step(work, variant, optimizer)
         except (RuntimeError, NotImplementedError) as error:
             if variant.name == BASELINE:
                 raise
             optimizer.zero_grad(set_to_none=True)
-            print(f'  {work.name:<12} {variant.name:<14} skipped: {str(error).splitlines()[0]}',
-                  flush=True)
+            skipped.append(f'{work.name} / {variant.name}: {str(error).splitlines()[0]}')
             continue
         working.append(variant)
-
-    saved, peaks = {}, {}
-    for variant in working:
-        with variant.prepare(work):
-            with SavedTensorMeter(work.model) as saved_meter:
-                _train_step(work, variant, optimizer)
-            with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
-                _train_step(work, variant, optimizer)
         saved[variant.name] = saved_meter.result
         peaks[variant.name] = peak_meter.result
 
@@ -292,8 +288,8 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
         measurements.append(Measurement(
             model=work.name, variant=variant.name, saved=saved[variant.name],
             peak=peaks[variant.name], step_seconds=statistics.median(times[variant.name]),
-            time_ratio=statistics.median(ratios)))
-    return measurements
+            time_ratio=statistics.median(ratios), round_seconds=tuple(times[variant.name])))
+    return measurements, skipped
 
 
 def _progress_line(row: dict) -> str:
@@ -352,6 +348,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _write_markdown(path: Path, table: str, meta: dict) -> None:
+    on_cuda = meta['device'] == 'cuda'
+    peak_source = 'torch.cuda.max_memory_allocated' if on_cuda else 'MemTracker'
+    activation = ('not known on CUDA' if on_cuda else
+                  'highest activation + temporary bytes at any moment of the step')
+    skipped = ''.join(f'- {line}\n' for line in meta['skipped'])
+    path.write_text(
+        '# Memory benchmark\n\n'
+        f"Device: {meta['device_name']} ({meta['device']}, {meta['threads']} threads), "
+        f"torch {meta['torch']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
+        f"(detection: {meta['det_batch_size']} at {DET_IMAGE_SIZE}x{DET_IMAGE_SIZE}), random "
+        'weights, synthetic data.\n\n'
+        'One step = forward, backward, SGD (momentum) step, zero_grad. *saved*: bytes autograd '
+        'keeps for backward during the forward pass, each storage once, parameters excluded. '
+        f'*peak*: peak of the step ({peak_source}). *activation peak*: {activation}. '
+        f"*step*: median of {meta['timed_rounds']} timed round(s) after the measured steps; its "
+        'ratio is the median of per-round ratios, baseline and variants alternated in one '
+        'process.\n\n' + table
+        + (f'\nSkipped (the variant failed on this model):\n{skipped}' if skipped else ''))
+
+
 def main(argv: list[str] | None = None) -> list[Measurement]:
     """Run the benchmark and write ``benchmark.md``, ``benchmark.png`` and ``benchmark.json``."""
     args = parse_args(argv)
@@ -363,16 +380,20 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
     out.mkdir(parents=True, exist_ok=True)
 
     measurements: list[Measurement] = []
+    skipped: list[str] = []
     for index, name in enumerate(args.models, start=1):
         torch.manual_seed(args.seed)
         batch_size = args.det_batch_size if name in DETECTION_MODELS else args.batch_size
         print(f'[{index}/{len(args.models)}] {name}, batch {batch_size}, {args.device}',
               flush=True)
         work = MODELS[name](name, batch_size, device)
-        results = benchmark_workload(work, variants, args.steps, device)
+        results, failed = benchmark_workload(work, variants, args.steps, device)
         for row in compare(results, BASELINE):
             print(_progress_line(row), flush=True)
+        for line in failed:
+            print(f'  skipped {line}', flush=True)
         measurements.extend(results)
+        skipped.extend(failed)
         del work
 
     table = markdown_table(measurements, BASELINE)
@@ -388,20 +409,9 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
         'det_image_size': DET_IMAGE_SIZE,
         'timed_rounds': args.steps,
         'seed': args.seed,
+        'skipped': skipped,
     }
-    peak_source = ('torch.cuda.max_memory_allocated' if device.type == 'cuda'
-                   else 'MemTracker (breakdown at the moment of the total peak)')
-    (out / 'benchmark.md').write_text(
-        '# Memory benchmark\n\n'
-        f'Device: {meta["device_name"]} ({args.device}, {meta["threads"]} threads), '
-        f'torch {torch.__version__}. Batch {args.batch_size} at {IMAGE_SIZE}x{IMAGE_SIZE} '
-        f'(detection: {args.det_batch_size} at {DET_IMAGE_SIZE}x{DET_IMAGE_SIZE}), random '
-        'weights, synthetic data.\n\n'
-        'One step = forward, backward, SGD (momentum) step, zero_grad. *saved*: bytes autograd '
-        'keeps for backward, each storage once, parameters excluded. *peak*: peak of the step '
-        f'({peak_source}). *activation peak*: activation + temporary bytes at that peak. '
-        f'*step*: median of {args.steps} timed round(s) after a warm-up; its ratio is the median '
-        'of per-round ratios, baseline and variants alternated in one process.\n\n' + table)
+    _write_markdown(out / 'benchmark.md', table, meta)
     write_json(measurements, out / 'benchmark.json', BASELINE, meta)
     plot_ratios(measurements, out / 'benchmark.png', BASELINE)
     print()

@@ -30,6 +30,7 @@ class Measurement:
         step_seconds: Median seconds of one training step.
         time_ratio: Median of the per-round ratios of this variant's step time to the baseline's,
             timed alternately in one process; ``None`` falls back to the ratio of the medians.
+        round_seconds: The step time of every timed round, in order (shows the noise).
 
     Example:
         >>> m = Measurement('mlp', 'baseline', SavedActivations(6144, 2, {'float32': 6144}),
@@ -44,6 +45,7 @@ class Measurement:
     peak: StepPeak
     step_seconds: float
     time_ratio: float | None = None
+    round_seconds: tuple[float, ...] = ()
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -52,7 +54,8 @@ def _ratio(value: float | None, base: float | None) -> float | None:
     return value / base
 
 
-def compare(measurements: Sequence[Measurement], baseline: str = 'baseline') -> list[dict[str, Any]]:
+def compare(measurements: Sequence[Measurement],
+            baseline: str = 'baseline') -> list[dict[str, Any]]:
     """One row of values and ratios per measurement, ratios to the same model's baseline.
 
     Args:
@@ -113,7 +116,8 @@ def markdown_table(measurements: Sequence[Measurement], baseline: str = 'baselin
         The table as markdown text, ending with a newline.
 
     Example:
-        >>> base = Measurement('m', 'baseline', SavedActivations(MIB), StepPeak('cpu', 4 * MIB), 2.0)
+        >>> base = Measurement('m', 'baseline', SavedActivations(MIB), StepPeak('cpu', 4 * MIB),
+        ...                    2.0)
         >>> print(markdown_table([base]).splitlines()[2])
         | m | baseline | 1.0 | 1.00 | 4.0 | 1.00 | n/a | n/a | 2.000 | 1.00 |
     """
@@ -154,6 +158,7 @@ def write_json(measurements: Sequence[Measurement], path: str | Path,
     """
     rows = compare(measurements, baseline)
     for row, m in zip(rows, measurements):
+        row['round_seconds'] = list(m.round_seconds)
         row['saved'] = asdict(m.saved)
         row['peak'] = asdict(m.peak)
     path = Path(path)

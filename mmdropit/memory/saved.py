@@ -3,8 +3,9 @@
 Every tensor that autograd saves for backward passes through
 :class:`torch.autograd.graph.saved_tensors_hooks`. The meter counts each underlying storage once
 (views and repeated saves of one tensor share a storage), leaves out the parameters and buffers of
-the model (they live anyway), and leaves the saved tensors untouched: the pack hook returns the very
-tensor it was given, so autograd behaves exactly as without the meter.
+the model (they live anyway), and changes nothing for autograd: the pack hook returns a detached
+alias of the tensor it was given (the same storage, no copy), as PyTorch advises so that a saved
+output does not hold itself alive through a reference cycle.
 """
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ class SavedActivations:
         by_dtype: Bytes per dtype name, e.g. ``{'float32': 6144}``.
 
     Example:
-        >>> SavedActivations(total_bytes=6144, num_tensors=2, by_dtype={'float32': 6144}).total_bytes
-        6144
+        >>> saved = SavedActivations(total_bytes=6144, num_tensors=2, by_dtype={'float32': 6144})
+        >>> saved.by_dtype['float32'] / saved.total_bytes
+        1.0
     """
 
     total_bytes: int = 0
@@ -58,13 +60,16 @@ class SavedTensorMeter:
     Use it as a context manager around a training step, or call :meth:`start` and :meth:`stop`
     from two places (e.g. the ``before_train_iter`` and ``after_train_iter`` of a hook).
 
-    What is counted: every tensor packed by autograd while the meter runs, including the inputs
-    that ``torch.utils.checkpoint`` keeps and the compact tensors that custom autograd Functions
-    store with ``ctx.save_for_backward``. What is not: parameters and buffers of ``model``
-    (compared by storage), tensors on the ``meta`` device, storages of zero bytes, and tensors
-    without a storage of their own (sparse tensors, wrapper subclasses).
+    What is counted: every tensor packed by autograd during a forward pass while the meter runs,
+    including the inputs that ``torch.utils.checkpoint`` keeps and the compact tensors that custom
+    autograd Functions store with ``ctx.save_for_backward``. What is not: tensors packed during a
+    backward pass (the recomputation of reentrant checkpointing, double backward: short-lived
+    backward memory, which the peak meter sees), parameters and buffers of ``model`` (compared by
+    storage), tensors on the ``meta`` device, storages of zero bytes, and tensors without a
+    storage of their own (sparse tensors, wrapper subclasses).
 
-    A storage that is freed while the meter runs and whose address is then reused by a new storage
+    A saved view counts its whole storage, since it keeps all of it alive. A storage that is freed
+    while the meter runs and whose address is then reused by a new storage
     is counted as two storages: the meter follows each storage with a weak reference, so it never
     keeps memory alive and never changes the peak it runs in.
 
@@ -145,8 +150,9 @@ class SavedTensorMeter:
         self.stop()
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        self._record(tensor)
-        return tensor
+        if torch._C._current_graph_task_id() == -1:  # -1: not inside a backward pass
+            self._record(tensor)
+        return tensor.detach()
 
     def _record(self, tensor: torch.Tensor) -> None:
         if tensor.device.type == 'meta' or tensor.is_sparse:

@@ -1,0 +1,35 @@
+"""tools/benchmark.py end to end on the smallest model."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
+    out = tmp_path / 'bench'
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--quick', '--models', 'deit_tiny',
+         '--out', str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert '[1/1] deit_tiny, batch 4, cpu' in run.stdout
+
+    rows = {row['variant']: row for row in json.loads((out / 'benchmark.json').read_text())['rows']}
+    assert list(rows) == ['baseline', 'grad-ckpt', 'bf16-autocast']
+    base = rows['baseline']
+    assert [base[key] for key in ('saved_ratio', 'peak_ratio', 'activation_peak_ratio',
+                                  'time_ratio')] == [1.0, 1.0, 1.0, 1.0]
+    assert base['saved_bytes'] > 0 and base['peak']['by_category']['parameter'] > 0
+    assert rows['grad-ckpt']['saved_ratio'] < 0.5
+    assert rows['grad-ckpt']['activation_peak_ratio'] < 1
+    assert rows['bf16-autocast']['saved']['by_dtype'].get('bfloat16', 0) > 0
+
+    table = (out / 'benchmark.md').read_text()
+    assert '| deit_tiny | baseline |' in table and '| 1.00 |' in table
+    assert table.count('| deit_tiny |') == 3
+    assert (out / 'benchmark.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
