@@ -180,7 +180,6 @@ def _synthetic_detection_batch(batch_size: int) -> dict:
 
 def _build_faster_rcnn(name: str, batch_size: int, device: torch.device) -> Workload:
     import mmdet
-    from mmdet.models.backbones.resnet import BasicBlock, Bottleneck
     from mmdet.registry import MODELS as MMDET_MODELS
     from mmdet.utils import register_all_modules
     from mmengine.config import Config
@@ -197,12 +196,52 @@ def _build_faster_rcnn(name: str, batch_size: int, device: torch.device) -> Work
         losses = model(data['inputs'], data['data_samples'], mode='loss')
         return model.parse_losses(losses)[0]
 
-    def set_grad_checkpointing(enable: bool) -> None:
-        for module in model.modules():
-            if isinstance(module, (Bottleneck, BasicBlock)):
-                module.with_cp = enable
+    return Workload(name, model, loss, _grad_checkpointing_switch(model))
 
-    return Workload(name, model, loss, set_grad_checkpointing)
+
+def _grad_checkpointing_switch(model: nn.Module) -> Callable[[bool], None]:
+    """The library's own checkpointing switch: timm's ``set_grad_checkpointing`` (also inside
+    a wrapper such as ``TimmClassifier``) or ``with_cp`` of mmdet's ResNet blocks."""
+    from mmdet.models.backbones.resnet import BasicBlock, Bottleneck
+
+    for module in model.modules():
+        if hasattr(module, 'set_grad_checkpointing'):
+            return module.set_grad_checkpointing
+    blocks = [module for module in model.modules()
+              if isinstance(module, (Bottleneck, BasicBlock))]
+
+    def set_with_cp(enable: bool) -> None:
+        if not blocks:
+            raise NotImplementedError(f'{type(model).__name__} has no checkpointing switch')
+        for block in blocks:
+            block.with_cp = enable
+
+    return set_with_cp
+
+
+def config_workload(path: str, device: torch.device) -> Workload:
+    """A model built from an MMEngine config, with the first batch of its train dataloader.
+
+    Works for any model the config's registries can build (``TimmClassifier``, mmdet
+    detectors, ...); the batch size is the config's.
+    """
+    import mmdropit  # noqa: F401  (registrations and shims)
+    from mmengine.config import Config
+    from mmengine.registry import MODELS as ENGINE_MODELS
+    from mmengine.registry import DefaultScope
+    from mmengine.runner import Runner
+
+    cfg = Config.fromfile(path)
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
+        model = ENGINE_MODELS.build(cfg.model).to(device).train()
+        batch = next(iter(Runner.build_dataloader(cfg.train_dataloader)))
+    data = model.data_preprocessor(batch, training=True)
+
+    def loss() -> torch.Tensor:
+        return model.parse_losses(model(**data, mode='loss'))[0]
+
+    name = Path(path).stem
+    return Workload(name, model, loss, _grad_checkpointing_switch(model))
 
 
 MODELS: dict[str, Callable[[str, int, torch.device], Workload]] = {
@@ -320,7 +359,11 @@ def _names(text: str, known: dict, what: str) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Read the command line; ``--quick`` fills in what was not given explicitly."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--models', help=f'comma list from {", ".join(MODELS)} (default: all)')
+    parser.add_argument('--models', help=f'comma list from {", ".join(MODELS)} (default: all, '
+                        'or none when --config is given)')
+    parser.add_argument('--config', action='append', default=[],
+                        help='also measure the model of this MMEngine config on the first batch '
+                        'of its train dataloader (repeatable)')
     parser.add_argument('--variants', default=','.join(VARIANTS),
                         help=f'comma list from {", ".join(VARIANTS)} (the baseline is always run)')
     parser.add_argument('--batch-size', type=int,
@@ -336,8 +379,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f'{",".join(QUICK_MODELS)} at batch {QUICK_BATCH_SIZE}, '
                              f'{QUICK_STEPS} timed round')
     args = parser.parse_args(argv)
-    args.models = _names(args.models or ','.join(QUICK_MODELS if args.quick else MODELS),
-                         MODELS, 'model')
+    if args.models or not args.config:
+        args.models = _names(args.models or ','.join(QUICK_MODELS if args.quick else MODELS),
+                             MODELS, 'model')
+    else:
+        args.models = []
+    missing = [path for path in args.config if not os.path.isfile(path)]
+    if missing:
+        raise SystemExit(f'config file(s) not found: {", ".join(missing)}')
     args.variants = _names(args.variants, VARIANTS, 'variant')
     if args.batch_size is None:
         args.batch_size = QUICK_BATCH_SIZE if args.quick else 16
@@ -381,12 +430,16 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
 
     measurements: list[Measurement] = []
     skipped: list[str] = []
-    for index, name in enumerate(args.models, start=1):
+    jobs = [*args.models, *args.config]
+    for index, name in enumerate(jobs, start=1):
         torch.manual_seed(args.seed)
-        batch_size = args.det_batch_size if name in DETECTION_MODELS else args.batch_size
-        print(f'[{index}/{len(args.models)}] {name}, batch {batch_size}, {args.device}',
-              flush=True)
-        work = MODELS[name](name, batch_size, device)
+        if name in MODELS:
+            batch_size = args.det_batch_size if name in DETECTION_MODELS else args.batch_size
+            print(f'[{index}/{len(jobs)}] {name}, batch {batch_size}, {args.device}', flush=True)
+            work = MODELS[name](name, batch_size, device)
+        else:
+            print(f'[{index}/{len(jobs)}] {name} (its train batch), {args.device}', flush=True)
+            work = config_workload(name, device)
         results, failed = benchmark_workload(work, variants, args.steps, device)
         for row in compare(results, BASELINE):
             print(_progress_line(row), flush=True)

@@ -33,3 +33,27 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
     assert '| deit_tiny | baseline |' in table and '| 1.00 |' in table
     assert table.count('| deit_tiny |') == 3
     assert (out / 'benchmark.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+@pytest.mark.slow
+def test_config_workload_measures_the_tiny_vit_on_its_real_batch(tmp_path):
+    out = tmp_path / 'bench'
+    config = ROOT / 'configs' / 'tiny' / 'vit-tiny_mnist5k.py'
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', str(config),
+         '--variants', 'grad-ckpt', '--steps', '1', '--out', str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {row['variant']: row for row in json.loads((out / 'benchmark.json').read_text())['rows']}
+    assert list(rows) == ['baseline', 'grad-ckpt']
+    assert {row['model'] for row in rows.values()} == {'vit-tiny_mnist5k'}
+    # timm's set_grad_checkpointing was found inside TimmClassifier
+    assert rows['grad-ckpt']['saved_ratio'] < 0.5
+
+
+def test_unknown_config_is_one_line(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', 'no/such.py'],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode != 0 and 'Traceback' not in run.stderr
+    assert 'config file(s) not found: no/such.py' in run.stderr
