@@ -16,14 +16,14 @@ SHARED_WHEELS="${MMDROPIT_WHEELS:-$ROOT/../shared/wheels}"
 TORCH_SPEC="torch==2.13.0"
 TORCHVISION_SPEC="torchvision==0.28.0"
 MMCV_SPEC="mmcv==2.1.0"
-OTHER_SPECS=(
+OTHER_SPECS=(  # ninja: parallel compilation when mmcv is built from source
   "setuptools>=77,<81" "wheel"
   "timm==1.0.31" "mmengine==0.10.7" "mmdet==3.3.0"
-  "numpy<2.3" "matplotlib" "pycocotools" "pytest" "pytest-timeout"
+  "numpy<2.3" "matplotlib" "pycocotools" "pytest" "pytest-timeout" "ninja"
 )
 MLXTEND_SPEC="mlxtend==0.25.0"
 # Everything that decides what gets installed; a change re-runs the install.
-FINGERPRINT="v1 $TORCH_SPEC $TORCHVISION_SPEC $MMCV_SPEC ${OTHER_SPECS[*]} $MLXTEND_SPEC"
+FINGERPRINT="v2 $TORCH_SPEC $TORCHVISION_SPEC $MMCV_SPEC ${OTHER_SPECS[*]} $MLXTEND_SPEC"
 
 # Trap 1 (DESIGN.md §3): the machine's pip configuration adds a local folder with a CPU-only
 # torch that breaks the registry's torchvision. Ignore pip configuration files and local links.
