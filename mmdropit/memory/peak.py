@@ -14,12 +14,13 @@ and ``max_memory_reserved``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
+
+from .meter import Meter
 
 CATEGORIES = ('parameter', 'buffer', 'gradient', 'activation', 'temporary', 'optimizer_state',
               'other')
@@ -125,7 +126,7 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Te
             if isinstance(value, torch.Tensor)]
 
 
-class StepPeakMeter:
+class StepPeakMeter(Meter[StepPeak]):
     """Measure the memory peak of a training step by category.
 
     Use it as a context manager around one step (forward, backward, optimizer step), or call
@@ -162,38 +163,20 @@ class StepPeakMeter:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  device: str | torch.device | None = None, reset_peak: bool = True) -> None:
+        super().__init__()
         self.model = model
         self.optimizer = optimizer
         self.device = _resolve_device(model, device)
         self.reset_peak = reset_peak
         self._tracker: _ActivationPeakTracker | None = None
         self._cuda_running = False
-        self._result: StepPeak | None = None
 
     @property
     def running(self) -> bool:
         """Whether the meter is between :meth:`start` and :meth:`stop`."""
         return self._tracker is not None or self._cuda_running
 
-    @property
-    def result(self) -> StepPeak:
-        """The peak of the last finished measurement.
-
-        Raises:
-            RuntimeError: If no measurement has finished yet.
-        """
-        if self._result is None:
-            raise RuntimeError('StepPeakMeter has no result yet: call start() and stop() first')
-        return self._result
-
-    def start(self) -> None:
-        """Begin measuring.
-
-        Raises:
-            RuntimeError: If the meter is already running.
-        """
-        if self.running:
-            raise RuntimeError('StepPeakMeter is already running')
+    def _start(self) -> None:
         if self.device.type == 'cuda':
             if self.reset_peak:
                 torch.cuda.synchronize(self.device)
@@ -206,24 +189,8 @@ class StepPeakMeter:
         tracker.__enter__()
         self._tracker = tracker
 
-    def stop(self) -> StepPeak:
-        """Stop measuring and return the peak (also kept in :attr:`result`).
-
-        Raises:
-            RuntimeError: If the meter is not running.
-        """
-        if not self.running:
-            raise RuntimeError('StepPeakMeter.stop() called before start()')
-        self._result = self._stop_cuda() if self._cuda_running else self._stop_tracker()
-        return self._result
-
-    def __enter__(self) -> StepPeakMeter:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
+    def _stop(self) -> StepPeak:
+        return self._stop_cuda() if self._cuda_running else self._stop_tracker()
 
     def _stop_tracker(self) -> StepPeak:
         tracker, self._tracker = self._tracker, None

@@ -12,11 +12,12 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import TypeVar
 
 import torch
 from torch import nn
+
+from .meter import Meter
 
 T = TypeVar('T')
 
@@ -54,7 +55,7 @@ def _storages_of(model: nn.Module | None) -> set[_StorageKey]:
     return {_storage_key(t.untyped_storage()) for t in tensors if t.device.type != 'meta'}
 
 
-class SavedTensorMeter:
+class SavedTensorMeter(Meter[SavedActivations]):
     """Count the bytes that autograd saves for backward, each storage once.
 
     Use it as a context manager around a training step, or call :meth:`start` and :meth:`stop`
@@ -85,38 +86,20 @@ class SavedTensorMeter:
     """
 
     def __init__(self, model: nn.Module | None = None) -> None:
+        super().__init__()
         self.model = model
         self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
         self._excluded: set[_StorageKey] = set()
         self._alive: dict[_StorageKey, weakref.ref] = {}
         self._bytes_by_dtype: dict[str, int] = {}
         self._num_storages = 0
-        self._result: SavedActivations | None = None
 
     @property
     def running(self) -> bool:
         """Whether the meter is between :meth:`start` and :meth:`stop`."""
         return self._hooks is not None
 
-    @property
-    def result(self) -> SavedActivations:
-        """The count of the last finished measurement.
-
-        Raises:
-            RuntimeError: If no measurement has finished yet.
-        """
-        if self._result is None:
-            raise RuntimeError('SavedTensorMeter has no result yet: call start() and stop() first')
-        return self._result
-
-    def start(self) -> None:
-        """Begin counting: install the saved-tensor hooks.
-
-        Raises:
-            RuntimeError: If the meter is already running.
-        """
-        if self.running:
-            raise RuntimeError('SavedTensorMeter is already running')
+    def _start(self) -> None:
         self._excluded = _storages_of(self.model)
         self._alive = {}
         self._bytes_by_dtype = {}
@@ -124,30 +107,14 @@ class SavedTensorMeter:
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
 
-    def stop(self) -> SavedActivations:
-        """Stop counting, remove the hooks and return the count (also kept in :attr:`result`).
-
-        Raises:
-            RuntimeError: If the meter is not running.
-        """
-        if self._hooks is None:
-            raise RuntimeError('SavedTensorMeter.stop() called before start()')
+    def _stop(self) -> SavedActivations:
         self._hooks.__exit__(None, None, None)
         self._hooks = None
         self._alive = {}
-        self._result = SavedActivations(
+        return SavedActivations(
             total_bytes=sum(self._bytes_by_dtype.values()),
             num_tensors=self._num_storages,
             by_dtype=dict(self._bytes_by_dtype))
-        return self._result
-
-    def __enter__(self) -> SavedTensorMeter:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         if torch._C._current_graph_task_id() == -1:  # -1: not inside a backward pass
