@@ -79,22 +79,27 @@ def test_missing_detection_data_is_one_line(tmp_path):
     assert 'nowhere' in line and 'data_root' in line
 
 
-BROKEN_MMCV = '''
+BLOCK_MODULE = '''
 import importlib.abc, sys
-class BrokenExtension(importlib.abc.MetaPathFinder):
+class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == 'mmcv._ext':
-            raise ImportError('mmcv/_ext.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev')
-sys.meta_path.insert(0, BrokenExtension())
+        if name == {module!r}:
+            raise {error}
+sys.meta_path.insert(0, Block())
 '''
+ABI_BROKEN = "ImportError('mmcv/_ext.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev')"
 
 
-def test_abi_broken_mmcv_is_one_line(tmp_path):
-    (tmp_path / 'sitecustomize.py').write_text(BROKEN_MMCV)
+@pytest.mark.parametrize('module,error,expected', [
+    ('mmcv._ext', ABI_BROKEN, ('undefined symbol', 'rebuild', 'make env')),
+    ('mmcv', "ModuleNotFoundError(\"No module named 'mmcv'\")", ('not installed', 'make env')),
+], ids=['abi-broken', 'missing'])
+def test_broken_or_missing_mmcv_is_one_line(tmp_path, module, error, expected):
+    (tmp_path / 'sitecustomize.py').write_text(BLOCK_MODULE.format(module=module, error=error))
     result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
                       env={'PYTHONPATH': str(tmp_path)}, check=False)
     line = _one_line_error(result)
-    assert 'undefined symbol' in line and 'rebuild' in line and 'make env' in line
+    assert all(text in line for text in expected), line
 
 
 def test_missing_config_file_is_one_line(tmp_path):
