@@ -15,31 +15,25 @@ Example:
     python tools/benchmark.py --quick                         # deit_tiny + resnet50, batch 4
     python tools/benchmark.py --models deit_small,faster_rcnn --steps 5 --device cuda
 
-A new memory technique becomes a variant with :func:`register_variant`: a context manager that
-applies it to a :class:`Workload` on entry and undoes it on exit.
+A new memory technique becomes a variant with :func:`mmdropit.memory.register_variant`: a
+context manager that applies it to a :class:`~mmdropit.memory.Workload` and undoes it on exit.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
-import statistics
-import time
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import ContextManager
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmdropit.memory import (Measurement, SavedTensorMeter, StepPeakMeter, compare,
-                             markdown_table, plot_ratios, write_json)
+from mmdropit.memory import (BASELINE, VARIANTS, Measurement, Workload, benchmark_workload,
+                             compare, markdown_table, plot_ratios, write_json)
 
-BASELINE = 'baseline'
 DEFAULT_OUT = 'work_dirs/benchmark'
 QUICK_MODELS = ('deit_tiny', 'resnet50')
 QUICK_BATCH_SIZE = 4
@@ -48,98 +42,6 @@ IMAGE_SIZE = 224
 DET_IMAGE_SIZE = 512
 DET_BOXES_PER_IMAGE = 3
 MIB = 2**20
-
-
-@dataclass
-class Workload:
-    """A model and a fixed synthetic batch: everything one training step needs.
-
-    Attributes:
-        name: Short model name used in the table, e.g. ``'deit_tiny'``.
-        model: The model, on the measured device, in train mode.
-        loss: Runs the forward pass on the fixed batch and returns the scalar loss.
-        set_grad_checkpointing: Switches the library's own activation checkpointing on or off.
-    """
-
-    name: str
-    model: nn.Module
-    loss: Callable[[], torch.Tensor]
-    set_grad_checkpointing: Callable[[bool], None]
-
-
-# ----------------------------------------------------------------------------------------------
-# Variants: a name and a context manager that applies a technique to a workload and undoes it.
-# ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Variant:
-    """A memory technique to compare with the baseline.
-
-    Attributes:
-        name: Name in the table and on the command line.
-        prepare: ``prepare(workload)`` is entered around each measured step, outside the timer:
-            it changes the model (e.g. converts layers) and restores it on exit.
-        forward: ``forward(workload)`` is entered around the forward pass only (e.g. autocast).
-    """
-
-    name: str
-    prepare: Callable[[Workload], ContextManager[None]]
-    forward: Callable[[Workload], ContextManager[None]]
-
-
-VARIANTS: dict[str, Variant] = {}
-
-
-def _nothing(work: Workload) -> ContextManager[None]:
-    return contextlib.nullcontext()
-
-
-def register_variant(name: str, prepare: Callable[[Workload], ContextManager[None]] = _nothing,
-                     forward: Callable[[Workload], ContextManager[None]] = _nothing) -> Variant:
-    """Add a variant to :data:`VARIANTS` (in table order) and return it.
-
-    Args:
-        name: Name in the table and for ``--variants``.
-        prepare: Context manager factory that applies the technique to the model and undoes it.
-        forward: Context manager factory entered around the forward pass.
-
-    Returns:
-        The registered :class:`Variant`.
-
-    Example:
-        >>> @contextlib.contextmanager
-        ... def channels_last(work):
-        ...     work.model.to(memory_format=torch.channels_last)
-        ...     try:
-        ...         yield
-        ...     finally:
-        ...         work.model.to(memory_format=torch.contiguous_format)
-        >>> register_variant('channels-last', prepare=channels_last).name
-        'channels-last'
-    """
-    if name in VARIANTS:
-        raise ValueError(f'variant {name!r} is already registered')
-    VARIANTS[name] = Variant(name, prepare, forward)
-    return VARIANTS[name]
-
-
-@contextlib.contextmanager
-def _grad_checkpointing(work: Workload) -> Iterator[None]:
-    work.set_grad_checkpointing(True)
-    try:
-        yield
-    finally:
-        work.set_grad_checkpointing(False)
-
-
-def _bf16_autocast(work: Workload) -> ContextManager[None]:
-    device_type = next(work.model.parameters()).device.type
-    return torch.autocast(device_type, dtype=torch.bfloat16)
-
-
-register_variant(BASELINE)
-register_variant('grad-ckpt', prepare=_grad_checkpointing)
-register_variant('bf16-autocast', forward=_bf16_autocast)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -252,83 +154,6 @@ MODELS: dict[str, Callable[[str, int, torch.device], Workload]] = {
     'faster_rcnn': _build_faster_rcnn,
 }
 DETECTION_MODELS = ('faster_rcnn',)
-
-
-# ----------------------------------------------------------------------------------------------
-# Measuring.
-# ----------------------------------------------------------------------------------------------
-
-def _train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer) -> None:
-    with variant.forward(work):
-        loss = work.loss()
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def _timed_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer,
-                device: torch.device) -> float:
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    _train_step(work, variant, optimizer)
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
-
-
-def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
-                       device: torch.device) -> tuple[list[Measurement], list[str]]:
-    """Measure one workload under each variant; ``variants[0]`` must be the baseline.
-
-    Per variant, one step under the saved-tensor meter (it is also the warm-up: the meter does not
-    slow the step down, and the optimizer creates its state there) and one under the peak meter.
-    Then ``steps`` rounds time every variant once, in order, so each variant's step is timed next
-    to a baseline step under the same machine load.
-
-    Args:
-        work: The model and its batch.
-        variants: The variants, baseline first.
-        steps: Number of timed rounds.
-        device: The device the model is on.
-
-    Returns:
-        One :class:`Measurement` per variant that ran, and one line per variant that failed on
-        this model (e.g. an operator without a bfloat16 kernel); the baseline must not fail.
-    """
-    optimizer = torch.optim.SGD(work.model.parameters(), lr=1e-4, momentum=0.9)
-    working, skipped, saved, peaks = [], [], {}, {}
-    for variant in variants:
-        try:
-            with variant.prepare(work):
-                with SavedTensorMeter(work.model) as saved_meter:
-                    _train_step(work, variant, optimizer)
-                with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
-                    _train_step(work, variant, optimizer)
-        except (RuntimeError, NotImplementedError) as error:
-            if variant.name == BASELINE:
-                raise
-            optimizer.zero_grad(set_to_none=True)
-            skipped.append(f'{work.name} / {variant.name}: {str(error).splitlines()[0]}')
-            continue
-        working.append(variant)
-        saved[variant.name] = saved_meter.result
-        peaks[variant.name] = peak_meter.result
-
-    times: dict[str, list[float]] = {variant.name: [] for variant in working}
-    for _ in range(steps):
-        for variant in working:
-            with variant.prepare(work):
-                times[variant.name].append(_timed_step(work, variant, optimizer, device))
-
-    measurements = []
-    for variant in working:
-        ratios = [t / b for t, b in zip(times[variant.name], times[BASELINE])]
-        measurements.append(Measurement(
-            model=work.name, variant=variant.name, saved=saved[variant.name],
-            peak=peaks[variant.name], step_seconds=statistics.median(times[variant.name]),
-            time_ratio=statistics.median(ratios), round_seconds=tuple(times[variant.name])))
-    return measurements, skipped
 
 
 def _progress_line(row: dict) -> str:

@@ -14,9 +14,12 @@ from .peak import CATEGORIES, StepPeak, StepPeakMeter
 from .plot import plot_ratios
 from .report import Measurement, compare, markdown_table, write_json
 from .saved import SavedActivations, SavedTensorMeter, measure_saved_activations
+from .step_benchmark import benchmark_workload
+from .variants import BASELINE, VARIANTS, Variant, Workload, register_variant
 
 __all__ = [
-    'CATEGORIES', 'Measurement', 'SavedActivations', 'SavedTensorMeter', 'StepPeak',
-    'StepPeakMeter', 'compare', 'markdown_table', 'measure_saved_activations', 'plot_ratios',
+    'BASELINE', 'CATEGORIES', 'Measurement', 'SavedActivations', 'SavedTensorMeter', 'StepPeak',
+    'StepPeakMeter', 'VARIANTS', 'Variant', 'Workload', 'benchmark_workload', 'compare',
+    'markdown_table', 'measure_saved_activations', 'plot_ratios', 'register_variant',
     'write_json',
 ]

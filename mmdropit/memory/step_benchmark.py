@@ -1,0 +1,89 @@
+"""Measure a training step under several variants, side by side in one process.
+
+Per variant: saved-activation bytes, the step peak by category, and the step time, timed
+alternately with the baseline so each ratio compares steps taken under the same machine load.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .peak import StepPeakMeter
+from .report import Measurement
+from .saved import SavedTensorMeter
+from .variants import BASELINE, Variant, Workload
+
+
+def _train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer) -> None:
+    with variant.forward(work):
+        loss = work.loss()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _timed_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer,
+                device: torch.device) -> float:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    _train_step(work, variant, optimizer)
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
+                       device: torch.device) -> tuple[list[Measurement], list[str]]:
+    """Measure one workload under each variant; ``variants[0]`` must be the baseline.
+
+    Per variant, one step under the saved-tensor meter (it is also the warm-up: the meter does not
+    slow the step down, and the optimizer creates its state there) and one under the peak meter.
+    Then ``steps`` rounds time every variant once, in order, so each variant's step is timed next
+    to a baseline step under the same machine load.
+
+    Args:
+        work: The model and its batch.
+        variants: The variants, baseline first.
+        steps: Number of timed rounds.
+        device: The device the model is on.
+
+    Returns:
+        One :class:`Measurement` per variant that ran, and one line per variant that failed on
+        this model (e.g. an operator without a bfloat16 kernel); the baseline must not fail.
+    """
+    optimizer = torch.optim.SGD(work.model.parameters(), lr=1e-4, momentum=0.9)
+    working, skipped, saved, peaks = [], [], {}, {}
+    for variant in variants:
+        try:
+            with variant.prepare(work):
+                with SavedTensorMeter(work.model) as saved_meter:
+                    _train_step(work, variant, optimizer)
+                with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
+                    _train_step(work, variant, optimizer)
+        except (RuntimeError, NotImplementedError) as error:
+            if variant.name == BASELINE:
+                raise
+            optimizer.zero_grad(set_to_none=True)
+            skipped.append(f'{work.name} / {variant.name}: {str(error).splitlines()[0]}')
+            continue
+        working.append(variant)
+        saved[variant.name] = saved_meter.result
+        peaks[variant.name] = peak_meter.result
+
+    times: dict[str, list[float]] = {variant.name: [] for variant in working}
+    for _ in range(steps):
+        for variant in working:
+            with variant.prepare(work):
+                times[variant.name].append(_timed_step(work, variant, optimizer, device))
+
+    measurements = []
+    for variant in working:
+        ratios = [t / b for t, b in zip(times[variant.name], times[BASELINE])]
+        measurements.append(Measurement(
+            model=work.name, variant=variant.name, saved=saved[variant.name],
+            peak=peaks[variant.name], step_seconds=statistics.median(times[variant.name]),
+            time_ratio=statistics.median(ratios), round_seconds=tuple(times[variant.name])))
+    return measurements, skipped
