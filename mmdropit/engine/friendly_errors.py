@@ -23,6 +23,8 @@ def explain(exc: BaseException) -> str | None:
         name, registry = match.groups()
         return (f'unknown type {name!r} in the config ({registry} registry): check the '
                 'spelling, or add the module that registers it to custom_imports')
+    if isinstance(exc, TypeError) and 'unexpected keyword argument' in message:
+        return f'{first_line} -- a config key is misspelt or does not belong there'
     if isinstance(exc, FileNotFoundError):
         return (f'{first_line} -- check data_root / ann_file / load_from in the config or '
                 'override them with --cfg-options')

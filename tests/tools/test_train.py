@@ -72,6 +72,16 @@ def test_unknown_hook_under_mmdet_scope_is_one_line(tmp_path):
     assert "unknown type 'DropItHookTypo'" in line and 'custom_imports' in line
 
 
+def test_misspelt_model_key_is_one_line(tmp_path):
+    config = _write_config(tmp_path, f'''
+        _base_ = r'{TINY_VIT}'
+        model = dict(label_smoothin=0.1)
+        ''')
+    result = run_tool('tools/train.py', config, '--work-dir', str(tmp_path), check=False)
+    line = _one_line_error(result)
+    assert "unexpected keyword argument 'label_smoothin'" in line and 'misspelt' in line
+
+
 def test_missing_detection_data_is_one_line(tmp_path):
     result = run_tool('tools/train.py', str(TINY_FRCNN), '--work-dir', str(tmp_path),
                       '--cfg-options', *digit_coco_options(tmp_path / 'nowhere'), check=False)
