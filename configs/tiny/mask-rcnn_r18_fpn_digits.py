@@ -7,10 +7,19 @@ _base_ = [
     './_base_/digit_schedule.py',
 ]
 
+# CPU-sized: 128-channel FPN and heads, fewer proposals and RoIs (a canvas holds <= 4 digits).
 model = dict(
     backbone=dict(depth=18, init_cfg=None),  # no download: trained from scratch
-    neck=dict(in_channels=[64, 128, 256, 512]),
-    roi_head=dict(bbox_head=dict(num_classes=10), mask_head=dict(num_classes=10)))
+    neck=dict(in_channels=[64, 128, 256, 512], out_channels=128),
+    rpn_head=dict(in_channels=128, feat_channels=128),
+    roi_head=dict(
+        bbox_roi_extractor=dict(out_channels=128),
+        bbox_head=dict(in_channels=128, fc_out_channels=512, num_classes=10),
+        mask_roi_extractor=dict(out_channels=128),
+        mask_head=dict(in_channels=128, conv_out_channels=128, num_classes=10)),
+    train_cfg=dict(
+        rpn_proposal=dict(nms_pre=1000, max_per_img=300), rcnn=dict(sampler=dict(num=128))),
+    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100), rcnn=dict(max_per_img=20)))
 
 train_pipeline = [
     dict(type='LoadImageFromFile', backend_args=None),
