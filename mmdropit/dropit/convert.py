@@ -1,0 +1,241 @@
+"""Convert a model's layers to DropIT in place (:func:`to_dropit`) and back (:func:`from_dropit`).
+
+Layer names are qualified module names (``'blocks.0.mlp.fc1'``). A pattern selects a layer when it
+equals the name, is a prefix of it at a dot (``'backbone.layer1'`` selects every layer inside), or
+matches it as an ``fnmatch`` wildcard (``'*.qkv'``).
+
+By default, as in the DropIT paper, the first layer (it sees the raw input) and the
+classifier / box-predictor layers are left exact: a timm model's ``get_classifier()`` and the
+layers matching :data:`PREDICTOR_PATTERNS` (mmdet's ``fc_cls``, ``fc_reg``, ``rpn_cls``, ...).
+
+Example:
+    >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(),
+    ...                     nn.Flatten(), nn.Linear(128, 10))
+    >>> report = convert(net, gamma=0.9, exclude=['0', '5'])
+    >>> report.layers, report.activations
+    (['2'], ['1', '3'])
+    >>> from_dropit(net) is net
+    True
+"""
+from __future__ import annotations
+
+import fnmatch
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from ..errors import ConfigError
+from .layers import (DROPIT_TYPES, LEAN_ACTIVATION_TYPES, convert_activation, convert_layer,
+                     is_converted, is_dropit_layer, restore_layer)
+from .state import DropITState
+from .strategies import check_gamma, check_strategy
+
+PREDICTOR_PATTERNS = ('*fc_cls', '*fc_reg', '*rpn_cls', '*rpn_reg', '*conv_logits', '*conv_cls',
+                      '*conv_reg', '*retina_cls', '*retina_reg')
+"""Box / mask predictors of mmdet heads, left exact by default."""
+
+Gamma = float | Mapping[str, float]
+
+
+@dataclass
+class ConversionReport:
+    """What :func:`convert` did.
+
+    Attributes:
+        layers: Names of the layers converted to DropIT.
+        activations: Names of the activations made lean.
+        excluded: Supported layers left exact by ``exclude`` (or the defaults).
+        frozen: Supported layers left alone because their weight needs no gradient.
+    """
+
+    layers: list[str] = field(default_factory=list)
+    activations: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+    frozen: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return (f'DropIT on {len(self.layers)} layers, {len(self.activations)} lean activations; '
+                f'left exact: {len(self.excluded)} excluded, {len(self.frozen)} frozen')
+
+
+def matches(name: str, pattern: str) -> bool:
+    """Whether ``pattern`` selects the layer called ``name`` (see the module docstring).
+
+    Example:
+        >>> matches('backbone.layer1.0.conv1', 'backbone.layer1'), matches('head', '*.head')
+        (True, False)
+    """
+    return (name == pattern or name.startswith(pattern + '.')
+            or fnmatch.fnmatchcase(name, pattern))
+
+
+def _warn_unmatched(patterns: Iterable[str], names: Sequence[str], what: str) -> None:
+    for pattern in patterns:
+        if not any(matches(name, pattern) for name in names):
+            shown = ', '.join(names[:40]) + (', ...' if len(names) > 40 else '')
+            warnings.warn(f'DropIT {what} pattern {pattern!r} matches no supported layer; '
+                          f'the supported layers are: {shown}', stacklevel=3)
+
+
+def default_exclude(model: nn.Module) -> list[str]:
+    """The layers left exact by default: the first supported layer, every timm classifier
+    (``get_classifier()``) and the mmdet predictors of :data:`PREDICTOR_PATTERNS`."""
+    names = {id(module): name for name, module in model.named_modules()}
+    supported = [name for name, module in model.named_modules()
+                 if isinstance(module, DROPIT_TYPES)]
+    excluded = supported[:1]
+    for module in model.modules():
+        get_classifier = getattr(module, 'get_classifier', None)
+        if callable(get_classifier):
+            try:
+                classifier = get_classifier()
+            except (AttributeError, TypeError, NotImplementedError):
+                continue
+            if isinstance(classifier, nn.Module) and id(classifier) in names:
+                excluded.append(names[id(classifier)])
+    excluded += [name for name in supported
+                 if any(fnmatch.fnmatchcase(name, p) for p in PREDICTOR_PATTERNS)]
+    return excluded
+
+
+def _gamma_for(name: str, gamma: Gamma) -> float | None:
+    if isinstance(gamma, Mapping):
+        for pattern, value in gamma.items():
+            if matches(name, pattern):
+                return value
+        return None
+    return gamma
+
+
+def _check_gammas(gamma: Gamma) -> Gamma:
+    if isinstance(gamma, Mapping):
+        if not gamma:
+            raise ConfigError('gamma mapping is empty: give {pattern: gamma}, e.g. {"*": 0.9}')
+        return {str(p): check_gamma(g, f'gamma for {p!r}') for p, g in gamma.items()}
+    return check_gamma(gamma)
+
+
+def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
+            layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+            lean_activations: bool = True) -> ConversionReport:
+    """Convert ``model`` in place and report what was converted (:func:`to_dropit` returns the
+    model instead). The arguments are those of :func:`to_dropit`.
+
+    Raises:
+        ConfigError: For a gamma outside [0, 1), an unknown strategy, or a model in which no
+            supported layer is left to convert.
+    """
+    gamma = _check_gammas(gamma)
+    check_strategy(strategy)
+    named = [(name, module) for name, module in model.named_modules()
+             if isinstance(module, DROPIT_TYPES)]
+    names = [name for name, _ in named]
+    if not named:
+        raise ConfigError(
+            f'DropIT found no supported layer in {type(model).__name__}: it converts nn.Linear, '
+            'nn.Conv1d/2d/3d and their subclasses (and transformers\' Conv1D); check that the '
+            'model is built before converting it')
+    if layers is not None:
+        _warn_unmatched(layers, names, 'layers')
+    if exclude is not None:
+        _warn_unmatched(exclude, names, 'exclude')
+    excluded_patterns = default_exclude(model) if exclude is None else list(exclude)
+    if isinstance(gamma, Mapping):
+        _warn_unmatched(gamma, names, 'gamma')
+
+    report = ConversionReport()
+    for name, module in named:
+        layer_gamma = _gamma_for(name, gamma)
+        if ((layers is not None and not any(matches(name, p) for p in layers))
+                or layer_gamma is None):
+            continue
+        if any(matches(name, p) for p in excluded_patterns):
+            report.excluded.append(name)
+        elif not module.weight.requires_grad:
+            report.frozen.append(name)
+        else:
+            convert_layer(module, DropITState(name, layer_gamma, layer_gamma, strategy))
+            report.layers.append(name)
+    if not report.layers:
+        raise ConfigError(
+            f'DropIT converted no layer of {type(model).__name__}: {len(report.excluded)} '
+            f'excluded, {len(report.frozen)} frozen of {len(names)} supported; '
+            'loosen `layers` / `exclude`')
+    if lean_activations:
+        for name, module in model.named_modules():
+            if isinstance(module, LEAN_ACTIVATION_TYPES) and convert_activation(module):
+                report.activations.append(name)
+    return report
+
+
+def to_dropit(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
+              layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+              lean_activations: bool = True) -> nn.Module:
+    """Convert the Linear / Conv layers of ``model`` to DropIT layers, in place.
+
+    Parameters, buffers and ``state_dict`` keys stay the same objects and names, so an optimizer
+    built before the call keeps working and checkpoints load with or without DropIT.
+
+    Args:
+        model: Any ``nn.Module`` (a timm model, an mmdet detector, ...).
+        gamma: Share of each saved input to drop, in ``[0, 1)``; or ``{pattern: gamma}``, first
+            matching pattern wins and layers matching none are left exact.
+        strategy: ``'mink'`` (exact top-k), ``'mink_approx'`` (sampled threshold, faster) or
+            ``'random'`` (unbiased random keep).
+        layers: Patterns of the layers to convert; ``None`` for all supported layers.
+        exclude: Patterns of layers to leave exact; ``None`` for the defaults (first layer and
+            classifier / predictor heads); ``[]`` to exclude nothing.
+        lean_activations: Also make every ReLU / ReLU6 / Hardtanh / LeakyReLU keep a 1-bit mask,
+            so a layer after it really frees its dense input.
+
+    Returns:
+        ``model``, converted.
+
+    Raises:
+        ConfigError: For a gamma outside [0, 1), an unknown strategy, or nothing to convert.
+
+    Example:
+        >>> import timm
+        >>> vit = timm.create_model('vit_tiny_patch16_224', img_size=32, patch_size=8, depth=2)
+        >>> vit = to_dropit(vit, gamma=0.9)
+        >>> sorted(dropit_layers(vit))[:2]
+        ['blocks.0.attn.proj', 'blocks.0.attn.qkv']
+        >>> vit.patch_embed.proj in dropit_layers(vit).values()  # first layer stays exact
+        False
+    """
+    convert(model, gamma, strategy, layers, exclude, lean_activations)
+    return model
+
+
+def from_dropit(model: nn.Module) -> nn.Module:
+    """Undo :func:`to_dropit` in place (DropIT layers and lean activations); returns ``model``."""
+    for module in model.modules():
+        if is_converted(module):
+            restore_layer(module)
+    return model
+
+
+def dropit_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """The DropIT layers of ``model`` by qualified name."""
+    return {name: module for name, module in model.named_modules() if is_dropit_layer(module)}
+
+
+def set_gamma_scale(model: nn.Module, scale: float) -> None:
+    """Set every DropIT layer's gamma to ``scale`` times its configured gamma (a warm-up
+    schedule uses 0 -> 1)."""
+    for module in dropit_layers(model).values():
+        module.dropit.gamma = module.dropit.base_gamma * scale
+
+
+def keep_ratio(model: nn.Module, reset: bool = False) -> float | None:
+    """Share of saved-input elements kept by all DropIT layers since their counters were reset
+    (``None`` if none ran); ``reset=True`` restarts the counters."""
+    states = [module.dropit for module in dropit_layers(model).values()]
+    seen = sum(state.seen for state in states)
+    kept = sum(state.kept for state in states)
+    if reset:
+        for state in states:
+            state.reset_counters()
+    return kept / seen if seen else None

@@ -1,0 +1,152 @@
+"""DropIT linear and convolution as autograd Functions (the functional side of the layers).
+
+The forward pass computes the usual output from the dense input and saves, for the weight
+gradient, only the kept elements of that input in compact form (:mod:`.compact`), with
+``ctx.save_for_backward`` so that memory meters see exactly what is kept. The backward pass
+computes the input gradient from the weight (exact), the bias gradient from the output gradient
+(exact), and the weight gradient from the rebuilt sparse input. Each gradient is computed only
+when autograd needs it; the input is compressed only when the weight needs a gradient.
+
+Example:
+    >>> from mmdropit.dropit.state import DropITState
+    >>> state = DropITState('fc', gamma=0.9, base_gamma=0.9, strategy='mink')
+    >>> x = torch.randn(8, 64, requires_grad=True)
+    >>> weight = torch.randn(32, 64, requires_grad=True)
+    >>> dropit_linear(x, weight, None, state).sum().backward()
+    >>> x.grad.shape, weight.grad.shape, round(state.keep_ratio, 2)
+    (torch.Size([8, 64]), torch.Size([32, 64]), 0.1)
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .compact import (CompactLayout, compress, decompress, dense_layout, flatten_in_memory_order,
+                      worth_compressing)
+from .state import DropITState
+from .strategies import select
+
+SaveObserver = Callable[[DropITState, torch.Tensor, CompactLayout], None]
+_OBSERVERS: list[SaveObserver] = []
+
+
+@contextlib.contextmanager
+def observe_saves(observer: SaveObserver) -> Iterator[None]:
+    """Call ``observer(state, dense_input, layout)`` each time a DropIT layer saves its input."""
+    _OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(observer)
+
+
+def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor, ...],
+                                                                CompactLayout]:
+    if worth_compressing(state.gamma, x.element_size()):
+        flat, order = flatten_in_memory_order(x)
+        keep, scale = select(state.strategy, flat, state.gamma)
+        tensors, layout = compress(flat, keep, scale, x.shape, order)
+        state.count(tensors[-1].numel(), x.numel())
+    else:
+        state.warn_dense_once(str(x.dtype).removeprefix('torch.'))
+        tensors, layout = (x,), dense_layout(x)
+        state.count(x.numel(), x.numel())
+    for observer in _OBSERVERS:
+        observer(state, x, layout)
+    return tensors, layout
+
+
+class DropITLinearFunction(torch.autograd.Function):
+    """``F.linear`` whose saved input is the compact kept part (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                state: DropITState) -> torch.Tensor:
+        saved: tuple[torch.Tensor, ...] = ()
+        ctx.layout = None
+        if ctx.needs_input_grad[1]:
+            saved, ctx.layout = _save_input(x, state)
+        ctx.save_for_backward(weight, *saved)
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        weight, *saved = ctx.saved_tensors
+        need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_input = grad_weight = grad_bias = None
+        if need_input:
+            grad_input = grad_out.matmul(weight)
+        flat_grad = grad_out.reshape(-1, grad_out.shape[-1])
+        if need_weight:
+            x = decompress(tuple(saved), ctx.layout)
+            grad_weight = flat_grad.t().mm(x.reshape(-1, x.shape[-1]))
+        if need_bias:
+            grad_bias = flat_grad.sum(0)
+        return grad_input, grad_weight, grad_bias, None
+
+
+class DropITConvFunction(torch.autograd.Function):
+    """``torch.convolution`` (N-d, not transposed) whose saved input is compact."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                state: DropITState) -> torch.Tensor:
+        spatial = weight.dim() - 2
+        ctx.conv_args = (stride, padding, dilation, False, [0] * spatial, groups)
+        ctx.input_shape = x.shape
+        ctx.bias_sizes = None if bias is None else [bias.shape[0]]
+        saved: tuple[torch.Tensor, ...] = ()
+        ctx.layout = None
+        if ctx.needs_input_grad[1]:
+            saved, ctx.layout = _save_input(x, state)
+        ctx.save_for_backward(weight, *saved)
+        return torch.convolution(x, weight, bias, *ctx.conv_args)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        weight, *saved = ctx.saved_tensors
+        need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
+        if need_weight:
+            x = decompress(tuple(saved), ctx.layout)
+        else:  # only the shape is read, as in torch.nn.grad.conv2d_input
+            x = grad_out.new_empty(1).expand(ctx.input_shape)
+        grads = torch.ops.aten.convolution_backward(
+            grad_out, x, weight, ctx.bias_sizes, *ctx.conv_args,
+            [need_input, need_weight, need_bias and ctx.bias_sizes is not None])
+        return (*grads, None, None, None, None, None)
+
+
+def dropit_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  state: DropITState) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` saving only the kept part of ``x`` for backward."""
+    return DropITLinearFunction.apply(x, weight, bias, state)
+
+
+def _tuple(value: int | Sequence[int], spatial: int) -> list[int]:
+    return [value] * spatial if isinstance(value, int) else list(value)
+
+
+def dropit_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                stride: int | Sequence[int], padding: str | int | Sequence[int],
+                dilation: int | Sequence[int], groups: int, state: DropITState) -> torch.Tensor:
+    """``F.conv{1,2,3}d`` with the same arguments (``padding`` may be ``'same'`` or
+    ``'valid'``), saving only the kept part of ``x`` for backward."""
+    spatial = weight.dim() - 2
+    stride, dilation = _tuple(stride, spatial), _tuple(dilation, spatial)
+    if padding == 'valid':
+        padding = [0] * spatial
+    elif padding == 'same':
+        totals = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+        if all(total % 2 == 0 for total in totals):
+            padding = [total // 2 for total in totals]
+        else:  # uneven: the extra row/column goes after, as in PyTorch's own 'same'
+            pads = [p for total in reversed(totals) for p in (total // 2, total - total // 2)]
+            x = F.pad(x, pads)
+            padding = [0] * spatial
+    else:
+        padding = _tuple(padding, spatial)
+    return DropITConvFunction.apply(x, weight, bias, stride, padding, dilation, groups, state)

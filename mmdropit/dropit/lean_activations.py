@@ -1,0 +1,87 @@
+"""Memory-lean activations: ReLU, Hardtanh/ReLU6 and LeakyReLU that keep a 1-bit mask.
+
+PyTorch's ReLU saves its whole output for backward. In a CNN that output is the input of the next
+convolution, so the convolution's DropIT saving is void: the dense tensor stays alive anyway.
+These activations save only where the gradient passes (1 bit per element, packed 8 to a byte), so
+once the next layer compresses its input nothing keeps the dense tensor. They compute the same
+outputs and gradients as PyTorch's (in place or not).
+
+=============  ============================  ===================================
+activation     gradient passes where         gradient there
+=============  ============================  ===================================
+ReLU           ``x > 0``                     ``grad``
+Hardtanh/ReLU6 ``min_val < x < max_val``     ``grad`` (zero elsewhere)
+LeakyReLU      ``x > 0``                     ``grad``; ``negative_slope * grad``
+=============  ============================  ===================================
+
+Example:
+    >>> x = torch.randn(4, 8, requires_grad=True)
+    >>> lean_relu(x.clone()).sum().backward()
+    >>> torch.equal(x.grad, (x > 0).float())
+    True
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .compact import pack_bits, unpack_bits
+
+
+class _LeanActivationFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, kind: str, low: float, high: float, slope: float,
+                inplace: bool) -> torch.Tensor:
+        if kind == 'hardtanh':
+            passes = (x > low) & (x < high)
+            out = F.hardtanh(x, low, high, inplace=inplace)
+        elif kind == 'leaky_relu':
+            passes = x > 0
+            out = F.leaky_relu(x, slope, inplace=inplace)
+        else:
+            passes = x > 0
+            out = F.relu(x, inplace=inplace)
+        if inplace:
+            ctx.mark_dirty(x)
+        ctx.kind, ctx.slope, ctx.numel = kind, slope, x.numel()
+        ctx.save_for_backward(pack_bits(passes))
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        (packed,) = ctx.saved_tensors
+        passes = unpack_bits(packed, ctx.numel).view(grad_out.shape)
+        if ctx.kind == 'leaky_relu':
+            grad = torch.where(passes, grad_out, grad_out * ctx.slope)
+        else:
+            grad = grad_out.masked_fill(~passes, 0)
+        return grad, None, None, None, None, None
+
+
+def _needs_grad(x: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and x.requires_grad
+
+
+def lean_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """``F.relu`` that keeps a 1-bit mask for backward."""
+    if not _needs_grad(x):
+        return F.relu(x, inplace=inplace)
+    return _LeanActivationFunction.apply(x, 'relu', 0.0, 0.0, 0.0, inplace)
+
+
+def lean_hardtanh(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0,
+                  inplace: bool = False) -> torch.Tensor:
+    """``F.hardtanh`` (``F.relu6`` with 0 and 6) that keeps a 1-bit mask for backward."""
+    if not _needs_grad(x):
+        return F.hardtanh(x, min_val, max_val, inplace=inplace)
+    return _LeanActivationFunction.apply(x, 'hardtanh', min_val, max_val, 0.0,
+                                         inplace)
+
+
+def lean_leaky_relu(x: torch.Tensor, negative_slope: float = 0.01,
+                    inplace: bool = False) -> torch.Tensor:
+    """``F.leaky_relu`` that keeps a 1-bit mask for backward."""
+    if not _needs_grad(x):
+        return F.leaky_relu(x, negative_slope, inplace=inplace)
+    return _LeanActivationFunction.apply(x, 'leaky_relu', 0.0, 0.0,
+                                         negative_slope, inplace)
