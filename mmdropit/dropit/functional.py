@@ -89,20 +89,28 @@ class DropITLinearFunction(torch.autograd.Function):
 
 
 class DropITConvFunction(torch.autograd.Function):
-    """``torch.convolution`` (N-d, not transposed) whose saved input is compact."""
+    """``torch.convolution`` (N-d, not transposed) whose saved input is compact.
+
+    ``pads`` (``F.pad`` order) is zero padding applied before the convolution, for uneven
+    ``'same'`` padding: the unpadded input is what gets compressed, so padding zeros do not count
+    towards gamma.
+    """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 stride: list[int], padding: list[int], dilation: list[int], groups: int,
-                state: DropITState) -> torch.Tensor:
+                pads: list[int] | None, state: DropITState) -> torch.Tensor:
         spatial = weight.dim() - 2
         ctx.conv_args = (stride, padding, dilation, False, [0] * spatial, groups)
-        ctx.input_shape = x.shape
+        ctx.pads = pads
         ctx.bias_sizes = None if bias is None else [bias.shape[0]]
         saved: tuple[torch.Tensor, ...] = ()
         ctx.layout = None
         if ctx.needs_input_grad[1]:
             saved, ctx.layout = _save_input(x, state)
+        if pads is not None:
+            x = F.pad(x, pads)
+        ctx.input_shape = x.shape
         ctx.save_for_backward(weight, *saved)
         return torch.convolution(x, weight, bias, *ctx.conv_args)
 
@@ -112,18 +120,37 @@ class DropITConvFunction(torch.autograd.Function):
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         if need_weight:
             x = decompress(tuple(saved), ctx.layout)
+            if ctx.pads is not None:
+                x = F.pad(x, ctx.pads)
         else:  # only the shape is read, as in torch.nn.grad.conv2d_input
             x = grad_out.new_empty(1).expand(ctx.input_shape)
-        grads = torch.ops.aten.convolution_backward(
+        grad_input, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
             grad_out, x, weight, ctx.bias_sizes, *ctx.conv_args,
             [need_input, need_weight, need_bias and ctx.bias_sizes is not None])
-        return (*grads, None, None, None, None, None)
+        if grad_input is not None and ctx.pads is not None:
+            grad_input = F.pad(grad_input, [-p for p in ctx.pads])  # crop the padding
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
+
+
+def _autocast(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    """Cast like autocast would (linear and conv run in the autocast dtype) and switch autocast
+    off inside, so the saved input is stored in that dtype (fp16 or bf16)."""
+    device_type = x.device.type
+    if not torch.is_autocast_enabled(device_type):
+        return x, weight, bias, contextlib.nullcontext()
+    dtype = torch.get_autocast_dtype(device_type)
+    cast = [None if t is None else t.to(dtype) for t in (x, weight, bias)]
+    return (*cast, torch.autocast(device_type, enabled=False))
 
 
 def dropit_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                   state: DropITState) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` saving only the kept part of ``x`` for backward."""
-    return DropITLinearFunction.apply(x, weight, bias, state)
+    """``F.linear(x, weight, bias)`` saving only the kept part of ``x`` for backward.
+
+    Under autocast the layer computes and saves in the autocast dtype (fp16 or bf16)."""
+    x, weight, bias, autocast_off = _autocast(x, weight, bias)
+    with autocast_off:
+        return DropITLinearFunction.apply(x, weight, bias, state)
 
 
 def _tuple(value: int | Sequence[int], spatial: int) -> list[int]:
@@ -134,9 +161,11 @@ def dropit_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                 stride: int | Sequence[int], padding: str | int | Sequence[int],
                 dilation: int | Sequence[int], groups: int, state: DropITState) -> torch.Tensor:
     """``F.conv{1,2,3}d`` with the same arguments (``padding`` may be ``'same'`` or
-    ``'valid'``), saving only the kept part of ``x`` for backward."""
+    ``'valid'``), saving only the kept part of ``x`` for backward (in the autocast dtype under
+    autocast)."""
     spatial = weight.dim() - 2
     stride, dilation = _tuple(stride, spatial), _tuple(dilation, spatial)
+    pads = None
     if padding == 'valid':
         padding = [0] * spatial
     elif padding == 'same':
@@ -145,8 +174,10 @@ def dropit_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             padding = [total // 2 for total in totals]
         else:  # uneven: the extra row/column goes after, as in PyTorch's own 'same'
             pads = [p for total in reversed(totals) for p in (total // 2, total - total // 2)]
-            x = F.pad(x, pads)
             padding = [0] * spatial
     else:
         padding = _tuple(padding, spatial)
-    return DropITConvFunction.apply(x, weight, bias, stride, padding, dilation, groups, state)
+    x, weight, bias, autocast_off = _autocast(x, weight, bias)
+    with autocast_off:
+        return DropITConvFunction.apply(x, weight, bias, stride, padding, dilation, groups, pads,
+                                        state)

@@ -5,9 +5,11 @@ factor the kept values are multiplied by. Dropping the smallest-magnitude elemen
 the rule of DropIT (Chen et al., "DropIT: Dropping Intermediate Tensors for Memory-Efficient DNN
 Training", ICLR 2023): they contribute least to the weight gradient.
 
-- ``mink``: exact. Keeps the elements whose magnitude is above the ``gamma``-quantile of ``|x|``
-  (found with ``torch.kthvalue``). Elements equal to that threshold, and exact zeros, are dropped,
-  so at most ``round((1 - gamma) * numel)`` elements are kept.
+- ``mink``: exact. Keeps the elements whose magnitude is above the ``gamma``-quantile of ``|x|``.
+  Elements equal to that threshold, and exact zeros, are dropped, so at most
+  ``round((1 - gamma) * numel)`` elements are kept. On large tensors a random sample brackets the
+  threshold and ``torch.kthvalue`` runs only on the ~1% of elements inside the bracket (a full
+  selection is 4-5x slower on CPU); the result is checked and is the same exact threshold.
 - ``mink_approx``: the threshold is the ``gamma``-quantile of a random sample of ``|x|``
   (:data:`SAMPLE_SIZE` elements), which needs no full selection pass. The realised keep ratio
   differs from ``1 - gamma`` by well under a point (standard error below 0.2 points).
@@ -22,6 +24,7 @@ Example:
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -38,14 +41,38 @@ def _threshold_mask(magnitude: torch.Tensor, threshold: torch.Tensor) -> torch.T
     return magnitude > threshold
 
 
+def _sample(magnitude: torch.Tensor) -> torch.Tensor:
+    index = torch.randint(0, magnitude.numel(), (SAMPLE_SIZE,), device=magnitude.device)
+    return magnitude.take(index)
+
+
+def _kth_smallest(magnitude: torch.Tensor, rank: int) -> torch.Tensor:
+    """The ``rank``-th smallest element (1-based), exactly; bracketed by a sample when large."""
+    numel = magnitude.numel()
+    if numel <= 8 * SAMPLE_SIZE:
+        return magnitude.kthvalue(rank).values
+    quantile = rank / numel
+    margin = 5 * math.sqrt(quantile * (1 - quantile) / SAMPLE_SIZE) + 2 / SAMPLE_SIZE
+    sample = _sample(magnitude)
+    low_rank = int((quantile - margin) * SAMPLE_SIZE)
+    high_rank = int(math.ceil((quantile + margin) * SAMPLE_SIZE))
+    if low_rank < 1 or high_rank > SAMPLE_SIZE:
+        return magnitude.kthvalue(rank).values
+    low, high = sample.kthvalue(low_rank).values, sample.kthvalue(high_rank).values
+    below = int(torch.count_nonzero(magnitude <= low))
+    band = magnitude[(magnitude > low) & (magnitude <= high)]
+    if not below < rank <= below + band.numel():  # the sample missed: select over everything
+        return magnitude.kthvalue(rank).values
+    return band.kthvalue(rank - below).values
+
+
 def mink(flat: torch.Tensor, gamma: float) -> Selection:
     """Keep the largest-magnitude ``1 - gamma`` share of ``flat`` exactly."""
     magnitude = flat.abs()
     rank = int(round(gamma * flat.numel()))
     if rank == 0:
         return torch.ones_like(flat, dtype=torch.bool), 1.0
-    threshold = magnitude.kthvalue(rank).values
-    return _threshold_mask(magnitude, threshold), 1.0
+    return _threshold_mask(magnitude, _kth_smallest(magnitude, rank)), 1.0
 
 
 def mink_approx(flat: torch.Tensor, gamma: float) -> Selection:
@@ -53,10 +80,8 @@ def mink_approx(flat: torch.Tensor, gamma: float) -> Selection:
     if flat.numel() <= SAMPLE_SIZE:
         return mink(flat, gamma)
     magnitude = flat.abs()
-    index = torch.randint(0, flat.numel(), (SAMPLE_SIZE,), device=flat.device)
-    sample = magnitude.take(index)
     rank = max(1, int(round(gamma * SAMPLE_SIZE)))
-    threshold = sample.kthvalue(rank).values
+    threshold = _sample(magnitude).kthvalue(rank).values
     return _threshold_mask(magnitude, threshold), 1.0
 
 
