@@ -1,5 +1,11 @@
 """mmdropit: train deep networks in less memory under MMEngine.
 
+The core is pure PyTorch and works on any ``nn.Module``::
+
+    import mmdropit
+    mmdropit.to_dropit(model, gamma=0.9, strategy='mink')   # in place; returns model
+    mmdropit.from_dropit(model)                              # undo, in place
+
 Importing the package registers its MMEngine parts (models, datasets, metric, hooks) into
 MMEngine's root registries and installs the compatibility shims for mmengine 0.10.7 on
 torch 2.13, so a config needs only::
@@ -7,9 +13,10 @@ torch 2.13, so a config needs only::
     custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
 """
 from . import engine
+from .dropit import audit, from_dropit, to_dropit
 from .errors import ConfigError, DataNotFoundError, EnvironmentProblem, MMDropITError
 
 __version__ = '0.1.0'
 
-__all__ = ['ConfigError', 'DataNotFoundError', 'EnvironmentProblem', 'MMDropITError',
+__all__ = ['audit', 'from_dropit', 'to_dropit', 'ConfigError', 'DataNotFoundError', 'EnvironmentProblem', 'MMDropITError',
            '__version__', 'engine']

@@ -1,3 +1,4 @@
+from .dropit_hook import DropITHook
 from .memory_report_hook import MemoryReportHook
 
-__all__ = ['MemoryReportHook']
+__all__ = ['DropITHook', 'MemoryReportHook']

@@ -1,0 +1,136 @@
+"""Turn DropIT on for an MMEngine training run.
+
+Example config::
+
+    custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
+    custom_hooks = [
+        dict(type='DropITHook', gamma=0.9, strategy='mink',
+             exclude=['patch_embed.proj', 'head'], warmup_iters=0, audit=True),
+    ]
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS
+
+from ...dropit import ConversionReport, audit, convert, keep_ratio, set_gamma_scale
+from ...dropit.strategies import check_gamma, check_strategy
+from ...errors import ConfigError
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a DDP / FSDP / MMEngine wrapper (the model itself if not wrapped)."""
+    return model.module if is_model_wrapper(model) else model
+
+
+@HOOKS.register_module()
+class DropITHook(Hook):
+    """Convert the model's Linear / Conv layers to DropIT layers before training starts.
+
+    The conversion happens in ``before_run``, in place: Parameters, buffers and ``state_dict``
+    keys stay the same, so the optimizer built before it, a DDP wrapper, ``load_from`` and
+    ``resume`` all keep working, and a checkpoint saved with DropIT loads without it and vice
+    versa. The hook runs at priority ``VERY_HIGH`` so that ``EMAHook`` (which copies the model
+    in its own ``before_run``) copies the converted model. Under Runner or FlexibleRunner,
+    wrapped (DDP) or not.
+
+    Logged: the conversion (how many layers, which were left exact), and at every iteration
+    ``dropit_keep_ratio``, the share of saved-input elements the DropIT layers kept.
+
+    Args:
+        gamma: Share of each saved input to drop, in ``[0, 1)``, or ``{pattern: gamma}``.
+        strategy: ``'mink'``, ``'mink_approx'`` or ``'random'``.
+        layers: Name patterns of the layers to convert (``None``: all supported layers).
+        exclude: Name patterns to leave exact (``None``: the first layer and the
+            classifier / box-predictor layers, as in the paper).
+        lean_activations: Make ReLU / ReLU6 / LeakyReLU keep a 1-bit mask (default ``True``).
+        warmup_iters: Ramp gamma linearly from 0 to its value over this many iterations.
+        audit: Before training, run one forward pass on the first training batch and log, per
+            DropIT layer, the bytes it really freed and what keeps a dense input alive.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, gamma: float | Mapping[str, float] = 0.9, strategy: str = 'mink',
+                 layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+                 lean_activations: bool = True, warmup_iters: int = 0,
+                 audit: bool = False) -> None:
+        if isinstance(gamma, Mapping):
+            for pattern, value in gamma.items():
+                check_gamma(value, f'DropITHook gamma for {pattern!r}')
+        else:
+            check_gamma(gamma, 'DropITHook gamma')
+        check_strategy(strategy)
+        if isinstance(layers, str) or isinstance(exclude, str):
+            raise ConfigError('DropITHook layers / exclude take a list of name patterns, '
+                              "e.g. exclude=['patch_embed.proj', 'head']")
+        if not isinstance(warmup_iters, int) or warmup_iters < 0:
+            raise ConfigError(f'DropITHook warmup_iters must be an int >= 0, got {warmup_iters!r}')
+        self.gamma = dict(gamma) if isinstance(gamma, Mapping) else gamma
+        self.strategy = strategy
+        self.layers = None if layers is None else list(layers)
+        self.exclude = None if exclude is None else list(exclude)
+        self.lean_activations = lean_activations
+        self.warmup_iters = warmup_iters
+        self.audit = audit
+        self.converted: list[str] = []
+
+    def apply(self, model: torch.nn.Module) -> ConversionReport:
+        """Convert ``model`` (unwrapped first) with this hook's settings."""
+        report = convert(unwrap(model), self.gamma, self.strategy, self.layers, self.exclude,
+                         self.lean_activations)
+        self.converted = report.layers
+        return report
+
+    def before_run(self, runner) -> None:
+        report = self.apply(runner.model)
+        runner.logger.info(
+            f'{report} (gamma {self.gamma}, strategy {self.strategy!r}). Left exact: '
+            f'{", ".join(report.excluded + report.frozen) or "none"}')
+
+    def before_train(self, runner) -> None:
+        if not self.audit:
+            return
+        model = unwrap(runner.model)
+        batch = next(iter(runner.train_dataloader))
+
+        def forward() -> torch.Tensor:
+            data = model.data_preprocessor(batch, training=True)
+            if isinstance(data, dict):
+                losses = model(**data, mode='loss')
+            else:
+                losses = model(*data, mode='loss')
+            return model.parse_losses(losses)[0]
+
+        report = audit(model, forward)
+        keep_ratio(model, reset=True)  # the audit's forward is not training
+        runner.logger.info(f'DropIT audit (one forward pass of the first batch):\n{report}')
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if self.warmup_iters:
+            scale = min(1.0, (runner.iter + 1) / self.warmup_iters)
+            set_gamma_scale(unwrap(runner.model), scale)
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        ratio = keep_ratio(unwrap(runner.model), reset=True)
+        if ratio is not None:
+            runner.message_hub.update_scalar('train/dropit_keep_ratio', ratio)
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        checkpoint.setdefault('meta', {})['dropit'] = dict(
+            gamma=self.gamma, strategy=self.strategy, layers=len(self.converted))
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        saved = checkpoint.get('meta', {}).get('dropit')
+        if saved is None:
+            runner.logger.info('The loaded checkpoint was trained without DropIT; its weights '
+                               'load unchanged (DropIT keeps every state_dict key) and training '
+                               f'continues with DropIT gamma {self.gamma}.')
+        elif saved.get('gamma') != self.gamma or saved.get('strategy') != self.strategy:
+            runner.logger.info(f'The loaded checkpoint was trained with DropIT {saved}; '
+                               f'training continues with gamma {self.gamma}, '
+                               f'strategy {self.strategy!r}.')
