@@ -21,25 +21,27 @@ context manager that applies it to a :class:`~mmdropit.memory.Workload` and undo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mmdropit.dropit import from_dropit, to_dropit
 from mmdropit.memory import (BASELINE, VARIANTS, Measurement, Workload, benchmark_workload,
-                             compare, markdown_table, plot_ratios, write_json)
+                             compare, markdown_table, plot_ratios, register_variant, write_json)
 
 DEFAULT_OUT = 'work_dirs/benchmark'
 QUICK_MODELS = ('deit_tiny', 'resnet50')
 QUICK_BATCH_SIZE = 4
 QUICK_STEPS = 1
 IMAGE_SIZE = 224
-DET_IMAGE_SIZE = 512
+DET_IMAGE_SIZE = (608, 800)  # (height, width): a COCO-sized image after mmdet's resize
 DET_BOXES_PER_IMAGE = 3
 MIB = 2**20
 
@@ -64,15 +66,16 @@ def _synthetic_detection_batch(batch_size: int) -> dict:
     from mmengine.structures import InstanceData
 
     generator = torch.Generator().manual_seed(0)
-    size = DET_IMAGE_SIZE
+    height, width = DET_IMAGE_SIZE
+    size = min(height, width)
     inputs, samples = [], []
     for _ in range(batch_size):
-        inputs.append(torch.randint(0, 256, (3, size, size), dtype=torch.uint8,
+        inputs.append(torch.randint(0, 256, (3, height, width), dtype=torch.uint8,
                                     generator=generator))
         corner = torch.rand(DET_BOXES_PER_IMAGE, 2, generator=generator) * (size * 3 / 4)
         extent = 32 + torch.rand(DET_BOXES_PER_IMAGE, 2, generator=generator) * (size / 4 - 32)
-        sample = DetDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
-                                             scale_factor=(1.0, 1.0)))
+        sample = DetDataSample(metainfo=dict(img_shape=(height, width),
+                                             ori_shape=(height, width), scale_factor=(1.0, 1.0)))
         sample.gt_instances = InstanceData(
             bboxes=torch.cat([corner, corner + extent], dim=1),
             labels=torch.randint(0, 80, (DET_BOXES_PER_IMAGE,), generator=generator))
@@ -170,6 +173,29 @@ def _progress_line(row: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
+# DropIT variants (gamma 0.9, default exclusions: first layer and classifier / predictors).
+# ----------------------------------------------------------------------------------------------
+
+DROPIT_GAMMA = 0.9
+
+
+def _dropit(strategy: str, lean_activations: bool = True):
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        to_dropit(work.model, DROPIT_GAMMA, strategy, lean_activations=lean_activations)
+        try:
+            yield
+        finally:
+            from_dropit(work.model)
+    return prepare
+
+
+register_variant('dropit-mink', prepare=_dropit('mink'))
+register_variant('dropit-approx', prepare=_dropit('mink_approx'))
+register_variant('dropit-no-lean', prepare=_dropit('mink', lean_activations=False))
+
+
+# ----------------------------------------------------------------------------------------------
 # Command line.
 # ----------------------------------------------------------------------------------------------
 
@@ -194,7 +220,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--batch-size', type=int,
                         help='images per step for the classification models (default 16)')
     parser.add_argument('--det-batch-size', type=int, default=2,
-                        help=f'images ({DET_IMAGE_SIZE}x{DET_IMAGE_SIZE}) per step for detection')
+                        help='images (%dx%d) per step for detection' % DET_IMAGE_SIZE[::-1])
     parser.add_argument('--steps', type=int, help='timed rounds after the warm-up (default 3)')
     parser.add_argument('--out', default=DEFAULT_OUT, help='output folder')
     parser.add_argument('--device', choices=('cpu', 'cuda'),
@@ -232,7 +258,7 @@ def _write_markdown(path: Path, table: str, meta: dict) -> None:
         '# Memory benchmark\n\n'
         f"Device: {meta['device_name']} ({meta['device']}, {meta['threads']} threads), "
         f"torch {meta['torch']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
-        f"(detection: {meta['det_batch_size']} at {DET_IMAGE_SIZE}x{DET_IMAGE_SIZE}), random "
+        f"(detection: {meta['det_batch_size']} at {DET_IMAGE_SIZE[1]}x{DET_IMAGE_SIZE[0]}), random "
         'weights, synthetic data.\n\n'
         'One step = forward, backward, SGD (momentum) step, zero_grad. *saved*: bytes autograd '
         'keeps for backward during the forward pass, each storage once, parameters excluded. '

@@ -54,7 +54,7 @@ class _LeanActivationFunction(torch.autograd.Function):
         if ctx.kind == 'leaky_relu':
             grad = torch.where(passes, grad_out, grad_out * ctx.slope)
         else:
-            grad = grad_out.masked_fill(~passes, 0)
+            grad = torch.where(passes, grad_out, 0.0)
         return grad, None, None, None, None, None
 
 
