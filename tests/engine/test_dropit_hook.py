@@ -1,0 +1,119 @@
+"""DropITHook in real MMEngine runs: conversion, logging, audit, EMA, checkpoints, DDP."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+import mmdropit  # noqa: F401
+from mmdropit import ConfigError
+from mmdropit.dropit import dropit_layers, is_converted
+from mmdropit.engine.hooks import DropITHook
+from tests.conftest import ROOT, TINY_VIT, TINY_VIT_2_ITERS, run_tool
+from tests.engine.test_compat import _free_port
+
+TINY_VIT_DROPIT = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_mnist5k.py'
+
+
+def _two_iteration_cfg(path: Path, work_dir: Path) -> Config:
+    cfg = Config.fromfile(path)
+    cfg.train_cfg.max_epochs = 1
+    cfg.train_dataloader.dataset.indices = 64
+    cfg.val_dataloader.dataset.indices = 100
+    cfg.default_hooks.logger.interval = 1
+    cfg.work_dir = str(work_dir)
+    return cfg
+
+
+def _log_text(work_dir: Path) -> str:
+    return '\n'.join(path.read_text() for path in work_dir.glob('*/*.log'))
+
+
+def test_hook_converts_logs_and_audits_in_a_runner(tmp_path):
+    cfg = _two_iteration_cfg(TINY_VIT_DROPIT, tmp_path)
+    cfg.custom_hooks.append(dict(type='EMAHook'))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    layers = dropit_layers(runner.model.model)
+    assert len(layers) == 4 * 4  # qkv, proj, fc1, fc2 in each of the 4 blocks
+    ema_model = [h for h in runner.hooks if type(h).__name__ == 'EMAHook'][0].ema_model
+    assert len(dropit_layers(ema_model.module)) == 16
+    log = _log_text(tmp_path)
+    assert 'DropIT on 16 layers' in log and 'patch_embed.proj' in log
+    ratios = [float(v) for v in re.findall(r'dropit_keep_ratio: ([0-9.]+)', log)]
+    assert len(ratios) == 2 and all(abs(r - 0.1) < 0.01 for r in ratios)
+    assert 'DropIT audit' in log and 'model.blocks.0.mlp.fc2' in log
+    checkpoint = torch.load(tmp_path / 'epoch_1.pth', weights_only=False)
+    assert checkpoint['meta']['dropit'] == dict(gamma=0.9, strategy='mink', layers=16)
+
+
+def test_checkpoints_cross_load_with_and_without_dropit(tmp_path):
+    dropit_dir, plain_dir = tmp_path / 'dropit', tmp_path / 'plain'
+    Runner.from_cfg(_two_iteration_cfg(TINY_VIT_DROPIT, dropit_dir)).train()
+    plain_cfg = _two_iteration_cfg(TINY_VIT, plain_dir)
+    plain_cfg.train_cfg.max_epochs = 2
+    plain_cfg.load_from = str(dropit_dir / 'epoch_1.pth')
+    plain_cfg.resume = True
+    plain = Runner.from_cfg(plain_cfg)
+    plain.train()  # a DropIT checkpoint resumes without DropIT
+    assert plain.iter == 4 and not any(is_converted(m) for m in plain.model.modules())
+
+    again_cfg = _two_iteration_cfg(TINY_VIT_DROPIT, tmp_path / 'again')
+    again_cfg.train_cfg.max_epochs = 3
+    again_cfg.load_from = str(plain_dir / 'epoch_2.pth')
+    again_cfg.resume = True
+    again = Runner.from_cfg(again_cfg)
+    again.train()  # and a plain checkpoint resumes with DropIT
+    assert again.iter == 6
+    assert 'trained without DropIT' in _log_text(tmp_path / 'again')
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(gamma=1.2), r'gamma must be a number in \[0, 1\)'),
+    (dict(strategy='top'), "unknown DropIT strategy 'top'"),
+    (dict(exclude='head'), 'take a list of name patterns'),
+    (dict(warmup_iters=-1), 'warmup_iters must be'),
+])
+def test_bad_hook_arguments_are_clear_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        DropITHook(**kwargs)
+
+
+def test_bad_gamma_in_a_config_is_one_line_through_train_py(tmp_path):
+    config = tmp_path / 'config.py'
+    config.write_text(f"_base_ = r'{TINY_VIT_DROPIT}'\n"
+                      "custom_hooks = [dict(type='DropITHook', gamma=9)]\n")
+    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path), check=False)
+    assert result.returncode != 0 and 'Traceback' not in result.stderr
+    assert 'gamma must be a number in [0, 1)' in result.stderr
+
+
+def test_ddp_two_gloo_processes_stay_in_sync(tmp_path):
+    config = tmp_path / 'config.py'
+    config.write_text(
+        f"_base_ = r'{TINY_VIT_DROPIT}'\n"
+        "custom_imports = dict(imports=['mmdropit', 'tests.helpers.rank_state_hook'], "
+        "allow_failed_imports=False)\n"
+        "custom_hooks = [dict(type='DropITHook', gamma=0.9, warmup_iters=2), "
+        "dict(type='SaveRankStateHook')]\n")
+    env = {'PORT': str(_free_port()), 'OMP_NUM_THREADS': '1',
+           'PATH': f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}'}
+    result = run_tool('-c', 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))',
+                      'bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
+                      str(tmp_path), '--cfg-options', *TINY_VIT_2_ITERS,
+                      'train_dataloader.batch_size=16', env=env)
+    log = result.stdout + result.stderr
+    assert 'Distributed training: True' in log and 'DropIT on 16 layers' in log
+    states = [torch.load(tmp_path / f'rank{rank}_state.pt') for rank in (0, 1)]
+    initial = Runner.from_cfg(_two_iteration_cfg(TINY_VIT, tmp_path / 'init')).model
+    changed = 0
+    for key, value in states[0].items():
+        assert torch.equal(value, states[1][key]), key  # DDP kept the ranks identical
+        changed += not torch.equal(value, initial.state_dict()[key].to(value.device))
+    assert changed > 0
