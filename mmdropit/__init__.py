@@ -18,5 +18,6 @@ from .errors import ConfigError, DataNotFoundError, EnvironmentProblem, MMDropIT
 
 __version__ = '0.1.0'
 
-__all__ = ['audit', 'from_dropit', 'to_dropit', 'ConfigError', 'DataNotFoundError', 'EnvironmentProblem', 'MMDropITError',
+__all__ = ['audit', 'from_dropit', 'to_dropit', 'ConfigError', 'DataNotFoundError',
+           'EnvironmentProblem', 'MMDropITError',
            '__version__', 'engine']

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,21 @@ def run_tool(*args: str, env: dict | None = None, timeout: int = 600,
         raise AssertionError(f'{args} exited {result.returncode}\n{result.stdout[-4000:]}\n'
                              f'{result.stderr[-4000:]}')
     return result
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on (for a torchrun rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def run_dist_train(config: str, nproc: int, *args: str) -> subprocess.CompletedProcess:
+    """``bash tools/dist_train.sh CONFIG NPROC ARGS`` on CPU processes (gloo), one thread each."""
+    env = {'PORT': str(free_port()), 'OMP_NUM_THREADS': '1',
+           'PATH': f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}'}
+    return run_tool('-c', 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))',
+                    'bash', 'tools/dist_train.sh', config, str(nproc), *args, env=env)
 
 
 def digit_coco_options(root: Path) -> list[str]:

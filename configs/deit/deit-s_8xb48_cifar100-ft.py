@@ -1,6 +1,6 @@
 # DeiT-S fine-tuned on CIFAR-100 from the public DeiT ImageNet weights (the DropIT paper's setting:
 # SGD, lr 0.01, weight decay 1e-4, batch 384 = 8 GPUs x 48).
-# Weights: a local file, e.g. checkpoints/deit_small_patch16_224.pth (timm's deit_small_patch16_224).
+# Weights: a local file, e.g. checkpoints/deit_small_patch16_224.pth (timm deit_small_patch16_224).
 # bash tools/dist_train.sh configs/deit/deit-s_8xb48_cifar100-ft.py 8
 _base_ = ['../_base_/cifar100_224.py', '../tiny/_base_/default_runtime.py']
 

@@ -1,4 +1,4 @@
-# The tiny ViT with DropIT (gamma 0.9, exact min-k) on every Linear but the patch embedding and head.
+# The tiny ViT with DropIT (gamma 0.9, exact min-k) on each Linear but the patch embedding and head.
 # python tools/train.py configs/tiny/vit-tiny_dropit-mink0.9_mnist5k.py
 _base_ = ['./vit-tiny_mnist5k.py']
 

@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import io
-import os
 import pickle
-import socket
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from mmengine.logging import HistoryBuffer
 
 import mmdropit  # noqa: F401
-from tests.conftest import TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, run_tool
+from tests.conftest import TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, run_dist_train, run_tool
 
 
 def test_resume_from_a_checkpoint_on_torch_2_13(tmp_path):
@@ -50,19 +46,9 @@ def test_safe_loader_allows_history_buffers_but_no_other_getattr():
         torch.load(stream, weights_only=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 def test_torchrun_two_cpu_processes_train_with_gloo(tmp_path):
-    env = {'PORT': str(_free_port()), 'OMP_NUM_THREADS': '1',
-           'PATH': f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}'}
-    result = run_tool('-c', 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))',
-                      'bash', 'tools/dist_train.sh', str(TINY_VIT), '2', '--work-dir',
-                      str(tmp_path), '--cfg-options', *TINY_VIT_2_ITERS,
-                      'train_dataloader.batch_size=16', env=env)
+    result = run_dist_train(str(TINY_VIT), 2, '--work-dir', str(tmp_path), '--cfg-options',
+                            *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16')
     log = result.stdout + result.stderr
     assert 'Distributed launcher: pytorch' in log and 'Distributed training: True' in log
     assert 'GPU number: 2' in log  # mmengine's name for the world size
@@ -71,7 +57,6 @@ def test_torchrun_two_cpu_processes_train_with_gloo(tmp_path):
 
 
 MMDET_BASE_WITHOUT_PKG_RESOURCES = f'''
-import sys
 sys.modules["pkg_resources"] = None  # as with setuptools >= 81
 {{imports}}
 from mmengine.config import Config

@@ -1,9 +1,7 @@
 """DropITHook in real MMEngine runs: conversion, logging, audit, EMA, checkpoints, DDP."""
 from __future__ import annotations
 
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +13,7 @@ import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.dropit import dropit_layers, is_converted
 from mmdropit.engine.hooks import DropITHook
-from tests.conftest import ROOT, TINY_VIT, TINY_VIT_2_ITERS, run_tool
-from tests.engine.test_compat import _free_port
+from tests.conftest import ROOT, TINY_VIT, TINY_VIT_2_ITERS, run_dist_train, run_tool
 
 TINY_VIT_DROPIT = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_mnist5k.py'
 
@@ -102,12 +99,8 @@ def test_ddp_two_gloo_processes_stay_in_sync(tmp_path):
         "allow_failed_imports=False)\n"
         "custom_hooks = [dict(type='DropITHook', gamma=0.9, warmup_iters=2), "
         "dict(type='SaveRankStateHook')]\n")
-    env = {'PORT': str(_free_port()), 'OMP_NUM_THREADS': '1',
-           'PATH': f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}'}
-    result = run_tool('-c', 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))',
-                      'bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
-                      str(tmp_path), '--cfg-options', *TINY_VIT_2_ITERS,
-                      'train_dataloader.batch_size=16', env=env)
+    result = run_dist_train(str(config), 2, '--work-dir', str(tmp_path), '--cfg-options',
+                            *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16')
     log = result.stdout + result.stderr
     assert 'Distributed training: True' in log and 'DropIT on 16 layers' in log
     states = [torch.load(tmp_path / f'rank{rank}_state.pt') for rank in (0, 1)]
