@@ -57,6 +57,7 @@ def test_torchrun_two_cpu_processes_train_with_gloo(tmp_path):
 
 
 MMDET_BASE_WITHOUT_PKG_RESOURCES = f'''
+import sys
 sys.modules["pkg_resources"] = None  # as with setuptools >= 81
 {{imports}}
 from mmengine.config import Config

@@ -11,8 +11,16 @@ from mmengine.registry import HOOKS
 
 @HOOKS.register_module()
 class SaveRankStateHook(Hook):
-    """Save ``{work_dir}/rank{rank}_state.pt`` (the unwrapped model's state_dict) after training."""
+    """Save the unwrapped model's state_dict as ``{work_dir}/rank{rank}_{when}.pt``, ``when``
+    being ``initial`` (before training) and ``final`` (after)."""
+
+    def before_train(self, runner) -> None:
+        self._save(runner, 'initial')
 
     def after_train(self, runner) -> None:
+        self._save(runner, 'final')
+
+    @staticmethod
+    def _save(runner, when: str) -> None:
         model = runner.model.module if hasattr(runner.model, 'module') else runner.model
-        torch.save(model.state_dict(), osp.join(runner.work_dir, f'rank{get_rank()}_state.pt'))
+        torch.save(model.state_dict(), osp.join(runner.work_dir, f'rank{get_rank()}_{when}.pt'))

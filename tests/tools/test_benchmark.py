@@ -20,7 +20,8 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
     assert '[1/1] deit_tiny, batch 4, cpu' in run.stdout
 
     rows = {row['variant']: row for row in json.loads((out / 'benchmark.json').read_text())['rows']}
-    assert list(rows) == ['baseline', 'grad-ckpt', 'bf16-autocast']
+    assert list(rows) == ['baseline', 'grad-ckpt', 'bf16-autocast', 'dropit-mink',
+                          'dropit-approx', 'dropit-no-lean']
     base = rows['baseline']
     assert [base[key] for key in ('saved_ratio', 'peak_ratio', 'activation_peak_ratio',
                                   'time_ratio')] == [1.0, 1.0, 1.0, 1.0]
@@ -28,10 +29,13 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
     assert rows['grad-ckpt']['saved_ratio'] < 0.5
     assert rows['grad-ckpt']['activation_peak_ratio'] < 1
     assert rows['bf16-autocast']['saved']['by_dtype'].get('bfloat16', 0) > 0
+    for name in ('dropit-mink', 'dropit-approx'):  # bitmasks + values of the Linear inputs
+        assert rows[name]['saved']['by_dtype'].get('uint8', 0) > 0
+        assert 0.6 < rows[name]['saved_ratio'] < 0.75
 
     table = (out / 'benchmark.md').read_text()
     assert '| deit_tiny | baseline |' in table and '| 1.00 |' in table
-    assert table.count('| deit_tiny |') == 3
+    assert table.count('| deit_tiny |') == 6
     assert (out / 'benchmark.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
