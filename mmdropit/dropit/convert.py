@@ -109,12 +109,19 @@ def _gamma_for(name: str, gamma: Gamma) -> float | None:
     return gamma
 
 
-def _check_gammas(gamma: Gamma) -> Gamma:
+def check_gammas(gamma: Gamma, where: str = 'gamma') -> Gamma:
+    """Return ``gamma`` (one value or ``{pattern: gamma}``) checked, for :func:`convert`.
+
+    Raises:
+        ConfigError: If a value is not a number in ``[0, 1)`` or the mapping is empty; the
+            message starts with ``where``.
+    """
     if isinstance(gamma, Mapping):
         if not gamma:
-            raise ConfigError('gamma mapping is empty: give {pattern: gamma}, e.g. {"*": 0.9}')
-        return {str(p): check_gamma(g, f'gamma for {p!r}') for p, g in gamma.items()}
-    return check_gamma(gamma)
+            raise ConfigError(f'{where} mapping is empty: give {{pattern: gamma}}, '
+                              'e.g. {"*": 0.9}')
+        return {str(p): check_gamma(g, f'{where} for {p!r}') for p, g in gamma.items()}
+    return check_gamma(gamma, where)
 
 
 def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
@@ -127,7 +134,7 @@ def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
         ConfigError: For a gamma outside [0, 1), an unknown strategy, or a model in which no
             supported layer is left to convert.
     """
-    gamma = _check_gammas(gamma)
+    gamma = check_gammas(gamma)
     check_strategy(strategy)
     named = [(name, module) for name, module in model.named_modules()
              if isinstance(module, DROPIT_TYPES)]

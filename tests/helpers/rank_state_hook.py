@@ -8,6 +8,8 @@ from mmengine.dist import get_rank
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from mmdropit.engine.hooks.dropit_hook import unwrap
+
 
 @HOOKS.register_module()
 class SaveRankStateHook(Hook):
@@ -22,5 +24,5 @@ class SaveRankStateHook(Hook):
 
     @staticmethod
     def _save(runner, when: str) -> None:
-        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
-        torch.save(model.state_dict(), osp.join(runner.work_dir, f'rank{get_rank()}_{when}.pt'))
+        path = osp.join(runner.work_dir, f'rank{get_rank()}_{when}.pt')
+        torch.save(unwrap(runner.model).state_dict(), path)

@@ -17,8 +17,8 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ...dropit import ConversionReport, audit, convert, keep_ratio, set_gamma_scale
-from ...dropit.strategies import check_gamma, check_strategy
+from ...dropit import (ConversionReport, audit, check_gammas, check_strategy, convert, keep_ratio,
+                      set_gamma_scale)
 from ...errors import ConfigError
 
 
@@ -59,18 +59,14 @@ class DropITHook(Hook):
                  layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
                  lean_activations: bool = True, warmup_iters: int = 0,
                  audit: bool = False) -> None:
-        if isinstance(gamma, Mapping):
-            for pattern, value in gamma.items():
-                check_gamma(value, f'DropITHook gamma for {pattern!r}')
-        else:
-            check_gamma(gamma, 'DropITHook gamma')
+        gamma = check_gammas(gamma, 'DropITHook gamma')
         check_strategy(strategy)
         if isinstance(layers, str) or isinstance(exclude, str):
             raise ConfigError('DropITHook layers / exclude take a list of name patterns, '
                               "e.g. exclude=['patch_embed.proj', 'head']")
         if not isinstance(warmup_iters, int) or warmup_iters < 0:
             raise ConfigError(f'DropITHook warmup_iters must be an int >= 0, got {warmup_iters!r}')
-        self.gamma = dict(gamma) if isinstance(gamma, Mapping) else gamma
+        self.gamma = gamma
         self.strategy = strategy
         self.layers = None if layers is None else list(layers)
         self.exclude = None if exclude is None else list(exclude)
