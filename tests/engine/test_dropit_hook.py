@@ -91,14 +91,18 @@ def test_bad_gamma_in_a_config_is_one_line_through_train_py(tmp_path):
     assert 'gamma must be a number in [0, 1)' in result.stderr
 
 
-def test_ddp_two_gloo_processes_stay_in_sync(tmp_path):
+FLEXIBLE_RUNNER = "runner_type = 'FlexibleRunner'\nstrategy = dict(type='DDPStrategy')\n"
+
+
+@pytest.mark.parametrize('runner', ['', FLEXIBLE_RUNNER], ids=['Runner', 'FlexibleRunner'])
+def test_ddp_two_gloo_processes_stay_in_sync(tmp_path, runner):
     config = tmp_path / 'config.py'
     config.write_text(
         f"_base_ = r'{TINY_VIT_DROPIT}'\n"
         "custom_imports = dict(imports=['mmdropit', 'tests.helpers.rank_state_hook'], "
         "allow_failed_imports=False)\n"
         "custom_hooks = [dict(type='DropITHook', gamma=0.9, warmup_iters=2), "
-        "dict(type='SaveRankStateHook')]\n")
+        "dict(type='SaveRankStateHook')]\n" + runner)
     result = run_dist_train(str(config), 2, '--work-dir', str(tmp_path), '--cfg-options',
                             *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16')
     log = result.stdout + result.stderr
