@@ -5,6 +5,8 @@ The core is pure PyTorch and works on any ``nn.Module``::
     import mmdropit
     mmdropit.to_dropit(model, gamma=0.9, strategy='mink')   # in place; returns model
     mmdropit.from_dropit(model)                              # undo, in place
+    plan = mmdropit.plan_checkpoints(model, step, budget=0.5)  # step(): forward, returns the loss
+    plan.apply(model); plan.remove(model)
 
 Importing the package registers its MMEngine parts (models, datasets, metric, hooks) into
 MMEngine's root registries and installs the compatibility shims for mmengine 0.10.7 on
@@ -13,11 +15,12 @@ torch 2.13, so a config needs only::
     custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
 """
 from . import engine
+from .checkpoint import CheckpointPlan, plan_checkpoints
 from .dropit import audit, from_dropit, to_dropit
 from .errors import ConfigError, DataNotFoundError, EnvironmentProblem, MMDropITError
 
 __version__ = '0.1.0'
 
-__all__ = ['audit', 'from_dropit', 'to_dropit', 'ConfigError', 'DataNotFoundError',
+__all__ = ['CheckpointPlan', 'audit', 'from_dropit', 'plan_checkpoints', 'to_dropit', 'ConfigError', 'DataNotFoundError',
            'EnvironmentProblem', 'MMDropITError',
            '__version__', 'engine']

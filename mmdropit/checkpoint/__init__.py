@@ -1,0 +1,30 @@
+"""Checkpoint plans: record a real training step, predict its memory, search and apply a plan.
+
+Pure PyTorch (no mmengine). The pieces, in the order they run:
+
+- :mod:`.record`: one eager forward pass under module hooks and saved-tensor hooks;
+- :mod:`.chain`: the chain of module calls and the segments a checkpoint can cover;
+- :mod:`.cost`: the peak and recompute time of a step under a plan;
+- :mod:`.solver`: exact least-memory and least-time-under-budget searches;
+- :mod:`.apply` and :mod:`.plan`: the plan object, applied in place.
+
+Example::
+
+    plan = mmdropit.plan_checkpoints(model, step, budget=0.5)
+    plan.apply(model)
+"""
+from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpoint
+from .budget import parse_budget, resolve_budget
+from .chain import Chain, Item, Segment, build_chain
+from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
+from .plan import CheckpointPlan, plan_checkpoints, plan_for_chain
+from .record import ModuleCall, StepRecord, preserved_training_state, record_step
+from .solver import fits, least_peak, least_time
+
+__all__ = [
+    'Chain', 'ChainCosts', 'CheckpointPlan', 'Item', 'ModuleCall', 'Prediction', 'Segment',
+    'SegmentCost', 'StepRecord', 'build_chain', 'chain_costs', 'checkpoint_module',
+    'checkpoint_run', 'fits', 'is_checkpointed', 'least_peak', 'least_time', 'parse_budget',
+    'plan_checkpoints', 'plan_for_chain', 'predict', 'preserved_training_state', 'record_step',
+    'resolve_budget', 'uncheckpoint',
+]

@@ -1,0 +1,135 @@
+"""Apply and remove checkpoints on modules, in place.
+
+A checkpointed module keeps its Parameters, buffers and ``state_dict`` keys: its class is swapped
+for a subclass whose ``forward`` runs the original one under
+:func:`torch.utils.checkpoint.checkpoint` (non-reentrant: keyword arguments pass through, inputs
+need not require grad, nested checkpoints and DDP work). A run of consecutive children of an
+``nn.Sequential`` is checkpointed as one piece the same way, on the Sequential.
+
+During the recomputation (which runs inside backward) the BatchNorm layers of the recomputed
+part would update their running statistics a second time; their buffers are saved before and
+restored after it, so the statistics are those of one forward pass. The RNG state is restored
+before recomputing (``preserve_rng_state``), so dropout drops the same elements.
+Eval mode and ``torch.no_grad`` run the plain forward.
+
+Example:
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(),
+    ...                     nn.Linear(8, 2))
+    >>> checkpoint_run(net, 0, 3)
+    >>> net(torch.randn(2, 4)).sum().backward()
+    >>> uncheckpoint(net); type(net).__name__
+    'Sequential'
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.checkpoint import checkpoint
+
+_CLASSES: dict[tuple[type, type], type] = {}
+
+
+@contextlib.contextmanager
+def _statistics_kept(module: nn.Module) -> Iterator[None]:
+    """Inside backward (a recomputation), restore BatchNorm buffers on exit."""
+    if torch._C._current_graph_task_id() == -1:
+        yield
+        return
+    saved = [(b, b.clone()) for m in module.modules() if isinstance(m, _BatchNorm)
+             for b in m.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in saved:
+                buffer.copy_(value)
+
+
+def _checkpointed(module: nn.Module, run: Callable, *args, **kwargs):
+    def recomputable(*inner_args, **inner_kwargs):
+        with _statistics_kept(module):
+            return run(*inner_args, **inner_kwargs)
+
+    return checkpoint(recomputable, *args, use_reentrant=False, **kwargs)
+
+
+def _active(module: nn.Module) -> bool:
+    return module.training and torch.is_grad_enabled()
+
+
+class _CheckpointedModule:
+    """Mixin: the whole forward of the module is one checkpoint."""
+
+    def forward(self, *args, **kwargs):
+        forward = super().forward
+        if not _active(self):
+            return forward(*args, **kwargs)
+        return _checkpointed(self, forward, *args, **kwargs)
+
+
+class _CheckpointedRuns:
+    """Mixin for ``nn.Sequential``: runs of children (``_mmdropit_runs``) are checkpoints."""
+
+    _mmdropit_runs: list[tuple[int, int]]
+
+    def forward(self, x):
+        children = list(self)
+        if not _active(self):
+            for child in children:
+                x = child(x)
+            return x
+        starts = dict(self._mmdropit_runs)
+        i = 0
+        while i < len(children):
+            last = starts.get(i)
+            if last is None:
+                x = children[i](x)
+                i += 1
+                continue
+            part = nn.Sequential(*children[i:last + 1])
+            x = _checkpointed(part, part.forward, x)
+            i = last + 1
+        return x
+
+
+def _swap(module: nn.Module, mixin: type) -> None:
+    base = getattr(module, '_mmdropit_checkpoint_base', type(module))
+    key = (mixin, base)
+    if key not in _CLASSES:
+        _CLASSES[key] = type(f'Checkpointed{base.__name__}', (mixin, base),
+                             {'__module__': base.__module__})
+    module._mmdropit_checkpoint_base = base
+    module.__class__ = _CLASSES[key]
+
+
+def checkpoint_module(module: nn.Module) -> None:
+    """Make every call of ``module`` one non-reentrant checkpoint."""
+    _swap(module, _CheckpointedModule)
+
+
+def checkpoint_run(sequential: nn.Sequential, first: int, last: int) -> None:
+    """Checkpoint children ``first..last`` (inclusive) of ``sequential`` as one piece."""
+    if not isinstance(sequential, nn.Sequential):
+        raise TypeError(f'a run checkpoint needs an nn.Sequential, got {type(sequential).__name__}')
+    runs = list(getattr(sequential, '_mmdropit_runs', []))
+    runs.append((first, last))
+    _swap(sequential, _CheckpointedRuns)
+    sequential._mmdropit_runs = sorted(runs)
+
+
+def is_checkpointed(module: nn.Module) -> bool:
+    """Whether :func:`checkpoint_module` or :func:`checkpoint_run` was applied to ``module``."""
+    return hasattr(module, '_mmdropit_checkpoint_base')
+
+
+def uncheckpoint(module: nn.Module) -> None:
+    """Undo :func:`checkpoint_module` / :func:`checkpoint_run` on ``module`` (no-op otherwise)."""
+    base = module.__dict__.pop('_mmdropit_checkpoint_base', None)
+    if base is not None:
+        module.__class__ = base
+        module.__dict__.pop('_mmdropit_runs', None)

@@ -1,0 +1,162 @@
+"""From a recorded step to a chain of items and the segments a plan may checkpoint.
+
+The module-call tree of :class:`~.record.StepRecord` is cut into a chain: the model's call is
+expanded into its timeline (child calls in order, and the model's own saves between them), and a
+child call that saves a large share of the step's bytes is expanded the same way, down to calls
+small enough or without children. The chain's items are those leaf calls and the *glue* between
+them (tensors saved by a parent's own code, e.g. a residual branch's ops written in ``forward``).
+
+A segment is a range of items that one non-reentrant checkpoint can cover:
+
+- every call of a module called once in the step (its range spans all its items, glue included:
+  residual blocks, FPN necks, detection heads with several outputs are recomputed as a whole);
+- a run of two or more consecutive children of an ``nn.Sequential`` (stages of blocks).
+
+No segment starts at a call whose input is changed in place later (it could not be recomputed),
+none contains the last item (recomputing it right away saves nothing), and none covers a call
+that needs no gradient.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from .record import ModuleCall, StepRecord
+
+DEFAULT_GRANULARITY = 48
+"""A call is split into its children when it saves more than ``1 / DEFAULT_GRANULARITY`` of the
+step's bytes."""
+
+
+@dataclass
+class Item:
+    """A piece of the chain: a leaf call, or glue saved by a parent's own code.
+
+    Attributes:
+        call: Index of the leaf call, or of the parent whose own code saved the glue.
+        glue: Whether the item is glue.
+        saves: Storage ids the item saves for backward.
+        outputs: Storage ids the item returns (for glue: nothing).
+        grad_owner_calls: Calls whose own parameters get their gradient in this item's backward.
+    """
+
+    call: int
+    glue: bool
+    saves: set[int] = field(default_factory=set)
+    outputs: tuple[int, ...] = ()
+    grad_owner_calls: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A range ``[start, stop)`` of items that one checkpoint can cover.
+
+    Attributes:
+        start: First item.
+        stop: One past the last item.
+        target: What to checkpoint: ``('module', name)`` or ``('run', sequential_name, first,
+            last)`` (children ``first..last`` inclusive of that ``nn.Sequential``).
+        inputs: Storage ids of the segment's inputs (kept alive by the checkpoint).
+        seconds: Forward time of the segment (the cost of recomputing it).
+    """
+
+    start: int
+    stop: int
+    target: tuple
+    inputs: tuple[int, ...]
+    seconds: float
+
+
+@dataclass
+class Chain:
+    """Items in forward order and the segments over them."""
+
+    items: list[Item]
+    segments: list[Segment]
+    record: StepRecord
+
+    def bytes_of(self, storage_ids: set[int] | tuple[int, ...]) -> int:
+        """Bytes of the given storages."""
+        return sum(self.record.storage_bytes[sid] for sid in set(storage_ids))
+
+
+def _expandable(call: ModuleCall, record: StepRecord, threshold: float) -> bool:
+    has_children = any(kind == 'call' for kind, _ in call.events)
+    return has_children and (call.parent is None or call.saved_bytes > threshold)
+
+
+def build_chain(record: StepRecord, model: nn.Module,
+                granularity: int = DEFAULT_GRANULARITY) -> Chain:
+    """Cut the call tree of ``record`` into a chain and list its checkpointable segments.
+
+    Args:
+        record: The recorded step.
+        model: The recorded model (to know which modules are ``nn.Sequential``).
+        granularity: Calls saving more than ``1 / granularity`` of the step's bytes are split.
+    """
+    threshold = record.saved_bytes / granularity
+    items: list[Item] = []
+    ranges: dict[int, tuple[int, int]] = {}
+
+    def visit(index: int) -> None:
+        call = record.calls[index]
+        start = len(items)
+        if not _expandable(call, record, threshold):
+            owners = [c.index for c in record.subtree(index)]
+            items.append(Item(index, False, record.saves_in(index), call.outputs, owners))
+        else:
+            glue: Item | None = None
+            for kind, value in call.events:
+                if kind == 'call':
+                    glue = None
+                    visit(value)
+                elif glue is None:
+                    glue = Item(index, True, {value})
+                    items.append(glue)
+                else:
+                    glue.saves.add(value)
+            owner = items[start] if len(items) > start else None
+            if owner is None:
+                items.append(Item(index, True))
+                owner = items[start]
+            owner.grad_owner_calls.append(index)
+        ranges[index] = (start, len(items))
+
+    visit(0)
+    modules = dict(model.named_modules())
+    segments: list[Segment] = []
+    last = len(items)
+    for index, (start, stop) in ranges.items():
+        call = record.calls[index]
+        if index == 0 or stop >= last or call.inplace_hazard or not call.needs_grad:
+            continue
+        if record.times_called.get(call.name) == 1:
+            segments.append(Segment(start, stop, ('module', call.name), call.inputs, call.seconds))
+        module = modules.get(call.name)
+        expanded = stop - start > 1 or items[start].call != index
+        if (expanded and isinstance(module, nn.Sequential)
+                and type(module).forward is nn.Sequential.forward
+                and record.times_called.get(call.name) == 1):
+            segments.extend(_sequential_runs(call, record, ranges, last))
+    segments.sort(key=lambda s: (s.start, s.stop))
+    return Chain(items, segments, record)
+
+
+def _sequential_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[int, int]],
+                     last: int) -> list[Segment]:
+    children = [record.calls[value] for kind, value in call.events if kind == 'call']
+    runs = []
+    for first in range(len(children)):
+        head = children[first]
+        if head.inplace_hazard or not head.needs_grad:
+            continue
+        seconds = head.seconds
+        for final in range(first + 1, len(children)):
+            seconds += children[final].seconds
+            stop = ranges[children[final].index][1]
+            if first == 0 and final == len(children) - 1 or stop >= last:
+                continue  # the whole Sequential is its module segment; never the last item
+            runs.append(Segment(ranges[head.index][0], stop,
+                                ('run', call.name, first, final), head.inputs, seconds))
+    return runs

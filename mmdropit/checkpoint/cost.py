@@ -1,0 +1,168 @@
+"""Cost model: the peak memory and the recompute time of a training step under a plan.
+
+Backward walks the chain from the last item to the first. When it reaches item ``i``, still alive
+are: every tensor kept for items up to ``i`` (a tensor saved by several items lives until backward
+passes the earliest of them that is not checkpointed, or the checkpoint whose input it is), the
+gradient flowing through the item (its output's size, twice: incoming and outgoing), and the
+parameter gradients already produced by the items after ``i``. When it reaches a checkpointed
+segment, the segment is first recomputed, so everything the segment saves is alive again on top
+of what was kept before it. The peak of the step is the largest of these figures; the forward
+pass ends with everything kept, which is never more than the first backward figure.
+
+Two forms of the same model are here: :func:`predict` works on the recorded storages exactly
+(a storage shared by several items counts once) and gives the figures a plan reports;
+:class:`ChainCosts` is the additive form the solvers search over, where each item's bytes are
+attributed to the first item that saves them, with a correction for a storage that stays alive
+because the item after a checkpoint saves it too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .chain import Chain, Segment
+
+TRANSIENT_FACTOR = 2
+"""Gradient bytes alive during an item's backward, in units of its output's bytes."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the cost model expects of one training step under a plan.
+
+    Attributes:
+        activation_peak: Peak of kept activations, recomputed activations and gradient
+            transients (parameters, parameter gradients, optimizer state excluded).
+        step_peak: The same plus the parameter gradients alive at that moment.
+        kept_bytes: Bytes kept from forward to backward (the saved activations).
+        recompute_seconds: Forward time spent again in backward.
+    """
+
+    activation_peak: int
+    step_peak: int
+    kept_bytes: int
+    recompute_seconds: float
+
+
+def _transients(chain: Chain) -> list[int]:
+    return [0 if item.glue else TRANSIENT_FACTOR * chain.bytes_of(item.outputs)
+            for item in chain.items]
+
+
+def _grad_bytes(chain: Chain) -> list[int]:
+    record = chain.record
+    return [sum(record.param_grad_bytes.get(record.calls[c].name, 0)
+                for c in item.grad_owner_calls) for item in chain.items]
+
+
+def predict(chain: Chain, segments: list[Segment]) -> Prediction:
+    """Predict the step under a plan that checkpoints ``segments`` (disjoint), exactly by storage.
+
+    Example:
+        >>> # see tests/checkpoint/test_cost.py for predictions checked against measured peaks
+    """
+    transients, grads = _transients(chain), _grad_bytes(chain)
+    grad_after = [0] * (len(chain.items) + 1)
+    for i in reversed(range(len(chain.items))):
+        grad_after[i] = grad_after[i + 1] + grads[i]
+    by_start = {s.start: s for s in segments}
+    kept: set[int] = set()
+    activation_peak = step_peak = 0
+    seconds = 0.0
+    i = 0
+    while i < len(chain.items):
+        segment = by_start.get(i)
+        if segment is None:
+            kept |= chain.items[i].saves
+            figure = chain.bytes_of(kept) + transients[i]
+            grad = grad_after[i + 1]
+            i += 1
+        else:
+            kept |= set(segment.inputs)
+            inside = set().union(*(chain.items[j].saves for j in range(i, segment.stop)))
+            figure = (chain.bytes_of(kept) + chain.bytes_of(inside - kept)
+                      + max(transients[i:segment.stop]))
+            grad = grad_after[segment.stop]
+            seconds += segment.seconds
+            i = segment.stop
+        activation_peak = max(activation_peak, figure)
+        step_peak = max(step_peak, figure + grad)
+    return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds)
+
+
+@dataclass(frozen=True)
+class SegmentCost:
+    """A checkpointable range in the additive model.
+
+    Attributes:
+        start: First item. stop: One past the last item.
+        inputs: Bytes of the inputs it keeps when the item before it is not checkpointed
+            (storages that earlier items already keep are left out).
+        inputs_after_cut: Bytes of the inputs it keeps right after another checkpoint.
+        seconds: Recompute time.
+    """
+
+    start: int
+    stop: int
+    inputs: int
+    inputs_after_cut: int
+    seconds: float
+
+
+@dataclass
+class ChainCosts:
+    """The additive chain model the solvers search over.
+
+    Attributes:
+        keep: Bytes item ``i`` keeps when neither it nor the item before it is checkpointed.
+        keep_after_cut: Bytes item ``i`` keeps right after a checkpointed segment (it then also
+            keeps what it shares with the items inside that segment).
+        transient: Bytes alive only while item ``i`` runs its backward.
+        segments: The checkpointable ranges.
+    """
+
+    keep: list[int]
+    keep_after_cut: list[int]
+    transient: list[int]
+    segments: list[SegmentCost]
+
+    def peak(self, plan: list[SegmentCost]) -> int:
+        """Activation peak of a plan (disjoint segments) in this model."""
+        by_start = {s.start: s for s in plan}
+        kept = peak = 0
+        after_cut = False
+        i = 0
+        while i < len(self.keep):
+            segment = by_start.get(i)
+            if segment is None:
+                kept += self.keep_after_cut[i] if after_cut else self.keep[i]
+                peak = max(peak, kept + self.transient[i])
+                after_cut, i = False, i + 1
+            else:
+                inputs = segment.inputs_after_cut if after_cut else segment.inputs
+                peak = max(peak, kept + inputs + self.recompute_bytes(segment))
+                kept += inputs
+                after_cut, i = True, segment.stop
+        return peak
+
+    def recompute_bytes(self, segment: SegmentCost) -> int:
+        """Bytes alive while a checkpointed segment runs its backward (recomputed + transient)."""
+        inside = range(segment.start, segment.stop)
+        return sum(self.keep[j] for j in inside) + max(self.transient[j] for j in inside)
+
+
+def chain_costs(chain: Chain) -> ChainCosts:
+    """The additive model of ``chain`` (see :class:`ChainCosts`)."""
+    seen: set[int] = set()
+    keep, keep_after_cut = [], []
+    for item in chain.items:
+        keep.append(chain.bytes_of(item.saves - seen))
+        keep_after_cut.append(chain.bytes_of(item.saves))
+        seen |= item.saves
+    saved_before = [set()]
+    for item in chain.items:
+        saved_before.append(saved_before[-1] | item.saves)
+    segments = [SegmentCost(s.start, s.stop,
+                            chain.bytes_of(set(s.inputs) - saved_before[s.start]),
+                            chain.bytes_of(s.inputs), s.seconds)
+                for s in chain.segments]
+    return ChainCosts(keep, keep_after_cut, _transients(chain), segments)

@@ -1,0 +1,186 @@
+"""``plan_checkpoints``: record a step, search the best plan, and apply it to a model.
+
+Example::
+
+    import mmdropit
+    plan = mmdropit.plan_checkpoints(model, lambda: criterion(model(x), y), budget=0.5)
+    print(plan)           # which modules are checkpointed, predicted memory and time
+    plan.apply(model)     # train as usual; plan.remove(model) undoes it
+    plan.save('plan.json'); plan = CheckpointPlan.load('plan.json')
+
+A budget is ``None`` (the least memory any plan reaches, and among those plans the fastest), a
+fraction of the unplanned step's activation peak (``0.5``), or a size (``'4GB'``, bytes as int).
+"""
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from torch import nn
+
+from ..errors import ConfigError
+from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpoint
+from .budget import Budget, parse_budget, resolve_budget
+from .chain import DEFAULT_GRANULARITY, Chain, build_chain
+from .cost import Prediction, chain_costs, predict
+from .record import record_step
+from .solver import least_peak, least_time
+
+
+def _mib(nbytes: int) -> str:
+    return f'{nbytes / 2**20:.1f} MiB'
+
+
+@dataclass
+class CheckpointPlan:
+    """Which modules to checkpoint, and what the cost model expects of it.
+
+    Attributes:
+        targets: ``['module', name]`` (every call of that module is one checkpoint) or
+            ``['run', sequential_name, first, last]`` (children ``first..last`` of an
+            ``nn.Sequential`` as one checkpoint).
+        budget: The budget asked for (``None``: least memory).
+        baseline: Prediction for the step without checkpoints.
+        planned: Prediction for the step with this plan.
+        forward_seconds: Forward time of the recorded step.
+        planning_seconds: Time spent recording and searching.
+    """
+
+    targets: list[list] = field(default_factory=list)
+    budget: Budget = None
+    baseline: Prediction | None = None
+    planned: Prediction | None = None
+    forward_seconds: float = 0.0
+    planning_seconds: float = 0.0
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        """Checkpoint the planned modules of ``model`` in place; returns ``model``."""
+        modules = dict(model.named_modules())
+        missing = [t[1] for t in self.targets if t[1] not in modules]
+        if missing:
+            raise ConfigError(f'this checkpoint plan names modules the model does not have: '
+                              f'{", ".join(missing)}; plan again for this model')
+        for target in self.targets:
+            if target[0] == 'module':
+                checkpoint_module(modules[target[1]])
+            else:
+                checkpoint_run(modules[target[1]], target[2], target[3])
+        return model
+
+    def remove(self, model: nn.Module) -> nn.Module:
+        """Undo :meth:`apply` (every checkpoint this package put on ``model``)."""
+        for module in model.modules():
+            if is_checkpointed(module):
+                uncheckpoint(module)
+        return model
+
+    def __str__(self) -> str:
+        lines = [f'Checkpoint plan ({len(self.targets)} checkpoints, budget '
+                 f'{"least memory" if self.budget is None else self.budget}):']
+        for target in self.targets:
+            if target[0] == 'module':
+                lines.append(f'  checkpoint {target[1]}')
+            else:
+                lines.append(f'  checkpoint {target[1]}[{target[2]}:{target[3] + 1}]')
+        if self.baseline and self.planned:
+            base, plan = self.baseline, self.planned
+            extra = plan.recompute_seconds / max(3 * self.forward_seconds, 1e-9)
+            lines.append(f'  predicted activation peak {_mib(plan.activation_peak)} '
+                         f'({plan.activation_peak / max(base.activation_peak, 1):.2f} of '
+                         f'{_mib(base.activation_peak)} unplanned), recompute '
+                         f'{plan.recompute_seconds:.3f} s per step (about +{extra:.0%} time); '
+                         f'planned in {self.planning_seconds:.1f} s')
+        return '\n'.join(lines)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (:meth:`from_dict` reads it back)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CheckpointPlan:
+        """Read a dict written by :meth:`to_dict`."""
+        data = dict(data)
+        for key in ('baseline', 'planned'):
+            if data.get(key) is not None:
+                data[key] = Prediction(**data[key])
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        """Write the plan as JSON."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> CheckpointPlan:
+        """Read a plan written by :meth:`save`."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def plan_for_chain(chain: Chain, budget: Budget = None) -> CheckpointPlan:
+    """Search the plan for a recorded chain (see :func:`plan_checkpoints`)."""
+    budget = parse_budget(budget)
+    costs = chain_costs(chain)
+    baseline = predict(chain, [])
+    plan = CheckpointPlan(budget=budget, baseline=baseline, planned=baseline,
+                          forward_seconds=chain.record.calls[0].seconds)
+    if not chain.segments:
+        warnings.warn('no module of this model can be checkpointed (no module call that is '
+                      'called once, needs a gradient and is not the last one); training runs '
+                      'without a checkpoint plan', stacklevel=3)
+        return plan
+    index_of = {id(cost): i for i, cost in enumerate(costs.segments)}
+
+    def segments_of(chosen):
+        return [chain.segments[index_of[id(cost)]] for cost in chosen]
+
+    floor = least_peak(costs)
+    limit = resolve_budget(budget, costs.peak([]))
+    if limit is None:
+        limit = floor
+    elif limit < floor:
+        lowest = predict(chain, segments_of(least_time(costs, floor)))
+        raise ConfigError(
+            f'checkpoint budget {budget!r} is below what any plan reaches: the least '
+            f'activation peak is about {_mib(lowest.activation_peak)} '
+            f'({lowest.activation_peak / max(baseline.activation_peak, 1):.2f} of the '
+            f'unplanned {_mib(baseline.activation_peak)}); use a budget of at least that, '
+            'or budget=None for the least memory')
+    segments = segments_of(least_time(costs, limit) or [])
+    plan.targets = [list(s.target) for s in segments]
+    plan.planned = predict(chain, segments)
+    return plan
+
+
+def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budget | str = None,
+                     granularity: int = DEFAULT_GRANULARITY) -> CheckpointPlan:
+    """Record one forward pass of ``step`` and find the checkpoint plan for ``budget``.
+
+    Args:
+        model: The model to plan (not wrapped; DropIT layers, if any, already converted so that
+            their compact saved bytes are what the plan counts).
+        step: Runs the forward pass of a training step and returns the loss (it is not
+            back-propagated). Buffers and RNG state are restored afterwards.
+        budget: ``None`` for the least memory; a fraction of the unplanned activation peak such
+            as ``0.5``; or a size such as ``'4GB'``.
+        granularity: Module calls saving more than ``1 / granularity`` of the step's bytes are
+            split into their children (finer plans, longer search).
+
+    Returns:
+        The plan (not yet applied: call ``plan.apply(model)``).
+
+    Raises:
+        ConfigError: If the budget is malformed or below what any plan reaches (the message
+            gives the least reachable peak).
+    """
+    budget = parse_budget(budget)
+    started = time.perf_counter()
+    if any(is_checkpointed(m) for m in model.modules()):
+        raise ConfigError('the model already has checkpoints from a plan; call '
+                          'plan.remove(model) before planning again')
+    chain = build_chain(record_step(model, step), model, granularity)
+    plan = plan_for_chain(chain, budget)
+    plan.planning_seconds = time.perf_counter() - started
+    return plan

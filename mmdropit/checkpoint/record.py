@@ -1,0 +1,248 @@
+"""Record one real forward pass of a training step: module calls, saved bytes, time, hazards.
+
+The user's ``step()`` runs once, eagerly, as in training (so data-dependent Python, dict inputs,
+data samples and several outputs all work; nothing is traced). While it runs:
+
+- global module forward hooks follow which module of the model is executing, giving a tree of
+  :class:`ModuleCall` records with their inclusive forward time and the storages of their tensor
+  inputs and outputs;
+- :class:`torch.autograd.graph.saved_tensors_hooks` see every tensor autograd keeps for backward
+  (DropIT's compact tensors included) and file its storage under the innermost running call,
+  in order with that call's child calls;
+- each call's input tensors are remembered with their version counter: an input changed in place
+  after the call started (an in-place op of the call itself or of a later one) makes the call
+  unsafe to recompute, so no checkpoint may start there.
+
+Afterwards the buffers (BatchNorm statistics) and the RNG state are restored, so recording changes
+no training state. The loss is not back-propagated.
+
+Example:
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    >>> x = torch.randn(8, 16)
+    >>> record = record_step(net, lambda: net(x).sum())
+    >>> [call.name for call in record.calls]
+    ['', '0', '1', '2']
+    >>> record.calls[1].saved_bytes  # the first Linear saves its input, 8 x 16 floats
+    512
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+Event = tuple[str, int]
+"""An entry of a call's timeline: ``('call', call_index)`` or ``('save', storage_id)``."""
+
+
+@dataclass
+class ModuleCall:
+    """One call of one module of the model during the recorded forward pass.
+
+    Attributes:
+        index: Position in call order (the root call is 0).
+        name: Qualified module name (``''`` for the model itself).
+        module_type: The module's class name.
+        parent: Index of the enclosing call (``None`` for the root).
+        events: In order: child calls and storages saved directly by this call's own code.
+        inputs: Storage ids of the tensor arguments.
+        outputs: Storage ids of the tensors returned.
+        seconds: Inclusive forward wall time.
+        inplace_hazard: An input was modified in place after the call started.
+        needs_grad: Some input or parameter of the call requires grad.
+    """
+
+    index: int
+    name: str
+    module_type: str
+    parent: int | None
+    events: list[Event] = field(default_factory=list)
+    inputs: tuple[int, ...] = ()
+    outputs: tuple[int, ...] = ()
+    seconds: float = 0.0
+    inplace_hazard: bool = False
+    needs_grad: bool = False
+    saved_bytes: int = 0
+    """Bytes of the distinct storages saved inside the call (children included)."""
+
+
+@dataclass
+class StepRecord:
+    """What :func:`record_step` saw.
+
+    Attributes:
+        calls: Every module call, in call order (``calls[0]`` is the model's own call).
+        storage_bytes: Bytes of each storage id seen (saved, input or output).
+        saver: For each saved storage id, the index of the first call that saved it.
+        param_grad_bytes: Bytes of the gradients of each module's own parameters, by name.
+        times_called: How often each module name was called.
+    """
+
+    calls: list[ModuleCall]
+    storage_bytes: dict[int, int]
+    saver: dict[int, int]
+    param_grad_bytes: dict[str, int]
+    times_called: dict[str, int]
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes of all distinct storages saved for backward in the step."""
+        return sum(self.storage_bytes[sid] for sid in self.saver)
+
+    def subtree(self, index: int) -> Iterator[ModuleCall]:
+        """The call ``index`` and all calls nested in it."""
+        stack = [index]
+        while stack:
+            call = self.calls[stack.pop()]
+            yield call
+            stack.extend(child for kind, child in reversed(call.events) if kind == 'call')
+
+    def saves_in(self, index: int) -> set[int]:
+        """Storage ids saved inside call ``index`` (children included)."""
+        return {sid for call in self.subtree(index)
+                for kind, sid in call.events if kind == 'save'}
+
+
+class _Recorder:
+    def __init__(self, model: nn.Module) -> None:
+        self.names = {id(module): name for name, module in model.named_modules()}
+        self.excluded = {t.untyped_storage().data_ptr() for t in (*model.parameters(),
+                                                                  *model.buffers())}
+        self.calls: list[ModuleCall] = []
+        self.stack: list[int] = []
+        self.started: dict[int, float] = {}
+        self.storage_bytes: dict[int, int] = {}
+        self.saver: dict[int, int] = {}
+        self.alive: dict[tuple[str, int], tuple[int, weakref.ref]] = {}
+        self.versions: list[tuple[int, torch.Tensor, int]] = []
+        self.times_called: dict[str, int] = {}
+        self.sync = any(p.is_cuda for p in model.parameters())
+
+    def storage_id(self, tensor: torch.Tensor) -> int | None:
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return None
+        if storage.nbytes() == 0 or storage.data_ptr() in self.excluded:
+            return None
+        key = (str(storage.device), storage.data_ptr())
+        entry = self.alive.get(key)
+        if entry is not None and entry[1]() is storage:
+            return entry[0]
+        sid = len(self.storage_bytes)
+        alive = self.alive
+        self.alive[key] = (sid, weakref.ref(storage, lambda _ref: alive.pop(key, None)))
+        self.storage_bytes[sid] = storage.nbytes()
+        return sid
+
+    def tensor_ids(self, values: object) -> tuple[list[torch.Tensor], tuple[int, ...]]:
+        tensors = [v for v in tree_flatten(values)[0] if isinstance(v, torch.Tensor)]
+        ids = [self.storage_id(t) for t in tensors]
+        return tensors, tuple(dict.fromkeys(i for i in ids if i is not None))
+
+    def now(self) -> float:
+        if self.sync:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        name = self.names.get(id(module))
+        if name is None:
+            return
+        index = len(self.calls)
+        parent = self.stack[-1] if self.stack else None
+        tensors, inputs = self.tensor_ids((args, kwargs))
+        needs_grad = any(t.requires_grad for t in tensors) or any(
+            p.requires_grad for p in module.parameters())
+        self.calls.append(ModuleCall(index, name, type(module).__name__, parent, inputs=inputs,
+                                     needs_grad=needs_grad))
+        if parent is not None:
+            self.calls[parent].events.append(('call', index))
+        self.versions.extend((index, t, t._version) for t in tensors)
+        self.times_called[name] = self.times_called.get(name, 0) + 1
+        self.stack.append(index)
+        self.started[index] = self.now()
+
+    def post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+        if id(module) not in self.names or not self.stack:
+            return
+        index = self.stack.pop()
+        call = self.calls[index]
+        call.seconds = self.now() - self.started.pop(index)
+        call.outputs = self.tensor_ids(output)[1]
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.stack and torch._C._current_graph_task_id() == -1 and not tensor.is_sparse \
+                and tensor.device.type != 'meta':
+            sid = self.storage_id(tensor)
+            call = self.calls[self.stack[-1]]
+            if sid is not None:
+                call.events.append(('save', sid))
+                self.saver.setdefault(sid, call.index)
+        return tensor.detach()
+
+    def finish(self, model: nn.Module) -> StepRecord:
+        for index, tensor, version in self.versions:
+            if tensor._version != version:
+                self.calls[index].inplace_hazard = True
+        self.versions.clear()
+        record = StepRecord(self.calls, self.storage_bytes, self.saver,
+                            _param_grad_bytes(model), self.times_called)
+        for call in reversed(self.calls):
+            call.saved_bytes = sum(self.storage_bytes[sid] for sid in record.saves_in(call.index))
+        return record
+
+
+def _param_grad_bytes(model: nn.Module) -> dict[str, int]:
+    return {name: sum(p.numel() * p.element_size()
+                      for p in module.parameters(recurse=False) if p.requires_grad)
+            for name, module in model.named_modules()}
+
+
+@contextlib.contextmanager
+def preserved_training_state(model: nn.Module) -> Iterator[None]:
+    """Restore the model's buffers (e.g. BatchNorm statistics) and the RNG states on exit."""
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for buffer, value in buffers:
+                    buffer.copy_(value)
+
+
+def record_step(model: nn.Module, step: Callable[[], object]) -> StepRecord:
+    """Run ``step()`` (a forward pass of ``model`` returning the loss) once and record it.
+
+    Args:
+        model: The model whose module calls become the units of a plan (unwrapped).
+        step: Runs the forward pass as in training, e.g. ``lambda: model(x, mode='loss')``.
+
+    Returns:
+        A :class:`StepRecord`; training state (buffers, RNG) is as it was before the call.
+    """
+    recorder = _Recorder(model)
+    handles = [
+        module.register_forward_pre_hook(recorder.pre_hook, with_kwargs=True)
+        for module in model.modules()
+    ] + [
+        module.register_forward_hook(recorder.post_hook, with_kwargs=True, always_call=True)
+        for module in model.modules()
+    ]
+    try:
+        with preserved_training_state(model), torch.enable_grad(), \
+                torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t):
+            step()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return recorder.finish(model)

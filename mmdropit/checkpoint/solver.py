@@ -1,0 +1,113 @@
+"""Exact searches over the additive chain model: least memory, and least time under a budget.
+
+A plan is a set of disjoint checkpointable segments (:class:`~.cost.SegmentCost`). Going through
+the chain from the first item, the state at a boundary is the bytes kept so far and whether the
+last piece was a checkpoint; every later peak only grows with the bytes kept so far.
+
+- :func:`fits` decides whether some plan keeps the peak within ``limit``: at each boundary only
+  the smallest kept total matters, so a dynamic programme over boundaries is exact.
+- :func:`least_peak` is the smallest ``limit`` that fits (bisection over bytes).
+- :func:`least_time` finds the plan with the least recompute time whose peak is within
+  ``limit``: at each boundary it keeps the Pareto front of (bytes kept, seconds) pairs.
+
+This is the chain search of Feng & Huang (CVPR'21, "Optimal Gradient Checkpoint Search for
+Arbitrary Computation Graphs") with their objective (checkpoints plus the largest segment)
+replaced by the peak of the backward pass, and with time as a second objective. Branches
+(residuals, FPN, several heads) live inside module segments, so the search runs over the chain of
+module calls rather than over a tensor graph.
+
+Example:
+    >>> from .cost import ChainCosts, SegmentCost
+    >>> costs = ChainCosts(keep=[4, 4, 4, 4, 1], keep_after_cut=[4, 4, 4, 4, 1],
+    ...                    transient=[0] * 5,
+    ...                    segments=[SegmentCost(0, 2, 1, 1, 0.2), SegmentCost(2, 4, 1, 1, 0.2),
+    ...                              SegmentCost(0, 4, 1, 1, 0.4)])
+    >>> costs.peak([]), least_peak(costs)
+    (17, 10)
+    >>> [(s.start, s.stop) for s in least_time(costs, 10)], least_time(costs, 17)
+    ([(0, 2)], [])
+"""
+from __future__ import annotations
+
+from .cost import ChainCosts, SegmentCost
+
+_State = tuple[int, bool]  # (boundary, whether the last piece was a checkpoint)
+
+
+def _starts(costs: ChainCosts) -> dict[int, list[SegmentCost]]:
+    starts: dict[int, list[SegmentCost]] = {}
+    for segment in costs.segments:
+        starts.setdefault(segment.start, []).append(segment)
+    return starts
+
+
+def _moves(costs: ChainCosts, starts: dict[int, list[SegmentCost]], i: int, after_cut: bool,
+           kept: int):
+    """Each way to go on from boundary ``i``: (segment or None, next state, kept, peak)."""
+    keep = costs.keep_after_cut[i] if after_cut else costs.keep[i]
+    yield None, (i + 1, False), kept + keep, kept + keep + costs.transient[i]
+    for segment in starts.get(i, ()):
+        inputs = segment.inputs_after_cut if after_cut else segment.inputs
+        yield (segment, (segment.stop, True), kept + inputs,
+               kept + inputs + costs.recompute_bytes(segment))
+
+
+def fits(costs: ChainCosts, limit: int) -> bool:
+    """Whether some plan keeps the activation peak within ``limit`` bytes."""
+    starts = _starts(costs)
+    best: dict[_State, int] = {(0, False): 0}
+    n = len(costs.keep)
+    for i in range(n):
+        for after_cut in (False, True):
+            kept = best.get((i, after_cut))
+            if kept is None:
+                continue
+            for _, state, new_kept, peak in _moves(costs, starts, i, after_cut, kept):
+                if peak <= limit and new_kept < best.get(state, new_kept + 1):
+                    best[state] = new_kept
+    return (n, False) in best or (n, True) in best
+
+
+def least_peak(costs: ChainCosts) -> int:
+    """The smallest activation peak any plan reaches."""
+    high = costs.peak([])
+    low = max(costs.transient, default=0)
+    while low < high:
+        middle = (low + high) // 2
+        if fits(costs, middle):
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
+def least_time(costs: ChainCosts, limit: int) -> list[SegmentCost] | None:
+    """The plan with the least recompute time whose peak is within ``limit`` (``None``: none).
+
+    Ties in time go to the plan that keeps fewer bytes."""
+    starts = _starts(costs)
+    n = len(costs.keep)
+    # front[state]: list of (kept, seconds, plan) with no pair dominating another
+    fronts: dict[_State, list[tuple[int, float, tuple[SegmentCost, ...]]]] = {
+        (0, False): [(0, 0.0, ())]}
+    for i in range(n):
+        for after_cut in (False, True):
+            for kept, seconds, plan in fronts.pop((i, after_cut), ()):
+                for segment, state, new_kept, peak in _moves(costs, starts, i, after_cut, kept):
+                    if peak > limit:
+                        continue
+                    new_seconds = seconds + (segment.seconds if segment else 0.0)
+                    new_plan = plan + (segment,) if segment else plan
+                    _add_to_front(fronts.setdefault(state, []), new_kept, new_seconds, new_plan)
+    finals = fronts.get((n, False), []) + fronts.get((n, True), [])
+    if not finals:
+        return None
+    return list(min(finals, key=lambda entry: (entry[1], entry[0]))[2])
+
+
+def _add_to_front(front: list, kept: int, seconds: float, plan: tuple) -> None:
+    for other_kept, other_seconds, _ in front:
+        if other_kept <= kept and other_seconds <= seconds:
+            return
+    front[:] = [entry for entry in front if not (kept <= entry[0] and seconds <= entry[1])]
+    front.append((kept, seconds, plan))
