@@ -4,7 +4,8 @@ Backward walks the chain from the last item to the first. When it reaches item `
 are: every tensor kept for items up to ``i`` (a tensor saved by several items lives until backward
 passes the earliest of them that is not checkpointed, or the checkpoint whose input it is), the
 gradient flowing through the item (its output's size, twice: incoming and outgoing), and the
-parameter gradients already produced by the items after ``i``. When it reaches a checkpointed
+parameter gradients already produced by the items after ``i`` (and the item's own parameter
+gradients, temporaries until autograd accumulates them). When it reaches a checkpointed
 segment, the segment is first recomputed, so everything the segment saves is alive again on top
 of what was kept before it. The peak of the step is the largest of these figures; the forward
 pass ends with everything kept, which is never more than the first backward figure.
@@ -44,8 +45,8 @@ class Prediction:
 
 
 def _transients(chain: Chain) -> list[int]:
-    return [0 if item.glue else TRANSIENT_FACTOR * chain.bytes_of(item.outputs)
-            for item in chain.items]
+    return [(0 if item.glue else TRANSIENT_FACTOR * chain.bytes_of(item.outputs)) + grad
+            for item, grad in zip(chain.items, _grad_bytes(chain))]
 
 
 def _grad_bytes(chain: Chain) -> list[int]:

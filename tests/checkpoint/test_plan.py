@@ -1,0 +1,209 @@
+"""Plans on real models: gradients, BatchNorm statistics, dropout, in-place ops, keyword
+arguments, the cost model against measured peaks, bad budgets, save / load."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import timm
+import torch
+from torch import nn
+
+from mmdropit import ConfigError, plan_checkpoints, to_dropit
+from mmdropit.checkpoint import CheckpointPlan, is_checkpointed, parse_budget
+from mmdropit.memory import StepPeakMeter
+
+
+class _Block(nn.Module):
+    """Conv-BN-ReLU-Dropout with a residual; ``scale`` arrives as a keyword argument."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.bn = nn.BatchNorm2d(channels)
+        self.act = nn.ReLU(inplace=True)
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
+        return x + scale * self.drop(self.act(self.bn(self.conv(x))))
+
+
+class _Net(nn.Module):
+    def __init__(self, channels: int = 8, depth: int = 6) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.blocks = nn.ModuleList(_Block(channels) for _ in range(depth))
+        self.head = nn.Linear(channels, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x, scale=0.5)
+        return self.head(x.mean((2, 3)))
+
+
+def _train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, seed: int = 0):
+    torch.manual_seed(seed)
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return loss.detach(), grads
+
+
+def _assert_same_step(model: nn.Module, plan: CheckpointPlan, x, y) -> None:
+    plain = copy.deepcopy(model)
+    plan.apply(model)
+    loss, grads = _train_step(model, x, y)
+    plain_loss, plain_grads = _train_step(plain, x, y)
+    torch.testing.assert_close(loss, plain_loss)
+    assert grads.keys() == plain_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], plain_grads[name], rtol=1e-4, atol=1e-5)
+    for (name, buffer), plain_buffer in zip(model.named_buffers(), plain.buffers()):
+        assert torch.equal(buffer, plain_buffer), name  # BN statistics updated once
+
+
+def test_bn_dropout_kwargs_plan_gives_the_same_step():
+    torch.manual_seed(0)
+    model, x, y = _Net(), torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))
+    plan = plan_checkpoints(model, lambda: nn.functional.cross_entropy(model(x), y))
+    assert plan.targets and all(t[1].startswith('blocks.') for t in plan.targets)
+    assert not any(t[1] == 'blocks.5' for t in plan.targets)  # never the last segment
+    _assert_same_step(model, plan, x, y)
+    assert plan.planned.activation_peak < plan.baseline.activation_peak
+
+
+def test_recording_changes_no_training_state():
+    torch.manual_seed(0)
+    model, x = _Net(), torch.randn(4, 3, 16, 16)
+    buffers = [b.clone() for b in model.buffers()]
+    rng = torch.get_rng_state()
+    plan_checkpoints(model, lambda: model(x).sum())
+    assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers()))
+    assert torch.equal(rng, torch.get_rng_state())
+    assert all(p.grad is None for p in model.parameters())
+
+
+class _Double(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2  # saves nothing: x may change later without harm to plain backward
+
+
+class _InPlaceAfter(nn.Module):
+    """``first``'s input is changed in place after ``first`` ran: no checkpoint may start
+    there, since its recomputation would read the changed input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second, self.third = (
+            nn.Sequential(_Double(), nn.Linear(16, 256), nn.GELU(), nn.Linear(256, 16))
+            for _ in range(3))
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x * 1.0
+        y = self.first(x)
+        x.mul_(2)  # in place, after `first` used x
+        return self.head(self.third(self.second(y + x)))
+
+
+def test_no_checkpoint_starts_at_an_input_changed_in_place():
+    torch.manual_seed(0)
+    model = _InPlaceAfter()
+    x, y = torch.randn(32, 16, requires_grad=True), torch.randint(0, 5, (32,))
+    plan = plan_checkpoints(model, lambda: nn.functional.cross_entropy(model(x), y))
+    assert not any(t[1] == 'first' or (t[0] == 'run' and t[1] == 'first' and t[2] == 0)
+                   for t in plan.targets)
+    assert any(t[1].startswith('second') for t in plan.targets)
+    _assert_same_step(model, plan, x, y)
+
+
+@pytest.mark.parametrize('name,size,kwargs', [
+    ('resnet18', 128, dict(drop_rate=0.2)),
+    ('deit_tiny_patch16_224', 64, dict(img_size=64, attn_drop_rate=0.1, proj_drop_rate=0.1)),
+])
+def test_timm_models_same_gradients_and_predicted_peak_close_to_measured(name, size, kwargs):
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=5, **kwargs)
+    x, y = torch.randn(8, 3, size, size), torch.randint(0, 5, (8,))
+
+    def step():
+        return nn.functional.cross_entropy(model(x), y)
+
+    plan = plan_checkpoints(model, step)
+
+    def measured() -> int:
+        with StepPeakMeter(model) as meter:
+            step().backward()
+        model.zero_grad(set_to_none=True)
+        return meter.result.activation_peak_bytes
+
+    baseline = measured()
+    plan.apply(model)
+    planned = measured()
+    plan.remove(model)
+    assert not any(is_checkpointed(m) for m in model.modules())
+    for predicted, truth in ((plan.baseline.activation_peak, baseline),
+                             (plan.planned.activation_peak, planned)):
+        assert abs(predicted - truth) <= 0.15 * truth, (predicted, truth)
+    assert planned < 0.6 * baseline
+    _assert_same_step(model, plan, x, y)
+
+
+def test_dropit_layers_are_planned_with_their_compact_bytes():
+    torch.manual_seed(0)
+    model = timm.create_model('deit_tiny_patch16_224', img_size=64, num_classes=5)
+    x = torch.randn(4, 3, 64, 64)
+    dense = plan_checkpoints(model, lambda: model(x).sum())
+    to_dropit(model, gamma=0.9)
+    sparse = plan_checkpoints(model, lambda: model(x).sum())
+    assert sparse.baseline.activation_peak < 0.9 * dense.baseline.activation_peak
+    assert sparse.planned.activation_peak < dense.planned.activation_peak
+
+
+def test_budget_fraction_is_met_and_is_faster_than_least_memory():
+    torch.manual_seed(0)
+    model, x = _Net(depth=8), torch.randn(8, 3, 16, 16)
+    least = plan_checkpoints(model, lambda: model(x).sum())
+    half = plan_checkpoints(model, lambda: model(x).sum(), budget=0.7)
+    assert half.planned.activation_peak <= 0.7 * half.baseline.activation_peak
+    assert half.planned.recompute_seconds <= least.planned.recompute_seconds
+    assert least.planned.activation_peak <= half.planned.activation_peak
+
+
+def test_impossible_budget_names_the_least_reachable_peak():
+    model, x = _Net(), torch.randn(4, 3, 16, 16)
+    with pytest.raises(ConfigError, match=r'least activation peak is about [0-9.]+ MiB'):
+        plan_checkpoints(model, lambda: model(x).sum(), budget=0.01)
+
+
+@pytest.mark.parametrize('budget', ['half', 0, 1.5, '4 parsecs', True, -3])
+def test_malformed_budgets_are_clear_errors(budget):
+    with pytest.raises(ConfigError, match='checkpoint budget is None'):
+        parse_budget(budget)
+
+
+def test_a_model_without_checkpointable_units_warns_and_plans_nothing():
+    model, x = nn.Linear(4, 2), torch.randn(3, 4)
+    with pytest.warns(UserWarning, match='no module of this model can be checkpointed'):
+        plan = plan_checkpoints(model, lambda: model(x).sum())
+    assert plan.targets == []
+
+
+def test_plan_saves_loads_prints_and_refuses_a_foreign_model(tmp_path):
+    torch.manual_seed(0)
+    model, x = _Net(), torch.randn(4, 3, 16, 16)
+    plan = plan_checkpoints(model, lambda: model(x).sum())
+    plan.save(tmp_path / 'plan.json')
+    again = CheckpointPlan.load(tmp_path / 'plan.json')
+    assert again == plan
+    assert 'checkpoint blocks.' in str(plan) and 'predicted activation peak' in str(plan)
+    with pytest.raises(ConfigError, match='names modules the model does not have'):
+        again.apply(nn.Sequential(nn.Linear(2, 2)))
+    plan.apply(model)
+    model.eval()
+    with torch.no_grad():
+        model(x)  # eval runs the plain forward
+    with pytest.raises(ConfigError, match='already has checkpoints'):
+        plan_checkpoints(model, lambda: model(x).sum())

@@ -1,0 +1,55 @@
+"""A plan on an mmdet detector in ``mode='loss'``: dict inputs, data samples, several losses,
+FPN branches, and frozen early stages (``frozen_stages=1``)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+from mmdet.testing import demo_mm_inputs
+from mmdet.utils import register_all_modules
+from mmengine.config import Config
+from mmengine.registry import MODELS
+
+from mmdropit import plan_checkpoints
+from tests.conftest import ROOT
+
+
+def _loss_step(model, data):
+    def step() -> torch.Tensor:
+        return model.parse_losses(model(**data, mode='loss'))[0]
+    return step
+
+
+def test_faster_rcnn_with_frozen_stages_plans_and_keeps_its_gradients():
+    register_all_modules()
+    cfg = Config.fromfile(ROOT / 'configs' / 'tiny' / 'faster-rcnn_r18_fpn_digits.py')
+    cfg.model.backbone.frozen_stages = 1
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.train()
+    packed = demo_mm_inputs(batch_size=2, image_shapes=[(3, 160, 224)] * 2, num_items=[3, 2],
+                            num_classes=10)
+    data = model.data_preprocessor(packed, True)
+    plain = copy.deepcopy(model)
+
+    plan = plan_checkpoints(model, _loss_step(model, data))
+    assert plan.targets, str(plan)
+    assert not any(t[1].startswith(('backbone.layer1', 'backbone.conv1')) for t in plan.targets)
+    assert plan.planned.activation_peak < plan.baseline.activation_peak
+    plan.apply(model)
+
+    results = []
+    for net in (model, plain):
+        torch.manual_seed(1)  # the same proposals sampled in both runs
+        loss = _loss_step(net, data)()
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in net.named_parameters()
+                                        if p.grad is not None}))
+    (loss, grads), (plain_loss, plain_grads) = results
+    torch.testing.assert_close(loss, plain_loss)
+    assert grads.keys() == plain_grads.keys()
+    assert not any(name.startswith('backbone.layer1') for name in grads)  # frozen
+    for name in grads:
+        torch.testing.assert_close(grads[name], plain_grads[name], rtol=1e-4, atol=1e-5)
+    for (name, buffer), plain_buffer in zip(model.named_buffers(), plain.buffers()):
+        assert torch.equal(buffer, plain_buffer), name
