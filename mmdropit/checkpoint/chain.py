@@ -83,7 +83,7 @@ class Chain:
 
 def _expandable(call: ModuleCall, record: StepRecord, threshold: float) -> bool:
     has_children = any(kind == 'call' for kind, _ in call.events)
-    return has_children and (call.parent is None or call.saved_bytes > threshold)
+    return has_children and (call.parent in (None, 0) or call.saved_bytes > threshold)
 
 
 def build_chain(record: StepRecord, model: nn.Module,

@@ -21,9 +21,9 @@ Example:
     >>> net = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
     >>> x = torch.randn(8, 16)
     >>> record = record_step(net, lambda: net(x).sum())
-    >>> [call.name for call in record.calls]
-    ['', '0', '1', '2']
-    >>> record.calls[1].saved_bytes  # the first Linear saves its input, 8 x 16 floats
+    >>> [call.name for call in record.calls]  # the whole step, then each module call
+    ['<step>', '', '0', '1', '2']
+    >>> record.calls[2].saved_bytes  # the first Linear saves its input, 8 x 16 floats
     512
 """
 from __future__ import annotations
@@ -37,6 +37,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
+
+STEP = '<step>'
+"""Name of the call that stands for the whole recorded step (its children are the top-level
+module calls)."""
 
 Event = tuple[str, int]
 """An entry of a call's timeline: ``('call', call_index)`` or ``('save', storage_id)``."""
@@ -78,7 +82,8 @@ class StepRecord:
     """What :func:`record_step` saw.
 
     Attributes:
-        calls: Every module call, in call order (``calls[0]`` is the model's own call).
+        calls: ``calls[0]`` stands for the whole step (named :data:`STEP`); then every module
+            call in call order (the model's own call, and e.g. its data preprocessor's).
         storage_bytes: Bytes of each storage id seen (saved, input or output).
         saver: For each saved storage id, the index of the first call that saved it.
         param_grad_bytes: Bytes of the gradients of each module's own parameters, by name.
@@ -115,8 +120,8 @@ class _Recorder:
         self.names = {id(module): name for name, module in model.named_modules()}
         self.excluded = {t.untyped_storage().data_ptr() for t in (*model.parameters(),
                                                                   *model.buffers())}
-        self.calls: list[ModuleCall] = []
-        self.stack: list[int] = []
+        self.calls = [ModuleCall(0, STEP, type(model).__name__, None, needs_grad=True)]
+        self.stack: list[int] = [0]
         self.started: dict[int, float] = {}
         self.storage_bytes: dict[int, int] = {}
         self.saver: dict[int, int] = {}
@@ -157,21 +162,20 @@ class _Recorder:
         if name is None:
             return
         index = len(self.calls)
-        parent = self.stack[-1] if self.stack else None
+        parent = self.stack[-1]
         tensors, inputs = self.tensor_ids((args, kwargs))
         needs_grad = any(t.requires_grad for t in tensors) or any(
             p.requires_grad for p in module.parameters())
         self.calls.append(ModuleCall(index, name, type(module).__name__, parent, inputs=inputs,
                                      needs_grad=needs_grad))
-        if parent is not None:
-            self.calls[parent].events.append(('call', index))
+        self.calls[parent].events.append(('call', index))
         self.versions.extend((index, t, t._version) for t in tensors)
         self.times_called[name] = self.times_called.get(name, 0) + 1
         self.stack.append(index)
         self.started[index] = self.now()
 
     def post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
-        if id(module) not in self.names or not self.stack:
+        if id(module) not in self.names or len(self.stack) < 2:
             return
         index = self.stack.pop()
         call = self.calls[index]
@@ -179,7 +183,7 @@ class _Recorder:
         call.outputs = self.tensor_ids(output)[1]
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        if self.stack and torch._C._current_graph_task_id() == -1 and not tensor.is_sparse \
+        if torch._C._current_graph_task_id() == -1 and not tensor.is_sparse \
                 and tensor.device.type != 'meta':
             sid = self.storage_id(tensor)
             call = self.calls[self.stack[-1]]
@@ -241,7 +245,9 @@ def record_step(model: nn.Module, step: Callable[[], object]) -> StepRecord:
     try:
         with preserved_training_state(model), torch.enable_grad(), \
                 torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t):
+            started = recorder.now()
             step()
+            recorder.calls[0].seconds = recorder.now() - started
     finally:
         for handle in handles:
             handle.remove()

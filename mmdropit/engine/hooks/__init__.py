@@ -1,4 +1,5 @@
+from .checkpoint_plan_hook import CheckpointPlanHook
 from .dropit_hook import DropITHook
 from .memory_report_hook import MemoryReportHook
 
-__all__ = ['DropITHook', 'MemoryReportHook']
+__all__ = ['CheckpointPlanHook', 'DropITHook', 'MemoryReportHook']

@@ -1,0 +1,117 @@
+"""CheckpointPlanHook in real MMEngine runs: planning, logging, the plan file, shape buckets,
+DropIT together, bad budgets, and a model that cannot be planned."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+import mmdropit  # noqa: F401
+from mmdropit import ConfigError
+from mmdropit.checkpoint import is_checkpointed
+from mmdropit.engine.hooks import CheckpointPlanHook
+from tests.conftest import ROOT, TINY_VIT, TINY_VIT_2_ITERS, run_dist_train, run_tool
+
+TINY_VIT_DROPIT = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_mnist5k.py'
+
+
+def _two_iteration_cfg(path: Path, work_dir: Path, *hooks: dict) -> Config:
+    cfg = Config.fromfile(path)
+    cfg.train_cfg.max_epochs = 1
+    cfg.train_dataloader.dataset.indices = 64
+    cfg.val_dataloader.dataset.indices = 100
+    cfg.default_hooks.logger.interval = 1
+    cfg.custom_hooks = [*cfg.get('custom_hooks', []), *hooks]
+    cfg.work_dir = str(work_dir)
+    return cfg
+
+
+def _log_text(work_dir: Path) -> str:
+    return '\n'.join(path.read_text() for path in work_dir.glob('*/*.log'))
+
+
+def test_hook_plans_logs_writes_and_applies_with_dropit(tmp_path):
+    cfg = _two_iteration_cfg(TINY_VIT_DROPIT, tmp_path,
+                             dict(type='CheckpointPlanHook', budget=None, granularity=8))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    model = runner.model
+    checkpointed = [name for name, m in model.named_modules() if is_checkpointed(m)]
+    assert checkpointed and all(name.startswith('model.blocks') for name in checkpointed)
+    log = _log_text(tmp_path)
+    assert 'Checkpoint plan (' in log and 'predicted activation peak' in log
+    assert 'for inputs 32x1x128x128' in log
+    plan = json.loads((tmp_path / 'checkpoint_plan_32x1x128x128.json').read_text())
+    assert plan['targets'] and plan['planned']['activation_peak'] < \
+        plan['baseline']['activation_peak']
+    hook = next(h for h in runner.hooks if isinstance(h, CheckpointPlanHook))
+    assert list(hook.plans) == [(32, 1, 128, 128)]  # planned once, reused on iteration 2
+
+    # a new input-shape bucket gets its own plan; an old one reuses its plan
+    batch = next(iter(runner.train_dataloader))
+    half = {key: value[:16] for key, value in batch.items()}
+    hook.before_train_iter(runner, 0, half)
+    assert list(hook.plans) == [(32, 1, 128, 128), (16, 1, 128, 128)]
+    assert hook.current == (16, 1, 128, 128)
+    hook.before_train_iter(runner, 1, batch)
+    assert len(hook.plans) == 2 and hook.current == (32, 1, 128, 128)
+    assert (tmp_path / 'checkpoint_plan_16x1x128x128.json').is_file()
+
+
+def test_a_model_that_cannot_be_planned_warns_and_trains(tmp_path, monkeypatch):
+    import mmdropit.engine.hooks.checkpoint_plan_hook as module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError('cannot record this forward')
+
+    monkeypatch.setattr(module, 'plan_checkpoints', broken)
+    cfg = _two_iteration_cfg(TINY_VIT, tmp_path, dict(type='CheckpointPlanHook'))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    assert runner.iter == 2
+    assert 'cannot be planned for inputs 32x1x128x128 (RuntimeError: cannot record this ' \
+           'forward); training continues without a checkpoint plan' in _log_text(tmp_path)
+    assert not any(is_checkpointed(m) for m in runner.model.modules())
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(budget='half'), 'checkpoint budget is None'),
+    (dict(budget=2.0), r'a fraction must lie in \(0, 1\]'),
+    (dict(granularity=0), 'granularity must be an int'),
+])
+def test_bad_hook_arguments_are_clear_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        CheckpointPlanHook(**kwargs)
+
+
+def test_impossible_budget_is_one_line_through_train_py(tmp_path):
+    config = tmp_path / 'config.py'
+    config.write_text(f"_base_ = r'{TINY_VIT}'\n"
+                      "custom_hooks = [dict(type='CheckpointPlanHook', budget='1KB')]\n"
+                      "train_cfg = dict(max_epochs=1)\n"
+                      "train_dataloader = dict(dataset=dict(indices=64))\n")
+    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path), check=False)
+    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+    assert 'below what any plan reaches: the least activation peak is about' in result.stderr
+
+
+def test_ddp_two_gloo_processes_share_one_plan_and_stay_in_sync(tmp_path):
+    config = tmp_path / 'config.py'
+    config.write_text(
+        f"_base_ = r'{TINY_VIT_DROPIT}'\n"
+        "custom_imports = dict(imports=['mmdropit', 'tests.helpers.rank_state_hook'], "
+        "allow_failed_imports=False)\n"
+        "custom_hooks = [dict(type='DropITHook', gamma=0.9), "
+        "dict(type='CheckpointPlanHook', budget=0.6), dict(type='SaveRankStateHook')]\n")
+    result = run_dist_train(str(config), 2, '--work-dir', str(tmp_path), '--cfg-options',
+                            *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16')
+    log = result.stdout + result.stderr
+    assert 'Distributed training: True' in log and 'Checkpoint plan (' in log
+    states = [torch.load(tmp_path / f'rank{rank}_final.pt') for rank in (0, 1)]
+    for key, value in states[0].items():
+        assert torch.equal(value, states[1][key]), key
+    assert len(list(tmp_path.glob('checkpoint_plan_*.json'))) == 1
