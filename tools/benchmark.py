@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mmdropit.checkpoint import CheckpointPlan, plan_checkpoints
 from mmdropit.dropit import from_dropit, to_dropit
 from mmdropit.memory import (BASELINE, VARIANTS, Measurement, Workload, benchmark_workload,
                              compare, markdown_table, plot_ratios, register_variant, write_json)
@@ -193,6 +194,38 @@ def _dropit(strategy: str, lean_activations: bool = True):
 register_variant('dropit-mink', prepare=_dropit('mink'))
 register_variant('dropit-approx', prepare=_dropit('mink_approx'))
 register_variant('dropit-no-lean', prepare=_dropit('mink', lean_activations=False))
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoint-plan variants: planned once per workload (outside the timer), then applied.
+# ----------------------------------------------------------------------------------------------
+
+_PLANS: dict[tuple[int, str], CheckpointPlan] = {}
+
+
+def _checkpoint_plan(budget: float | None, with_dropit: bool = False):
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        if with_dropit:
+            to_dropit(work.model, DROPIT_GAMMA, 'mink')
+        key = (id(work.model), f'{budget}-{with_dropit}')
+        try:
+            if key not in _PLANS:
+                _PLANS[key] = plan_checkpoints(work.model, work.loss, budget)
+                print(f'  {work.name}: {_PLANS[key]}'.replace('\n', '\n  '), flush=True)
+            _PLANS[key].apply(work.model)
+            yield
+        finally:
+            if key in _PLANS:
+                _PLANS[key].remove(work.model)
+            if with_dropit:
+                from_dropit(work.model)
+    return prepare
+
+
+register_variant('ckpt-plan-min', prepare=_checkpoint_plan(None))
+register_variant('ckpt-plan-0.5', prepare=_checkpoint_plan(0.5))
+register_variant('dropit+ckpt-plan-min', prepare=_checkpoint_plan(None, with_dropit=True))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
 
     rows = {row['variant']: row for row in json.loads((out / 'benchmark.json').read_text())['rows']}
     assert list(rows) == ['baseline', 'grad-ckpt', 'bf16-autocast', 'dropit-mink',
-                          'dropit-approx', 'dropit-no-lean']
+                          'dropit-approx', 'dropit-no-lean', 'ckpt-plan-min', 'ckpt-plan-0.5',
+                          'dropit+ckpt-plan-min']
     base = rows['baseline']
     assert [base[key] for key in ('saved_ratio', 'peak_ratio', 'activation_peak_ratio',
                                   'time_ratio')] == [1.0, 1.0, 1.0, 1.0]
@@ -33,9 +34,15 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
         assert rows[name]['saved']['by_dtype'].get('uint8', 0) > 0
         assert 0.6 < rows[name]['saved_ratio'] < 0.75
 
+    assert rows['ckpt-plan-min']['activation_peak_ratio'] < 0.5
+    assert rows['ckpt-plan-0.5']['activation_peak_ratio'] < 0.6
+    assert rows['dropit+ckpt-plan-min']['activation_peak_ratio'] < \
+        rows['ckpt-plan-min']['activation_peak_ratio']
+    assert 'Checkpoint plan (' in run.stdout
+
     table = (out / 'benchmark.md').read_text()
     assert '| deit_tiny | baseline |' in table and '| 1.00 |' in table
-    assert table.count('| deit_tiny |') == 6
+    assert table.count('| deit_tiny |') == 9
     assert (out / 'benchmark.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
 
 
