@@ -7,8 +7,9 @@ gradient flowing through the item (its output's size, twice: incoming and outgoi
 parameter gradients already produced by the items after ``i`` (and the item's own parameter
 gradients, temporaries until autograd accumulates them). When it reaches a checkpointed
 segment, the segment is first recomputed, so everything the segment saves is alive again on top
-of what was kept before it. The peak of the step is the largest of these figures; the forward
-pass ends with everything kept, which is never more than the first backward figure.
+of what was kept before it, and is then freed item by item as backward goes back through it.
+The peak of the step is the largest of these figures; the forward pass ends with everything
+kept, which is never more than the first backward figure.
 
 Two forms of the same model are here: :func:`predict` works on the recorded storages exactly
 (a storage shared by several items counts once) and gives the figures a plan reports;
@@ -79,10 +80,14 @@ def predict(chain: Chain, segments: list[Segment]) -> Prediction:
             i += 1
         else:
             kept |= set(segment.inputs)
-            inside = set().union(*(chain.items[j].saves for j in range(i, segment.stop)))
-            figure = (chain.bytes_of(kept) + chain.bytes_of(inside - kept)
-                      + max(transients[i:segment.stop]))
-            grad = grad_after[segment.stop]
+            # recomputed, then freed item by item as backward goes from the last item back
+            inside: set[int] = set()
+            figure = grad = 0
+            for j in range(i, segment.stop):
+                inside |= chain.items[j].saves
+                here = chain.bytes_of(kept | inside) + transients[j]
+                if here + grad_after[j + 1] > figure + grad:
+                    figure, grad = here, grad_after[j + 1]
             seconds += segment.seconds
             i = segment.stop
         activation_peak = max(activation_peak, figure)
@@ -146,9 +151,13 @@ class ChainCosts:
         return peak
 
     def recompute_bytes(self, segment: SegmentCost) -> int:
-        """Bytes alive while a checkpointed segment runs its backward (recomputed + transient)."""
-        inside = range(segment.start, segment.stop)
-        return sum(self.keep[j] for j in inside) + max(self.transient[j] for j in inside)
+        """Most bytes alive, beyond what was kept before it, while a checkpointed segment
+        runs its backward: recomputed, then freed item by item from the last one back."""
+        inside = total = 0
+        for j in range(segment.start, segment.stop):
+            inside += self.keep[j]
+            total = max(total, inside + self.transient[j])
+        return total
 
 
 def chain_costs(chain: Chain) -> ChainCosts:
