@@ -21,6 +21,6 @@ from .errors import ConfigError, DataNotFoundError, EnvironmentProblem, MMDropIT
 
 __version__ = '0.1.0'
 
-__all__ = ['CheckpointPlan', 'audit', 'from_dropit', 'plan_checkpoints', 'to_dropit', 'ConfigError', 'DataNotFoundError',
-           'EnvironmentProblem', 'MMDropITError',
+__all__ = ['CheckpointPlan', 'audit', 'from_dropit', 'plan_checkpoints', 'to_dropit',
+           'ConfigError', 'DataNotFoundError', 'EnvironmentProblem', 'MMDropITError',
            '__version__', 'engine']

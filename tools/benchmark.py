@@ -32,10 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mmdropit import ConfigError
 from mmdropit.checkpoint import CheckpointPlan, plan_checkpoints
 from mmdropit.dropit import from_dropit, to_dropit
 from mmdropit.memory import (BASELINE, VARIANTS, Measurement, Workload, benchmark_workload,
-                             compare, markdown_table, plot_ratios, register_variant, write_json)
+                             compare, markdown_table, plot_ratios, plot_tradeoff,
+                             register_variant, write_json)
 
 DEFAULT_OUT = 'work_dirs/benchmark'
 QUICK_MODELS = ('deit_tiny', 'resnet50')
@@ -211,7 +213,10 @@ def _checkpoint_plan(budget: float | None, with_dropit: bool = False):
         key = (id(work.model), f'{budget}-{with_dropit}')
         try:
             if key not in _PLANS:
-                _PLANS[key] = plan_checkpoints(work.model, work.loss, budget)
+                try:
+                    _PLANS[key] = plan_checkpoints(work.model, work.loss, budget)
+                except ConfigError as error:  # a budget below the least reachable peak
+                    raise RuntimeError(str(error)) from error
                 print(f'  {work.name}: {_PLANS[key]}'.replace('\n', '\n  '), flush=True)
             _PLANS[key].apply(work.model)
             yield
@@ -226,6 +231,90 @@ def _checkpoint_plan(budget: float | None, with_dropit: bool = False):
 register_variant('ckpt-plan-min', prepare=_checkpoint_plan(None))
 register_variant('ckpt-plan-0.5', prepare=_checkpoint_plan(0.5))
 register_variant('dropit+ckpt-plan-min', prepare=_checkpoint_plan(None, with_dropit=True))
+
+
+# ----------------------------------------------------------------------------------------------
+# The memory-vs-time curve (--curve): the planner at several budgets, and hand-made plans.
+# ----------------------------------------------------------------------------------------------
+
+CURVE_BUDGETS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+CURVE_VARIANTS = ('grad-ckpt', 'ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc', 'ckpt-plan-min',
+                  *(f'ckpt-budget-{budget}' for budget in CURVE_BUDGETS))
+
+
+def _block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
+    """The outermost ``nn.Sequential`` modules made of two or more blocks of one class (timm's
+    ``blocks``, ResNet stages ``layer1``..``layer4``, mmdet's ``ResLayer``)."""
+    found: list[tuple[str, nn.Sequential]] = []
+    for name, module in model.named_modules():
+        children = list(module.children())
+        if (isinstance(module, nn.Sequential) and len(children) >= 2
+                and len({type(child) for child in children}) == 1
+                and any(True for _ in children[0].parameters())
+                and not any(name.startswith(f'{outer}.') for outer, _ in found)):
+            found.append((name, module))
+    return found
+
+
+@contextlib.contextmanager
+def _mmengine_checkpointing(work: Workload) -> Iterator[None]:
+    """MMEngine's own ``activation_checkpointing`` (reentrant checkpoint per listed module),
+    listing every block of every block sequence."""
+    from mmengine.runner.activation_checkpointing import turn_on_activation_checkpointing
+
+    names = [f'{name}.{index}' if name else str(index)
+             for name, sequence in _block_sequences(work.model) for index in range(len(sequence))]
+    turn_on_activation_checkpointing(work.model, names)
+    modules = dict(work.model.named_modules())
+    try:
+        yield
+    finally:
+        for name in names:
+            del modules[name].forward  # the instance attribute MMEngine set
+
+
+@contextlib.contextmanager
+def _uniform_sqrt(work: Workload) -> Iterator[None]:
+    """Checkpoints of about sqrt(n) consecutive blocks (n blocks in all), within each block
+    sequence."""
+    sequences = _block_sequences(work.model)
+    length = max(1, round(sum(len(seq) for _, seq in sequences) ** 0.5))
+    targets = [['run', name, start, min(start + length, len(seq)) - 1]
+               for name, seq in sequences for start in range(0, len(seq), length)]
+    plan = CheckpointPlan(targets=[t if t[2] < t[3] else ['module', f'{t[1]}.{t[2]}']
+                                   for t in targets])
+    plan.apply(work.model)
+    try:
+        yield
+    finally:
+        plan.remove(work.model)
+
+
+def _ogc_plan(work: Workload):
+    key = (id(work.model), 'ogc')
+    if key not in _PLANS:
+        _PLANS[key] = plan_checkpoints(work.model, work.loss, objective='ogc')
+    return _PLANS[key]
+
+
+@contextlib.contextmanager
+def _ogc(work: Workload) -> Iterator[None]:
+    plan = _ogc_plan(work)
+    plan.apply(work.model)
+    try:
+        yield
+    finally:
+        plan.remove(work.model)
+
+
+register_variant('ckpt-mmengine', prepare=_mmengine_checkpointing)
+register_variant('ckpt-sqrt', prepare=_uniform_sqrt)
+register_variant('ckpt-ogc', prepare=_ogc)
+for _budget in CURVE_BUDGETS:
+    register_variant(f'ckpt-budget-{_budget}', prepare=_checkpoint_plan(_budget))
+CURVE_ONLY = ('ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc',
+              *(f'ckpt-budget-{budget}' for budget in CURVE_BUDGETS))
+DEFAULT_VARIANTS = tuple(name for name in VARIANTS if name not in (BASELINE, *CURVE_ONLY))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,8 +337,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--config', action='append', default=[],
                         help='also measure the model of this MMEngine config on the first batch '
                         'of its train dataloader (repeatable)')
-    parser.add_argument('--variants', default=','.join(VARIANTS),
-                        help=f'comma list from {", ".join(VARIANTS)} (the baseline is always run)')
+    parser.add_argument('--variants', default=','.join(DEFAULT_VARIANTS),
+                        help=f'comma list from {", ".join(VARIANTS)} (the baseline is always run; '
+                        f'default: {", ".join(DEFAULT_VARIANTS)})')
+    parser.add_argument('--curve', action='store_true',
+                        help='measure the memory-vs-time curve of checkpointing instead: '
+                        f'{", ".join(CURVE_VARIANTS)}; also writes checkpoint_curve.png')
     parser.add_argument('--batch-size', type=int,
                         help='images per step for the classification models (default 16)')
     parser.add_argument('--det-batch-size', type=int, default=2,
@@ -271,7 +364,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     missing = [path for path in args.config if not os.path.isfile(path)]
     if missing:
         raise SystemExit(f'config file(s) not found: {", ".join(missing)}')
-    args.variants = _names(args.variants, VARIANTS, 'variant')
+    args.variants = list(CURVE_VARIANTS) if args.curve else _names(args.variants, VARIANTS,
+                                                                    'variant')
     if args.batch_size is None:
         args.batch_size = QUICK_BATCH_SIZE if args.quick else 16
     if args.steps is None:
@@ -351,6 +445,10 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
     _write_markdown(out / 'benchmark.md', table, meta)
     write_json(measurements, out / 'benchmark.json', BASELINE, meta)
     plot_ratios(measurements, out / 'benchmark.png', BASELINE)
+    if args.curve:
+        plot_tradeoff(measurements, out / 'checkpoint_curve.png', BASELINE,
+                      curve=('ckpt-plan-min', *(f'ckpt-budget-{b}' for b in CURVE_BUDGETS)))
+        print(f'wrote {out / "checkpoint_curve.png"}')
     print()
     print(table, end='')
     print(f'\nwrote {out / "benchmark.md"}, {out / "benchmark.json"}, {out / "benchmark.png"}')

@@ -28,7 +28,9 @@ from .budget import Budget, parse_budget, resolve_budget
 from .chain import DEFAULT_GRANULARITY, Chain, build_chain
 from .cost import Prediction, chain_costs, predict
 from .record import record_step
-from .solver import least_peak, least_time
+from .solver import least_ogc_cost, least_peak, least_time
+
+OBJECTIVES = ('peak', 'ogc')
 
 
 def _mib(nbytes: int) -> str:
@@ -119,9 +121,12 @@ class CheckpointPlan:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def plan_for_chain(chain: Chain, budget: Budget = None) -> CheckpointPlan:
+def plan_for_chain(chain: Chain, budget: Budget = None,
+                   objective: str = 'peak') -> CheckpointPlan:
     """Search the plan for a recorded chain (see :func:`plan_checkpoints`)."""
     budget = parse_budget(budget)
+    if objective not in OBJECTIVES:
+        raise ConfigError(f'unknown checkpoint objective {objective!r}: use one of {OBJECTIVES}')
     costs = chain_costs(chain)
     baseline = predict(chain, [])
     plan = CheckpointPlan(budget=budget, baseline=baseline, planned=baseline,
@@ -136,6 +141,11 @@ def plan_for_chain(chain: Chain, budget: Budget = None) -> CheckpointPlan:
     def segments_of(chosen):
         return [chain.segments[index_of[id(cost)]] for cost in chosen]
 
+    if objective == 'ogc':
+        segments = segments_of(least_ogc_cost(costs))
+        plan.targets = [list(s.target) for s in segments]
+        plan.planned = predict(chain, segments)
+        return plan
     floor = least_peak(costs)
     limit = resolve_budget(budget, costs.peak([]))
     if limit is None:
@@ -155,7 +165,8 @@ def plan_for_chain(chain: Chain, budget: Budget = None) -> CheckpointPlan:
 
 
 def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budget | str = None,
-                     granularity: int = DEFAULT_GRANULARITY) -> CheckpointPlan:
+                     granularity: int = DEFAULT_GRANULARITY,
+                     objective: str = 'peak') -> CheckpointPlan:
     """Record one forward pass of ``step`` and find the checkpoint plan for ``budget``.
 
     Args:
@@ -167,6 +178,9 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
             as ``0.5``; or a size such as ``'4GB'``.
         granularity: Module calls saving more than ``1 / granularity`` of the step's bytes are
             split into their children (finer plans, longer search).
+        objective: ``'peak'`` (the predicted peak of the step, the default) or ``'ogc'``
+            (Feng & Huang's objective, bytes kept plus the largest piece; ``budget`` is then
+            ignored), for comparison.
 
     Returns:
         The plan (not yet applied: call ``plan.apply(model)``).
@@ -181,6 +195,6 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
         raise ConfigError('the model already has checkpoints from a plan; call '
                           'plan.remove(model) before planning again')
     chain = build_chain(record_step(model, step), model, granularity)
-    plan = plan_for_chain(chain, budget)
+    plan = plan_for_chain(chain, budget, objective)
     plan.planning_seconds = time.perf_counter() - started
     return plan

@@ -9,6 +9,8 @@ last piece was a checkpoint; every later peak only grows with the bytes kept so 
 - :func:`least_peak` is the smallest ``limit`` that fits (bisection over bytes).
 - :func:`least_time` finds the plan with the least recompute time whose peak is within
   ``limit``: at each boundary it keeps the Pareto front of (bytes kept, seconds) pairs.
+- :func:`least_ogc_cost` minimises the objective of Feng & Huang instead (all bytes kept plus
+  the largest single piece), for comparison in the benchmark.
 
 This is the chain search of Feng & Huang (CVPR'21, "Optimal Gradient Checkpoint Search for
 Arbitrary Computation Graphs") with their objective (checkpoints plus the largest segment)
@@ -111,3 +113,49 @@ def _add_to_front(front: list, kept: int, seconds: float, plan: tuple) -> None:
             return
     front[:] = [entry for entry in front if not (kept <= entry[0] and seconds <= entry[1])]
     front.append((kept, seconds, plan))
+
+
+def ogc_cost(costs: ChainCosts, plan: list[SegmentCost]) -> int:
+    """Feng & Huang's objective for a plan: bytes kept in all plus the largest piece (the
+    recompute buffer of a segment, or the transient of an item that is not checkpointed)."""
+    by_start = {s.start: s for s in plan}
+    kept = largest = 0
+    after_cut = False
+    i = 0
+    while i < len(costs.keep):
+        segment = by_start.get(i)
+        if segment is None:
+            kept += costs.keep_after_cut[i] if after_cut else costs.keep[i]
+            largest = max(largest, costs.transient[i])
+            after_cut, i = False, i + 1
+        else:
+            kept += segment.inputs_after_cut if after_cut else segment.inputs
+            largest = max(largest, costs.recompute_bytes(segment))
+            after_cut, i = True, segment.stop
+    return kept + largest
+
+
+def least_ogc_cost(costs: ChainCosts) -> list[SegmentCost]:
+    """The plan with the least :func:`ogc_cost` (exact: for each candidate largest piece, the
+    plan keeping the fewest bytes with no larger piece)."""
+    starts = _starts(costs)
+    pieces = sorted({*costs.transient, *(costs.recompute_bytes(s) for s in costs.segments)})
+    best: tuple[int, list[SegmentCost]] | None = None
+    n = len(costs.keep)
+    for largest in pieces:
+        fewest: dict[_State, tuple[int, tuple[SegmentCost, ...]]] = {(0, False): (0, ())}
+        for i in range(n):
+            for after_cut in (False, True):
+                if (i, after_cut) not in fewest:
+                    continue
+                kept, plan = fewest[(i, after_cut)]
+                for segment, state, new_kept, _ in _moves(costs, starts, i, after_cut, kept):
+                    piece = costs.recompute_bytes(segment) if segment else costs.transient[i]
+                    if piece <= largest and new_kept < fewest.get(state, (new_kept + 1,))[0]:
+                        fewest[state] = (new_kept, plan + (segment,) if segment else plan)
+        finals = [fewest[s] for s in ((n, False), (n, True)) if s in fewest]
+        if finals:
+            kept, plan = min(finals, key=lambda entry: entry[0])
+            if best is None or kept + largest < best[0]:
+                best = (kept + largest, list(plan))
+    return best[1] if best else []

@@ -11,7 +11,7 @@ Example:
     6144
 """
 from .peak import CATEGORIES, StepPeak, StepPeakMeter
-from .plot import plot_ratios
+from .plot import plot_ratios, plot_tradeoff
 from .report import Measurement, compare, markdown_table, write_json
 from .saved import SavedActivations, SavedTensorMeter, measure_saved_activations
 from .step_benchmark import benchmark_workload
@@ -20,6 +20,7 @@ from .variants import BASELINE, VARIANTS, Variant, Workload, register_variant
 __all__ = [
     'BASELINE', 'CATEGORIES', 'Measurement', 'SavedActivations', 'SavedTensorMeter', 'StepPeak',
     'StepPeakMeter', 'VARIANTS', 'Variant', 'Workload', 'benchmark_workload', 'compare',
-    'markdown_table', 'measure_saved_activations', 'plot_ratios', 'register_variant',
+    'markdown_table', 'measure_saved_activations', 'plot_ratios', 'plot_tradeoff',
+    'register_variant',
     'write_json',
 ]

@@ -1,4 +1,5 @@
-"""A PNG of grouped bars: each variant's ratios to the baseline, per model and per metric."""
+"""PNG plots of benchmark results: grouped bars of ratios to the baseline, and memory-vs-time
+trade-off curves."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -66,3 +67,59 @@ def plot_ratios(measurements: Sequence[Measurement], path: str | Path,
     path = Path(path)
     figure.savefig(path, dpi=120)
     return path
+
+
+def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
+                  baseline: str = 'baseline', curve: Sequence[str] = ()) -> Path:
+    """Draw activation peak against step time (both as ratios to the baseline), one panel per
+    model: the variants named in ``curve`` joined as a line (by memory), every other
+    variant as a labelled point.
+
+    Args:
+        measurements: The measurements to draw.
+        path: The PNG file to write; its folder must exist.
+        baseline: Name of the variant the ratios divide by (the point at (1, 1)).
+        curve: Variants that form the curve (e.g. the planner at several budgets).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Example:
+        >>> import tempfile
+        >>> from mmdropit.memory import SavedActivations, StepPeak
+        >>> rows = [Measurement('m', name, SavedActivations(8), StepPeak('cpu', 16, {}, peak),
+        ...                     time) for name, peak, time in
+        ...         [('baseline', 10, 1.0), ('b-0.5', 5, 1.1), ('b-0.3', 3, 1.3), ('x', 4, 1.4)]]
+        >>> path = Path(tempfile.mkdtemp()) / 'curve.png'
+        >>> plot_tradeoff(rows, path, curve=['b-0.5', 'b-0.3']).suffix
+        '.png'
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = [row for row in compare(measurements, baseline)
+            if row['activation_peak_ratio'] is not None and row['time_ratio'] is not None]
+    models = list(dict.fromkeys(row['model'] for row in rows))
+    figure = Figure(figsize=(5.5 * max(1, len(models)), 4.5), layout='constrained')
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, max(1, len(models)), squeeze=False)[0]
+    for ax, model in zip(axes, models):
+        mine = [row for row in rows if row['model'] == model]
+        line = sorted((row for row in mine if row['variant'] in curve),
+                      key=lambda row: row['activation_peak_ratio'])
+        if line:
+            ax.plot([r['time_ratio'] for r in line], [r['activation_peak_ratio'] for r in line],
+                    'o-', color='tab:blue', label='planner (budgets)')
+        for row in mine:
+            if row['variant'] in curve:
+                continue
+            ax.plot(row['time_ratio'], row['activation_peak_ratio'], 's', markersize=7)
+            ax.annotate(row['variant'], (row['time_ratio'], row['activation_peak_ratio']),
+                        textcoords='offset points', xytext=(5, 4), fontsize=8)
+        ax.set_title(model)
+        ax.set_xlabel('step time (x baseline)')
+        ax.set_ylabel('activation peak (x baseline)')
+        ax.grid(alpha=0.3)
+        ax.legend(loc='upper right', fontsize=8)
+    figure.savefig(path, dpi=110)
+    return Path(path)

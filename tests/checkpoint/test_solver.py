@@ -7,6 +7,7 @@ import random
 import pytest
 
 from mmdropit.checkpoint import ChainCosts, SegmentCost, fits, least_peak, least_time
+from mmdropit.checkpoint.solver import least_ogc_cost, ogc_cost
 
 
 def _random_costs(rng: random.Random, n: int) -> ChainCosts:
@@ -42,3 +43,11 @@ def test_least_peak_and_least_time_match_brute_force(seed):
         assert costs.peak(found) <= limit
         assert sum(s.seconds for s in found) == pytest.approx(best_time)
     assert least_time(costs, best_peak - 1) is None
+
+
+@pytest.mark.parametrize('seed', range(20))
+def test_least_ogc_cost_matches_brute_force(seed):
+    rng = random.Random(100 + seed)
+    costs = _random_costs(rng, rng.randint(2, 7))
+    best = min(ogc_cost(costs, plan) for plan in _disjoint_plans(costs.segments))
+    assert ogc_cost(costs, least_ogc_cost(costs)) == best

@@ -68,3 +68,22 @@ def test_unknown_config_is_one_line(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode != 0 and 'Traceback' not in run.stderr
     assert 'config file(s) not found: no/such.py' in run.stderr
+
+
+@pytest.mark.slow
+def test_checkpoint_curve_measures_the_planner_and_the_hand_made_plans(tmp_path):
+    out = tmp_path / 'curve'
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--quick', '--models', 'deit_tiny',
+         '--curve', '--out', str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {row['variant']: row for row in json.loads((out / 'benchmark.json').read_text())['rows']}
+    for name in ('grad-ckpt', 'ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc', 'ckpt-plan-min',
+                 'ckpt-budget-0.5'):
+        assert rows[name]['activation_peak_ratio'] < 1, name
+    least = rows['ckpt-plan-min']['activation_peak_ratio']
+    for name in ('grad-ckpt', 'ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc'):
+        assert least <= rows[name]['activation_peak_ratio'] * 1.05, name
+    assert rows['ckpt-budget-0.5']['activation_peak_ratio'] <= 0.55
+    assert (out / 'checkpoint_curve.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
