@@ -18,6 +18,27 @@ TINY_VIT_2_ITERS = [
     'train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=64',
     'val_dataloader.dataset.indices=100', 'default_hooks.logger.interval=1',
 ]
+TINY_VIT_DROPIT = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_mnist5k.py'
+
+
+def two_iteration_cfg(path: Path, work_dir: Path, *hooks: dict):
+    """The config at ``path`` cut to two training iterations (``TINY_VIT_2_ITERS``), logging
+    every iteration into ``work_dir``, with ``hooks`` appended to its custom hooks."""
+    from mmengine.config import Config
+
+    cfg = Config.fromfile(path)
+    cfg.train_cfg.max_epochs = 1
+    cfg.train_dataloader.dataset.indices = 64
+    cfg.val_dataloader.dataset.indices = 100
+    cfg.default_hooks.logger.interval = 1
+    cfg.custom_hooks = [*cfg.get('custom_hooks', []), *hooks]
+    cfg.work_dir = str(work_dir)
+    return cfg
+
+
+def log_text(work_dir: Path) -> str:
+    """Everything MMEngine logged under ``work_dir``."""
+    return '\n'.join(path.read_text() for path in work_dir.glob('*/*.log'))
 
 
 def run_tool(*args: str, env: dict | None = None, timeout: int = 600,

@@ -19,6 +19,7 @@ because the item after a checkpoint saves it too.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .chain import Chain, Segment
@@ -131,24 +132,31 @@ class ChainCosts:
     transient: list[int]
     segments: list[SegmentCost]
 
-    def peak(self, plan: list[SegmentCost]) -> int:
-        """Activation peak of a plan (disjoint segments) in this model."""
+    def pieces(self, plan: list[SegmentCost]) -> Iterator[tuple[int, int, int]]:
+        """Walk the chain under a plan (disjoint segments), one piece at a time: an item left
+        as it is, or a checkpointed segment. Yields ``(kept, added, local)``: bytes kept before
+        the piece, bytes the piece adds to them, and bytes alive only during its backward."""
         by_start = {s.start: s for s in plan}
-        kept = peak = 0
+        kept = 0
         after_cut = False
         i = 0
         while i < len(self.keep):
             segment = by_start.get(i)
             if segment is None:
-                kept += self.keep_after_cut[i] if after_cut else self.keep[i]
-                peak = max(peak, kept + self.transient[i])
+                added = self.keep_after_cut[i] if after_cut else self.keep[i]
+                local = self.transient[i]
                 after_cut, i = False, i + 1
             else:
-                inputs = segment.inputs_after_cut if after_cut else segment.inputs
-                peak = max(peak, kept + inputs + self.recompute_bytes(segment))
-                kept += inputs
+                added = segment.inputs_after_cut if after_cut else segment.inputs
+                local = self.recompute_bytes(segment)
                 after_cut, i = True, segment.stop
-        return peak
+            yield kept, added, local
+            kept += added
+
+    def peak(self, plan: list[SegmentCost]) -> int:
+        """Activation peak of a plan (disjoint segments) in this model."""
+        return max((kept + added + local for kept, added, local in self.pieces(plan)),
+                   default=0)
 
     def recompute_bytes(self, segment: SegmentCost) -> int:
         """Most bytes alive, beyond what was kept before it, while a checkpointed segment

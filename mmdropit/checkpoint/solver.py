@@ -118,21 +118,8 @@ def _add_to_front(front: list, kept: int, seconds: float, plan: tuple) -> None:
 def ogc_cost(costs: ChainCosts, plan: list[SegmentCost]) -> int:
     """Feng & Huang's objective for a plan: bytes kept in all plus the largest piece (the
     recompute buffer of a segment, or the transient of an item that is not checkpointed)."""
-    by_start = {s.start: s for s in plan}
-    kept = largest = 0
-    after_cut = False
-    i = 0
-    while i < len(costs.keep):
-        segment = by_start.get(i)
-        if segment is None:
-            kept += costs.keep_after_cut[i] if after_cut else costs.keep[i]
-            largest = max(largest, costs.transient[i])
-            after_cut, i = False, i + 1
-        else:
-            kept += segment.inputs_after_cut if after_cut else segment.inputs
-            largest = max(largest, costs.recompute_bytes(segment))
-            after_cut, i = True, segment.stop
-    return kept + largest
+    pieces = list(costs.pieces(plan))
+    return sum(added for _, added, _ in pieces) + max((local for _, _, local in pieces), default=0)
 
 
 def least_ogc_cost(costs: ChainCosts) -> list[SegmentCost]:

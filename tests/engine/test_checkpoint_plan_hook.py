@@ -3,46 +3,28 @@ DropIT together, bad budgets, and a model that cannot be planned."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
-from mmengine.config import Config
 from mmengine.runner import Runner
 
 import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.engine.hooks import CheckpointPlanHook
-from tests.conftest import ROOT, TINY_VIT, TINY_VIT_2_ITERS, run_dist_train, run_tool
-
-TINY_VIT_DROPIT = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_mnist5k.py'
-
-
-def _two_iteration_cfg(path: Path, work_dir: Path, *hooks: dict) -> Config:
-    cfg = Config.fromfile(path)
-    cfg.train_cfg.max_epochs = 1
-    cfg.train_dataloader.dataset.indices = 64
-    cfg.val_dataloader.dataset.indices = 100
-    cfg.default_hooks.logger.interval = 1
-    cfg.custom_hooks = [*cfg.get('custom_hooks', []), *hooks]
-    cfg.work_dir = str(work_dir)
-    return cfg
-
-
-def _log_text(work_dir: Path) -> str:
-    return '\n'.join(path.read_text() for path in work_dir.glob('*/*.log'))
+from tests.conftest import (TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, log_text, run_dist_train,
+                            run_tool, two_iteration_cfg)
 
 
 def test_hook_plans_logs_writes_and_applies_with_dropit(tmp_path):
-    cfg = _two_iteration_cfg(TINY_VIT_DROPIT, tmp_path,
+    cfg = two_iteration_cfg(TINY_VIT_DROPIT, tmp_path,
                              dict(type='CheckpointPlanHook', budget=None, granularity=8))
     runner = Runner.from_cfg(cfg)
     runner.train()
     model = runner.model
     checkpointed = [name for name, m in model.named_modules() if is_checkpointed(m)]
     assert checkpointed and all(name.startswith('model.blocks') for name in checkpointed)
-    log = _log_text(tmp_path)
+    log = log_text(tmp_path)
     assert 'Checkpoint plan (' in log and 'predicted activation peak' in log
     assert 'for inputs 32x1x128x128' in log
     plan = json.loads((tmp_path / 'checkpoint_plan_32x1x128x128.json').read_text())
@@ -69,12 +51,12 @@ def test_a_model_that_cannot_be_planned_warns_and_trains(tmp_path, monkeypatch):
         raise RuntimeError('cannot record this forward')
 
     monkeypatch.setattr(module, 'plan_checkpoints', broken)
-    cfg = _two_iteration_cfg(TINY_VIT, tmp_path, dict(type='CheckpointPlanHook'))
+    cfg = two_iteration_cfg(TINY_VIT, tmp_path, dict(type='CheckpointPlanHook'))
     runner = Runner.from_cfg(cfg)
     runner.train()
     assert runner.iter == 2
     assert 'cannot be planned for inputs 32x1x128x128 (RuntimeError: cannot record this ' \
-           'forward); training continues without a checkpoint plan' in _log_text(tmp_path)
+           'forward); training continues without a checkpoint plan' in log_text(tmp_path)
     assert not any(is_checkpointed(m) for m in runner.model.modules())
 
 

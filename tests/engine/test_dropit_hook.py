@@ -2,38 +2,21 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
-from mmengine.config import Config
 from mmengine.runner import Runner
 
 import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.dropit import dropit_layers, is_converted
 from mmdropit.engine.hooks import DropITHook
-from tests.conftest import ROOT, TINY_VIT, TINY_VIT_2_ITERS, run_dist_train, run_tool
-
-TINY_VIT_DROPIT = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_mnist5k.py'
-
-
-def _two_iteration_cfg(path: Path, work_dir: Path) -> Config:
-    cfg = Config.fromfile(path)
-    cfg.train_cfg.max_epochs = 1
-    cfg.train_dataloader.dataset.indices = 64
-    cfg.val_dataloader.dataset.indices = 100
-    cfg.default_hooks.logger.interval = 1
-    cfg.work_dir = str(work_dir)
-    return cfg
-
-
-def _log_text(work_dir: Path) -> str:
-    return '\n'.join(path.read_text() for path in work_dir.glob('*/*.log'))
+from tests.conftest import (TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, log_text, run_dist_train,
+                            run_tool, two_iteration_cfg)
 
 
 def test_hook_converts_logs_and_audits_in_a_runner(tmp_path):
-    cfg = _two_iteration_cfg(TINY_VIT_DROPIT, tmp_path)
+    cfg = two_iteration_cfg(TINY_VIT_DROPIT, tmp_path)
     cfg.custom_hooks.append(dict(type='EMAHook'))
     runner = Runner.from_cfg(cfg)
     runner.train()
@@ -41,7 +24,7 @@ def test_hook_converts_logs_and_audits_in_a_runner(tmp_path):
     assert len(layers) == 4 * 4  # qkv, proj, fc1, fc2 in each of the 4 blocks
     ema_model = [h for h in runner.hooks if type(h).__name__ == 'EMAHook'][0].ema_model
     assert len(dropit_layers(ema_model.module)) == 16
-    log = _log_text(tmp_path)
+    log = log_text(tmp_path)
     assert 'DropIT on 16 layers' in log and 'patch_embed.proj' in log
     ratios = [float(v) for v in re.findall(r'dropit_keep_ratio: ([0-9.]+)', log)]
     assert len(ratios) == 2 and all(abs(r - 0.1) < 0.01 for r in ratios)
@@ -52,8 +35,8 @@ def test_hook_converts_logs_and_audits_in_a_runner(tmp_path):
 
 def test_checkpoints_cross_load_with_and_without_dropit(tmp_path):
     dropit_dir, plain_dir = tmp_path / 'dropit', tmp_path / 'plain'
-    Runner.from_cfg(_two_iteration_cfg(TINY_VIT_DROPIT, dropit_dir)).train()
-    plain_cfg = _two_iteration_cfg(TINY_VIT, plain_dir)
+    Runner.from_cfg(two_iteration_cfg(TINY_VIT_DROPIT, dropit_dir)).train()
+    plain_cfg = two_iteration_cfg(TINY_VIT, plain_dir)
     plain_cfg.train_cfg.max_epochs = 2
     plain_cfg.load_from = str(dropit_dir / 'epoch_1.pth')
     plain_cfg.resume = True
@@ -61,14 +44,14 @@ def test_checkpoints_cross_load_with_and_without_dropit(tmp_path):
     plain.train()  # a DropIT checkpoint resumes without DropIT
     assert plain.iter == 4 and not any(is_converted(m) for m in plain.model.modules())
 
-    again_cfg = _two_iteration_cfg(TINY_VIT_DROPIT, tmp_path / 'again')
+    again_cfg = two_iteration_cfg(TINY_VIT_DROPIT, tmp_path / 'again')
     again_cfg.train_cfg.max_epochs = 3
     again_cfg.load_from = str(plain_dir / 'epoch_2.pth')
     again_cfg.resume = True
     again = Runner.from_cfg(again_cfg)
     again.train()  # and a plain checkpoint resumes with DropIT
     assert again.iter == 6
-    assert 'trained without DropIT' in _log_text(tmp_path / 'again')
+    assert 'trained without DropIT' in log_text(tmp_path / 'again')
 
 
 @pytest.mark.parametrize('kwargs,message', [
