@@ -157,6 +157,7 @@ MODELS: dict[str, Callable[[str, int, torch.device], Workload]] = {
     'deit_small': _timm_builder('deit_small_patch16_224'),
     'deit_base': _timm_builder('deit_base_patch16_224'),
     'resnet50': _timm_builder('resnet50'),
+    'densenet121': _timm_builder('densenet121'),
     'faster_rcnn': _build_faster_rcnn,
 }
 DETECTION_MODELS = ('faster_rcnn',)
