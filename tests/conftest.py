@@ -19,6 +19,8 @@ TINY_VIT_2_ITERS = [
     'val_dataloader.dataset.indices=100', 'default_hooks.logger.interval=1',
 ]
 TINY_VIT_DROPIT = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_mnist5k.py'
+# Config lines that switch a config to FlexibleRunner with DDP (append to a config file).
+FLEXIBLE_RUNNER = "runner_type = 'FlexibleRunner'\nstrategy = dict(type='DDPStrategy')\n"
 
 
 def two_iteration_cfg(path: Path, work_dir: Path, *hooks: dict):

@@ -81,7 +81,8 @@ class CheckpointPlan:
         return model
 
     def __str__(self) -> str:
-        lines = [f'Checkpoint plan ({len(self.targets)} checkpoints, budget '
+        count = len(self.targets)
+        lines = [f'Checkpoint plan ({count} checkpoint{"" if count == 1 else "s"}, budget '
                  f'{"least memory" if self.budget is None else self.budget}):']
         for target in self.targets:
             if target[0] == 'module':
@@ -90,12 +91,12 @@ class CheckpointPlan:
                 lines.append(f'  checkpoint {target[1]}[{target[2]}:{target[3] + 1}]')
         if self.baseline and self.planned:
             base, plan = self.baseline, self.planned
-            extra = plan.recompute_seconds / max(3 * self.forward_seconds, 1e-9)
+            share = plan.recompute_seconds / max(self.forward_seconds, 1e-9)
             lines.append(f'  predicted activation peak {_mib(plan.activation_peak)} '
                          f'({plan.activation_peak / max(base.activation_peak, 1):.2f} of '
                          f'{_mib(base.activation_peak)} unplanned), recompute '
-                         f'{plan.recompute_seconds:.3f} s per step (about +{extra:.0%} time); '
-                         f'planned in {self.planning_seconds:.1f} s')
+                         f'{plan.recompute_seconds:.3f} s per step ({share:.2f} of the forward '
+                         f'pass); planned in {self.planning_seconds:.1f} s')
         return '\n'.join(lines)
 
     def to_dict(self) -> dict:

@@ -12,8 +12,8 @@ import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.engine.hooks import CheckpointPlanHook
-from tests.conftest import (TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, log_text, run_dist_train,
-                            run_tool, two_iteration_cfg)
+from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, log_text,
+                            run_dist_train, run_tool, two_iteration_cfg)
 
 
 def test_hook_plans_logs_writes_and_applies_with_dropit(tmp_path):
@@ -81,14 +81,16 @@ def test_impossible_budget_is_one_line_through_train_py(tmp_path):
     assert 'below what any plan reaches: the least activation peak is about' in result.stderr
 
 
-def test_ddp_two_gloo_processes_share_one_plan_and_stay_in_sync(tmp_path):
+@pytest.mark.parametrize('runner', ['', FLEXIBLE_RUNNER], ids=['Runner', 'FlexibleRunner'])
+def test_ddp_two_gloo_processes_share_one_plan_and_stay_in_sync(tmp_path, runner):
     config = tmp_path / 'config.py'
     config.write_text(
         f"_base_ = r'{TINY_VIT_DROPIT}'\n"
         "custom_imports = dict(imports=['mmdropit', 'tests.helpers.rank_state_hook'], "
         "allow_failed_imports=False)\n"
         "custom_hooks = [dict(type='DropITHook', gamma=0.9), "
-        "dict(type='CheckpointPlanHook', budget=0.6), dict(type='SaveRankStateHook')]\n")
+        "dict(type='CheckpointPlanHook', budget=0.6), dict(type='SaveRankStateHook')]\n"
+        + runner)
     result = run_dist_train(str(config), 2, '--work-dir', str(tmp_path), '--cfg-options',
                             *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16')
     log = result.stdout + result.stderr

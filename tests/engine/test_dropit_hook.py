@@ -11,8 +11,8 @@ import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.dropit import dropit_layers, is_converted
 from mmdropit.engine.hooks import DropITHook
-from tests.conftest import (TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, log_text, run_dist_train,
-                            run_tool, two_iteration_cfg)
+from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, log_text,
+                            run_dist_train, run_tool, two_iteration_cfg)
 
 
 def test_hook_converts_logs_and_audits_in_a_runner(tmp_path):
@@ -72,9 +72,6 @@ def test_bad_gamma_in_a_config_is_one_line_through_train_py(tmp_path):
     result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path), check=False)
     assert result.returncode != 0 and 'Traceback' not in result.stderr
     assert 'gamma must be a number in [0, 1)' in result.stderr
-
-
-FLEXIBLE_RUNNER = "runner_type = 'FlexibleRunner'\nstrategy = dict(type='DDPStrategy')\n"
 
 
 @pytest.mark.parametrize('runner', ['', FLEXIBLE_RUNNER], ids=['Runner', 'FlexibleRunner'])
