@@ -265,6 +265,8 @@ def _mmengine_checkpointing(work: Workload) -> Iterator[None]:
 
     names = [f'{name}.{index}' if name else str(index)
              for name, sequence in _block_sequences(work.model) for index in range(len(sequence))]
+    if not names:
+        raise RuntimeError('no nn.Sequential of blocks to list')
     turn_on_activation_checkpointing(work.model, names)
     modules = dict(work.model.named_modules())
     try:
@@ -279,6 +281,8 @@ def _uniform_sqrt(work: Workload) -> Iterator[None]:
     """Checkpoints of about sqrt(n) consecutive blocks (n blocks in all), within each block
     sequence."""
     sequences = _block_sequences(work.model)
+    if not sequences:
+        raise RuntimeError('no nn.Sequential of blocks to split')
     length = max(1, round(sum(len(seq) for _, seq in sequences) ** 0.5))
     targets = [['run', name, start, min(start + length, len(seq)) - 1]
                for name, seq in sequences for start in range(0, len(seq), length)]

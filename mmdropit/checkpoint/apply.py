@@ -6,9 +6,12 @@ for a subclass whose ``forward`` runs the original one under
 need not require grad, nested checkpoints and DDP work). A run of consecutive children of an
 ``nn.Sequential`` is checkpointed as one piece the same way, on the Sequential.
 
-During the recomputation (which runs inside backward) the BatchNorm layers of the recomputed
-part would update their running statistics a second time; their buffers are saved before and
-restored after it, so the statistics are those of one forward pass. The RNG state is restored
+Lists and dicts among the arguments are copied (same tensors) when the checkpoint is entered, so
+the recomputation sees them as they were even if the caller changes them later (DenseNet appends
+to the feature list it passes to each layer). During the recomputation (which runs inside
+backward) the BatchNorm layers of the recomputed part would update their running statistics a
+second time; their buffers are saved before and restored after it, so the statistics are those
+of one forward pass. The RNG state is restored
 before recomputing (``preserve_rng_state``), so dropout drops the same elements.
 Eval mode and ``torch.no_grad`` run the plain forward.
 
@@ -29,6 +32,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import checkpoint
 
 _CLASSES: dict[tuple[type, type], type] = {}
@@ -55,6 +59,9 @@ def _checkpointed(module: nn.Module, run: Callable, *args, **kwargs):
         with _statistics_kept(module):
             return run(*inner_args, **inner_kwargs)
 
+    # New lists / dicts around the same tensors: the recomputation must see the arguments as
+    # they were, even when the caller appends to a list it passed (DenseNet's feature list).
+    args, kwargs = tree_map(lambda leaf: leaf, (args, kwargs))
     return checkpoint(recomputable, *args, use_reentrant=False, **kwargs)
 
 

@@ -151,6 +151,15 @@ def test_timm_models_same_gradients_and_predicted_peak_close_to_measured(name, s
     _assert_same_step(model, plan, x, y)
 
 
+def test_densenet_layers_fed_a_growing_list_recompute_what_they_saw():
+    torch.manual_seed(0)
+    model = timm.create_model('densenet121', num_classes=5)
+    x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 5, (2,))
+    layers = [f'features.denseblock{block}.denselayer{layer}' for block in (1, 2)
+              for layer in (1, 2, 5)]
+    _assert_same_step(model, CheckpointPlan([['module', name] for name in layers]), x, y)
+
+
 def test_dropit_layers_are_planned_with_their_compact_bytes():
     torch.manual_seed(0)
     model = timm.create_model('deit_tiny_patch16_224', img_size=64, num_classes=5)
