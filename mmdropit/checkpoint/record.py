@@ -1,9 +1,10 @@
 """Record one real forward pass of a training step: module calls, saved bytes, time, hazards.
 
-The user's ``step()`` runs once, eagerly, as in training (so data-dependent Python, dict inputs,
-data samples and several outputs all work; nothing is traced). While it runs:
+The user's ``step()`` runs once to warm up and once recorded, eagerly, as in training (so
+data-dependent Python, dict inputs, data samples and several outputs all work; nothing is
+traced). While the recorded pass runs:
 
-- global module forward hooks follow which module of the model is executing, giving a tree of
+- module forward hooks follow which module of the model is executing, giving a tree of
   :class:`ModuleCall` records with their inclusive forward time and the storages of their tensor
   inputs and outputs;
 - :class:`torch.autograd.graph.saved_tensors_hooks` see every tensor autograd keeps for backward
@@ -224,31 +225,35 @@ def preserved_training_state(model: nn.Module) -> Iterator[None]:
                     buffer.copy_(value)
 
 
-def record_step(model: nn.Module, step: Callable[[], object]) -> StepRecord:
-    """Run ``step()`` (a forward pass of ``model`` returning the loss) once and record it.
+def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = True) -> StepRecord:
+    """Run ``step()`` (a forward pass of ``model`` returning the loss) and record it.
 
     Args:
         model: The model whose module calls become the units of a plan (unwrapped).
         step: Runs the forward pass as in training, e.g. ``lambda: model(x, mode='loss')``.
+        warmup: Run ``step()`` once more first, unrecorded, so the recorded times are those of
+            a warm forward pass (lazy initialisation and first allocations are left out).
 
     Returns:
         A :class:`StepRecord`; training state (buffers, RNG) is as it was before the call.
     """
     recorder = _Recorder(model)
-    handles = [
-        module.register_forward_pre_hook(recorder.pre_hook, with_kwargs=True)
-        for module in model.modules()
-    ] + [
-        module.register_forward_hook(recorder.post_hook, with_kwargs=True, always_call=True)
-        for module in model.modules()
-    ]
-    try:
-        with preserved_training_state(model), torch.enable_grad(), \
-                torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t):
-            started = recorder.now()
+    with preserved_training_state(model), torch.enable_grad():
+        if warmup:
             step()
-            recorder.calls[0].seconds = recorder.now() - started
-    finally:
-        for handle in handles:
-            handle.remove()
+        handles = [
+            module.register_forward_pre_hook(recorder.pre_hook, with_kwargs=True)
+            for module in model.modules()
+        ] + [
+            module.register_forward_hook(recorder.post_hook, with_kwargs=True, always_call=True)
+            for module in model.modules()
+        ]
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t):
+                started = recorder.now()
+                step()
+                recorder.calls[0].seconds = recorder.now() - started
+        finally:
+            for handle in handles:
+                handle.remove()
     return recorder.finish(model)

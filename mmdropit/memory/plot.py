@@ -120,6 +120,7 @@ def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
         ax.set_xlabel('step time (x baseline)')
         ax.set_ylabel('activation peak (x baseline)')
         ax.grid(alpha=0.3)
-        ax.legend(loc='upper right', fontsize=8)
+        if line:
+            ax.legend(loc='upper right', fontsize=8)
     figure.savefig(path, dpi=110)
     return Path(path)
