@@ -30,6 +30,11 @@ from .cost import Prediction, chain_costs, predict
 from .record import record_step
 from .solver import least_ogc_cost, least_peak, least_time
 
+TIME_RESOLUTION = 200
+"""Plans whose recompute times differ by less than the longest segment's / this are equally fast."""
+BISECTION_STEPS = 6
+"""Steps from the additive model's limit to the exact budget (the last one is within 1/64)."""
+
 OBJECTIVES = ('peak', 'ogc')
 
 
@@ -148,21 +153,45 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
         plan.planned = predict(chain, segments)
         return plan
     floor = least_peak(costs)
-    limit = resolve_budget(budget, costs.peak([]))
-    if limit is None:
-        limit = floor
-    elif limit < floor:
-        lowest = predict(chain, segments_of(least_time(costs, floor)))
+    least = segments_of(least_time(costs, floor, TIME_RESOLUTION))
+    lowest = predict(chain, least)
+    target = resolve_budget(budget, baseline.activation_peak)
+    if target is None:
+        chosen = least
+    elif lowest.activation_peak > target:
         raise ConfigError(
             f'checkpoint budget {budget!r} is below what any plan reaches: the least '
             f'activation peak is about {_mib(lowest.activation_peak)} '
             f'({lowest.activation_peak / max(baseline.activation_peak, 1):.2f} of the '
             f'unplanned {_mib(baseline.activation_peak)}); use a budget of at least that, '
             'or budget=None for the least memory')
-    segments = segments_of(least_time(costs, limit) or [])
-    plan.targets = [list(s.target) for s in segments]
-    plan.planned = predict(chain, segments)
+    else:
+        chosen = _fastest_fitting(chain, costs, floor, target, least, segments_of)
+    plan.targets = [list(s.target) for s in chosen]
+    plan.planned = predict(chain, chosen)
     return plan
+
+
+def _fastest_fitting(chain: Chain, costs, floor: int, target: int, least: list,
+                     segments_of: Callable) -> list:
+    """The fastest plan whose exact prediction fits ``target`` bytes.
+
+    The solver works on the additive model, whose bytes differ from the exact prediction where
+    storages are shared (DenseNet's features); so the additive limit is bisected until the exact
+    prediction of the solver's plan fits."""
+    if predict(chain, []).activation_peak <= target:
+        return []
+    best, low, high = least, floor, max(costs.peak([]), floor)
+    for _ in range(BISECTION_STEPS):  # the additive limit, to about 1/2**BISECTION_STEPS
+        middle = (low + high + 1) // 2
+        candidate = segments_of(least_time(costs, middle, TIME_RESOLUTION) or [])
+        if predict(chain, candidate).activation_peak <= target:
+            best, low = candidate, middle
+        else:
+            high = middle - 1
+        if low >= high:
+            break
+    return best
 
 
 def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budget | str = None,

@@ -83,10 +83,17 @@ def least_peak(costs: ChainCosts) -> int:
     return high
 
 
-def least_time(costs: ChainCosts, limit: int) -> list[SegmentCost] | None:
+def least_time(costs: ChainCosts, limit: int,
+               time_resolution: int | None = None) -> list[SegmentCost] | None:
     """The plan with the least recompute time whose peak is within ``limit`` (``None``: none).
 
-    Ties in time go to the plan that keeps fewer bytes."""
+    Ties in time go to the plan that keeps fewer bytes. With ``time_resolution``, plans whose
+    times differ by less than the longest segment's time / ``time_resolution`` count as equally
+    fast, which bounds the fronts of long chains with many segments (DenseNet); bytes stay
+    exact, so the peak limit is always honoured. ``None`` is exact.
+    """
+    longest = max((s.seconds for s in costs.segments), default=0.0)
+    slack = longest / time_resolution if time_resolution else 0.0
     starts = _starts(costs)
     n = len(costs.keep)
     # front[state]: list of (kept, seconds, plan) with no pair dominating another
@@ -100,16 +107,17 @@ def least_time(costs: ChainCosts, limit: int) -> list[SegmentCost] | None:
                         continue
                     new_seconds = seconds + (segment.seconds if segment else 0.0)
                     new_plan = plan + (segment,) if segment else plan
-                    _add_to_front(fronts.setdefault(state, []), new_kept, new_seconds, new_plan)
+                    _add_to_front(fronts.setdefault(state, []), new_kept, new_seconds, new_plan,
+                                  slack)
     finals = fronts.get((n, False), []) + fronts.get((n, True), [])
     if not finals:
         return None
     return list(min(finals, key=lambda entry: (entry[1], entry[0]))[2])
 
 
-def _add_to_front(front: list, kept: int, seconds: float, plan: tuple) -> None:
+def _add_to_front(front: list, kept: int, seconds: float, plan: tuple, slack: float) -> None:
     for other_kept, other_seconds, _ in front:
-        if other_kept <= kept and other_seconds <= seconds:
+        if other_kept <= kept and other_seconds <= seconds + slack:
             return
     front[:] = [entry for entry in front if not (kept <= entry[0] and seconds <= entry[1])]
     front.append((kept, seconds, plan))
