@@ -72,6 +72,32 @@ def run_dist_train(config: str, nproc: int, *args: str) -> subprocess.CompletedP
                     'bash', 'tools/dist_train.sh', config, str(nproc), *args, env=env)
 
 
+def train_on_two_ranks(work_dir: Path, hooks: str, runner: str = '') -> str:
+    """Train ``TINY_VIT_DROPIT`` for two iterations (batch 16 per rank) on two gloo processes with
+    the custom hooks ``hooks`` (config text) and ``SaveRankStateHook``; ``runner`` is appended
+    to the config (e.g. ``FLEXIBLE_RUNNER``). Returns the log."""
+    config = work_dir / 'config.py'
+    config.write_text(
+        f"_base_ = r'{TINY_VIT_DROPIT}'\n"
+        "custom_imports = dict(imports=['mmdropit', 'tests.helpers.rank_state_hook'], "
+        "allow_failed_imports=False)\n"
+        f"custom_hooks = [{hooks}, dict(type='SaveRankStateHook')]\n" + runner)
+    result = run_dist_train(str(config), 2, '--work-dir', str(work_dir), '--cfg-options',
+                            *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16')
+    return result.stdout + result.stderr
+
+
+def assert_ranks_identical(work_dir: Path) -> dict:
+    """Assert that the two ranks of :func:`train_on_two_ranks` ended with equal states; return
+    rank 0's final state."""
+    import torch
+
+    states = [torch.load(work_dir / f'rank{rank}_final.pt') for rank in (0, 1)]
+    for key, value in states[0].items():
+        assert torch.equal(value, states[1][key]), key
+    return states[0]
+
+
 def digit_coco_options(root: Path) -> list[str]:
     """``--cfg-options`` that point the digits detection configs at ``root``."""
     ann = root / 'annotations' / 'instances_val.json'

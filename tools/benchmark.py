@@ -206,24 +206,32 @@ register_variant('dropit-no-lean', prepare=_dropit('mink', lean_activations=Fals
 _PLANS: dict[tuple[int, str], CheckpointPlan] = {}
 
 
-def _checkpoint_plan(budget: float | None, with_dropit: bool = False):
+@contextlib.contextmanager
+def _applied(plan: CheckpointPlan, model: nn.Module) -> Iterator[None]:
+    plan.apply(model)
+    try:
+        yield
+    finally:
+        plan.remove(model)
+
+
+def _checkpoint_plan(budget: float | None, with_dropit: bool = False, objective: str = 'peak'):
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         if with_dropit:
             to_dropit(work.model, DROPIT_GAMMA, 'mink')
-        key = (id(work.model), f'{budget}-{with_dropit}')
+        key = (id(work.model), f'{budget}-{with_dropit}-{objective}')
         try:
             if key not in _PLANS:
                 try:
-                    _PLANS[key] = plan_checkpoints(work.model, work.loss, budget)
+                    _PLANS[key] = plan_checkpoints(work.model, work.loss, budget,
+                                                   objective=objective)
                 except ConfigError as error:  # a budget below the least reachable peak
                     raise RuntimeError(str(error)) from error
                 print(f'  {work.name}: {_PLANS[key]}'.replace('\n', '\n  '), flush=True)
-            _PLANS[key].apply(work.model)
-            yield
+            with _applied(_PLANS[key], work.model):
+                yield
         finally:
-            if key in _PLANS:
-                _PLANS[key].remove(work.model)
             if with_dropit:
                 from_dropit(work.model)
     return prepare
@@ -288,33 +296,13 @@ def _uniform_sqrt(work: Workload) -> Iterator[None]:
                for name, seq in sequences for start in range(0, len(seq), length)]
     plan = CheckpointPlan(targets=[t if t[2] < t[3] else ['module', f'{t[1]}.{t[2]}']
                                    for t in targets])
-    plan.apply(work.model)
-    try:
+    with _applied(plan, work.model):
         yield
-    finally:
-        plan.remove(work.model)
-
-
-def _ogc_plan(work: Workload):
-    key = (id(work.model), 'ogc')
-    if key not in _PLANS:
-        _PLANS[key] = plan_checkpoints(work.model, work.loss, objective='ogc')
-    return _PLANS[key]
-
-
-@contextlib.contextmanager
-def _ogc(work: Workload) -> Iterator[None]:
-    plan = _ogc_plan(work)
-    plan.apply(work.model)
-    try:
-        yield
-    finally:
-        plan.remove(work.model)
 
 
 register_variant('ckpt-mmengine', prepare=_mmengine_checkpointing)
 register_variant('ckpt-sqrt', prepare=_uniform_sqrt)
-register_variant('ckpt-ogc', prepare=_ogc)
+register_variant('ckpt-ogc', prepare=_checkpoint_plan(None, objective='ogc'))
 for _budget in CURVE_BUDGETS:
     register_variant(f'ckpt-budget-{_budget}', prepare=_checkpoint_plan(_budget))
 CURVE_ONLY = ('ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc',

@@ -35,6 +35,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import checkpoint
 
+from .restore import values_restored
+
 _CLASSES: dict[tuple[type, type], type] = {}
 
 
@@ -44,14 +46,9 @@ def _statistics_kept(module: nn.Module) -> Iterator[None]:
     if torch._C._current_graph_task_id() == -1:
         yield
         return
-    saved = [(b, b.clone()) for m in module.modules() if isinstance(m, _BatchNorm)
-             for b in m.buffers()]
-    try:
+    with values_restored(b for m in module.modules() if isinstance(m, _BatchNorm)
+                         for b in m.buffers()):
         yield
-    finally:
-        with torch.no_grad():
-            for buffer, value in saved:
-                buffer.copy_(value)
 
 
 def _checkpointed(module: nn.Module, run: Callable, *args, **kwargs):

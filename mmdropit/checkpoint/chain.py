@@ -81,7 +81,7 @@ class Chain:
         return sum(self.record.storage_bytes[sid] for sid in set(storage_ids))
 
 
-def _expandable(call: ModuleCall, record: StepRecord, threshold: float) -> bool:
+def _expandable(call: ModuleCall, threshold: float) -> bool:
     has_children = any(kind == 'call' for kind, _ in call.events)
     return has_children and (call.parent in (None, 0) or call.saved_bytes > threshold)
 
@@ -102,7 +102,7 @@ def build_chain(record: StepRecord, model: nn.Module,
     def visit(index: int) -> None:
         call = record.calls[index]
         start = len(items)
-        if not _expandable(call, record, threshold):
+        if not _expandable(call, threshold):
             owners = [c.index for c in record.subtree(index)]
             items.append(Item(index, False, record.saves_in(index), call.outputs, owners))
         else:
@@ -131,13 +131,13 @@ def build_chain(record: StepRecord, model: nn.Module,
         call = record.calls[index]
         if index == 0 or stop >= last or call.inplace_hazard or not call.needs_grad:
             continue
-        if record.times_called.get(call.name) == 1:
-            segments.append(Segment(start, stop, ('module', call.name), call.inputs, call.seconds))
+        if record.times_called.get(call.name) != 1:
+            continue
+        segments.append(Segment(start, stop, ('module', call.name), call.inputs, call.seconds))
         module = modules.get(call.name)
         expanded = stop - start > 1 or items[start].call != index
         if (expanded and isinstance(module, nn.Sequential)
-                and type(module).forward is nn.Sequential.forward
-                and record.times_called.get(call.name) == 1):
+                and type(module).forward is nn.Sequential.forward):
             segments.extend(_sequential_runs(call, record, ranges, last))
     segments.sort(key=lambda s: (s.start, s.stop))
     return Chain(items, segments, record)

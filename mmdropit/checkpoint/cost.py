@@ -46,9 +46,9 @@ class Prediction:
     recompute_seconds: float
 
 
-def _transients(chain: Chain) -> list[int]:
+def _transients(chain: Chain, grads: list[int]) -> list[int]:
     return [(0 if item.glue else TRANSIENT_FACTOR * chain.bytes_of(item.outputs)) + grad
-            for item, grad in zip(chain.items, _grad_bytes(chain))]
+            for item, grad in zip(chain.items, grads)]
 
 
 def _grad_bytes(chain: Chain) -> list[int]:
@@ -60,10 +60,10 @@ def _grad_bytes(chain: Chain) -> list[int]:
 def predict(chain: Chain, segments: list[Segment]) -> Prediction:
     """Predict the step under a plan that checkpoints ``segments`` (disjoint), exactly by storage.
 
-    Example:
-        >>> # see tests/checkpoint/test_cost.py for predictions checked against measured peaks
+    tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker.
     """
-    transients, grads = _transients(chain), _grad_bytes(chain)
+    grads = _grad_bytes(chain)
+    transients = _transients(chain, grads)
     grad_after = [0] * (len(chain.items) + 1)
     for i in reversed(range(len(chain.items))):
         grad_after[i] = grad_after[i + 1] + grads[i]
@@ -183,4 +183,4 @@ def chain_costs(chain: Chain) -> ChainCosts:
                             chain.bytes_of(set(s.inputs) - saved_before[s.start]),
                             chain.bytes_of(s.inputs), s.seconds)
                 for s in chain.segments]
-    return ChainCosts(keep, keep_after_cut, _transients(chain), segments)
+    return ChainCosts(keep, keep_after_cut, _transients(chain, _grad_bytes(chain)), segments)

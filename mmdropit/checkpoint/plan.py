@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpoint
 from .budget import Budget, parse_budget, resolve_budget
 from .chain import DEFAULT_GRANULARITY, Chain, build_chain
-from .cost import Prediction, chain_costs, predict
+from .cost import ChainCosts, Prediction, chain_costs, predict
 from .record import record_step
 from .solver import least_ogc_cost, least_peak, least_time
 
@@ -166,20 +166,20 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
             f'unplanned {_mib(baseline.activation_peak)}); use a budget of at least that, '
             'or budget=None for the least memory')
     else:
-        chosen = _fastest_fitting(chain, costs, floor, target, least, segments_of)
+        chosen = _fastest_fitting(chain, costs, floor, target, least, segments_of, baseline)
     plan.targets = [list(s.target) for s in chosen]
     plan.planned = predict(chain, chosen)
     return plan
 
 
-def _fastest_fitting(chain: Chain, costs, floor: int, target: int, least: list,
-                     segments_of: Callable) -> list:
+def _fastest_fitting(chain: Chain, costs: ChainCosts, floor: int, target: int, least: list,
+                     segments_of: Callable, baseline: Prediction) -> list:
     """The fastest plan whose exact prediction fits ``target`` bytes.
 
     The solver works on the additive model, whose bytes differ from the exact prediction where
     storages are shared (DenseNet's features); so the additive limit is bisected until the exact
     prediction of the solver's plan fits."""
-    if predict(chain, []).activation_peak <= target:
+    if baseline.activation_peak <= target:
         return []
     best, low, high = least, floor, max(costs.peak([]), floor)
     for _ in range(BISECTION_STEPS):  # the additive limit, to about 1/2**BISECTION_STEPS

@@ -39,6 +39,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from .restore import values_restored
+
 STEP = '<step>'
 """Name of the call that stands for the whole recorded step (its children are the top-level
 module calls)."""
@@ -214,15 +216,9 @@ def _param_grad_bytes(model: nn.Module) -> dict[str, int]:
 @contextlib.contextmanager
 def preserved_training_state(model: nn.Module) -> Iterator[None]:
     """Restore the model's buffers (e.g. BatchNorm statistics) and the RNG states on exit."""
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for buffer, value in buffers:
-                    buffer.copy_(value)
+    with torch.random.fork_rng(devices=devices), values_restored(model.buffers()):
+        yield
 
 
 def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = True) -> StepRecord:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from mmengine.runner import Runner
 
 import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.engine.hooks import CheckpointPlanHook
-from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, log_text,
-                            run_dist_train, run_tool, two_iteration_cfg)
+from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_DROPIT, assert_ranks_identical,
+                            log_text, run_tool, train_on_two_ranks, two_iteration_cfg)
 
 
 def test_hook_plans_logs_writes_and_applies_with_dropit(tmp_path):
@@ -83,19 +82,8 @@ def test_impossible_budget_is_one_line_through_train_py(tmp_path):
 
 @pytest.mark.parametrize('runner', ['', FLEXIBLE_RUNNER], ids=['Runner', 'FlexibleRunner'])
 def test_ddp_two_gloo_processes_share_one_plan_and_stay_in_sync(tmp_path, runner):
-    config = tmp_path / 'config.py'
-    config.write_text(
-        f"_base_ = r'{TINY_VIT_DROPIT}'\n"
-        "custom_imports = dict(imports=['mmdropit', 'tests.helpers.rank_state_hook'], "
-        "allow_failed_imports=False)\n"
-        "custom_hooks = [dict(type='DropITHook', gamma=0.9), "
-        "dict(type='CheckpointPlanHook', budget=0.6), dict(type='SaveRankStateHook')]\n"
-        + runner)
-    result = run_dist_train(str(config), 2, '--work-dir', str(tmp_path), '--cfg-options',
-                            *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16')
-    log = result.stdout + result.stderr
+    log = train_on_two_ranks(tmp_path, "dict(type='DropITHook', gamma=0.9), "
+                             "dict(type='CheckpointPlanHook', budget=0.6)", runner)
     assert 'Distributed training: True' in log and 'Checkpoint plan (' in log
-    states = [torch.load(tmp_path / f'rank{rank}_final.pt') for rank in (0, 1)]
-    for key, value in states[0].items():
-        assert torch.equal(value, states[1][key]), key
+    assert_ranks_identical(tmp_path)
     assert len(list(tmp_path.glob('checkpoint_plan_*.json'))) == 1

@@ -11,8 +11,8 @@ import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.dropit import dropit_layers, is_converted
 from mmdropit.engine.hooks import DropITHook
-from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, log_text,
-                            run_dist_train, run_tool, two_iteration_cfg)
+from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_DROPIT, assert_ranks_identical,
+                            log_text, run_tool, train_on_two_ranks, two_iteration_cfg)
 
 
 def test_hook_converts_logs_and_audits_in_a_runner(tmp_path):
@@ -76,21 +76,9 @@ def test_bad_gamma_in_a_config_is_one_line_through_train_py(tmp_path):
 
 @pytest.mark.parametrize('runner', ['', FLEXIBLE_RUNNER], ids=['Runner', 'FlexibleRunner'])
 def test_ddp_two_gloo_processes_stay_in_sync(tmp_path, runner):
-    config = tmp_path / 'config.py'
-    config.write_text(
-        f"_base_ = r'{TINY_VIT_DROPIT}'\n"
-        "custom_imports = dict(imports=['mmdropit', 'tests.helpers.rank_state_hook'], "
-        "allow_failed_imports=False)\n"
-        "custom_hooks = [dict(type='DropITHook', gamma=0.9, warmup_iters=2), "
-        "dict(type='SaveRankStateHook')]\n" + runner)
-    result = run_dist_train(str(config), 2, '--work-dir', str(tmp_path), '--cfg-options',
-                            *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16')
-    log = result.stdout + result.stderr
+    log = train_on_two_ranks(tmp_path, "dict(type='DropITHook', gamma=0.9, warmup_iters=2)",
+                             runner)
     assert 'Distributed training: True' in log and 'DropIT on 16 layers' in log
-    states = [torch.load(tmp_path / f'rank{rank}_final.pt') for rank in (0, 1)]
+    final = assert_ranks_identical(tmp_path)  # DDP kept the ranks identical
     initial = torch.load(tmp_path / 'rank0_initial.pt')
-    changed = 0
-    for key, value in states[0].items():
-        assert torch.equal(value, states[1][key]), key  # DDP kept the ranks identical
-        changed += not torch.equal(value, initial[key])
-    assert changed > 0  # and they did train
+    assert any(not torch.equal(value, initial[key]) for key, value in final.items())  # trained

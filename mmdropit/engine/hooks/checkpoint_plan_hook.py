@@ -91,7 +91,7 @@ class CheckpointPlanHook(Hook):
         if key == self.current:
             return
         model = unwrap(runner.model)
-        previous = self.plans.get(self.current) if self.current is not None else None
+        previous = self.plans.get(self.current)
         if previous is not None:
             previous.remove(model)  # plans are made, and applied, on the plain model
         if key not in self.plans:
