@@ -69,30 +69,26 @@ def predict(chain: Chain, segments: list[Segment]) -> Prediction:
         grad_after[i] = grad_after[i + 1] + grads[i]
     by_start = {s.start: s for s in segments}
     kept: set[int] = set()
-    activation_peak = step_peak = 0
+    moments: list[tuple[int, int]] = []  # (activation bytes, parameter-gradient bytes) alive
     seconds = 0.0
     i = 0
     while i < len(chain.items):
         segment = by_start.get(i)
         if segment is None:
             kept |= chain.items[i].saves
-            figure = chain.bytes_of(kept) + transients[i]
-            grad = grad_after[i + 1]
+            moments.append((chain.bytes_of(kept) + transients[i], grad_after[i + 1]))
             i += 1
         else:
             kept |= set(segment.inputs)
             # recomputed, then freed item by item as backward goes from the last item back
             inside: set[int] = set()
-            figure = grad = 0
             for j in range(i, segment.stop):
                 inside |= chain.items[j].saves
-                here = chain.bytes_of(kept | inside) + transients[j]
-                if here + grad_after[j + 1] > figure + grad:
-                    figure, grad = here, grad_after[j + 1]
+                moments.append((chain.bytes_of(kept | inside) + transients[j], grad_after[j + 1]))
             seconds += segment.seconds
             i = segment.stop
-        activation_peak = max(activation_peak, figure)
-        step_peak = max(step_peak, figure + grad)
+    activation_peak = max((active for active, _ in moments), default=0)
+    step_peak = max((active + grad for active, grad in moments), default=0)
     return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds)
 
 
