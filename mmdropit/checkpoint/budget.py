@@ -23,8 +23,12 @@ _HELP = ("a checkpoint budget is None (least memory), a fraction of the baseline
          "such as 0.5, or a size such as '4GB' or '512MiB'")
 
 
-def parse_budget(budget: object) -> Budget:
+def parse_budget(budget: object, what: str = _HELP) -> Budget:
     """Check ``budget`` and return it as ``None``, a fraction (float) or bytes (int).
+
+    Args:
+        budget: The value from the user.
+        what: What a valid budget is, for the error message.
 
     Raises:
         ConfigError: If it is none of those (e.g. ``'half'``, ``0``, ``1.5``, ``'4 parsecs'``).
@@ -32,14 +36,14 @@ def parse_budget(budget: object) -> Budget:
     if budget is None:
         return None
     if isinstance(budget, bool):
-        raise ConfigError(f'{_HELP}; got {budget!r}')
+        raise ConfigError(f'{what}; got {budget!r}')
     if isinstance(budget, float):
         if not 0 < budget <= 1:
-            raise ConfigError(f'{_HELP}; a fraction must lie in (0, 1], got {budget!r}')
+            raise ConfigError(f'{what}; a fraction must lie in (0, 1], got {budget!r}')
         return budget
     if isinstance(budget, int):
         if budget <= 0:
-            raise ConfigError(f'{_HELP}; got {budget!r}')
+            raise ConfigError(f'{what}; got {budget!r}')
         return budget
     if isinstance(budget, str):
         match = _SIZE.match(budget)
@@ -48,7 +52,7 @@ def parse_budget(budget: object) -> Budget:
             size = int(float(match.group(1)) * _UNITS[unit])
             if size > 0:
                 return size
-    raise ConfigError(f'{_HELP}; got {budget!r}')
+    raise ConfigError(f'{what}; got {budget!r}')
 
 
 def resolve_budget(budget: Budget, baseline_bytes: int) -> int | None:

@@ -8,6 +8,6 @@ from . import compat
 
 compat.install_all()
 
-from . import datasets, evaluation, hooks, models  # noqa: E402  (register after the shims)
+from . import datasets, evaluation, hooks, models, optim  # noqa: E402  (register after the shims)
 
-__all__ = ['compat', 'datasets', 'evaluation', 'hooks', 'models']
+__all__ = ['compat', 'datasets', 'evaluation', 'hooks', 'models', 'optim']

@@ -1,7 +1,8 @@
 """What ``tools/train.py``'s flags do to a config, kept here so they can be tested.
 
 Same meaning as MMDetection's ``tools/train.py``, except ``--amp``: MMDetection replaces any
-``optim_wrapper.type`` with ``AmpOptimWrapper``; here a custom wrapper type is kept.
+``optim_wrapper.type`` with ``AmpOptimWrapper`` (GPU only); here a custom wrapper type is kept
+and mixed precision also runs on CPUs (bfloat16).
 """
 from __future__ import annotations
 
@@ -13,33 +14,41 @@ from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS, DefaultScope
 
 from ..errors import ConfigError
+from .optim import MicroBatchOptimWrapper, MixedPrecisionOptimWrapper
 
 
 def enable_amp(cfg: Config) -> None:
     """Turn on automatic mixed precision, keeping a custom optim wrapper type.
 
-    ``OptimWrapper`` becomes ``AmpOptimWrapper``; a subclass of ``AmpOptimWrapper`` is kept
-    as it is; any other wrapper type is an error (it would silently lose its behaviour if
-    replaced, and cannot do mixed precision if kept).
+    ``OptimWrapper`` and ``MicroBatchOptimWrapper`` become ``MixedPrecisionOptimWrapper``
+    (bfloat16 autocast on CPUs, float16 with dynamic loss scaling on GPUs), keeping their
+    arguments; so does mmengine's ``AmpOptimWrapper`` on a machine without CUDA, where it cannot
+    run. Any other subclass of ``AmpOptimWrapper`` is kept as it is; any other wrapper type is
+    an error (it would silently lose its behaviour if replaced, and cannot do mixed precision
+    if kept).
 
     Raises:
-        ConfigError: no ``optim_wrapper``, a wrapper type that is not AMP-capable, or no
-            CUDA device (mmengine 0.10.7's ``AmpOptimWrapper`` runs on GPUs only).
+        ConfigError: no ``optim_wrapper``, a wrapper type that is not AMP-capable, or a GPU-only
+            ``AmpOptimWrapper`` subclass on a machine without CUDA.
     """
     wrapper = cfg.get('optim_wrapper')
     if wrapper is None:
         raise ConfigError('--amp needs an optim_wrapper in the config')
     type_name = wrapper.get('type', 'OptimWrapper')
     wrapper_cls = type_name if isinstance(type_name, type) else _lookup_wrapper(cfg, type_name)
-    if wrapper_cls is OptimWrapper:
-        wrapper.type = 'AmpOptimWrapper'
+    cuda = torch.cuda.is_available()
+    if wrapper_cls in (OptimWrapper, MicroBatchOptimWrapper) or (
+            wrapper_cls is AmpOptimWrapper and not cuda):
+        wrapper.type = 'MixedPrecisionOptimWrapper'
     elif not issubclass(wrapper_cls, AmpOptimWrapper):
         raise ConfigError(
             f'--amp: optim_wrapper type {wrapper_cls.__name__} is not an AmpOptimWrapper; '
-            'it is kept as it is, so make it subclass AmpOptimWrapper or drop --amp')
-    if not torch.cuda.is_available():
-        raise ConfigError("--amp: no CUDA device; mmengine 0.10.7's AmpOptimWrapper "
-                          'runs on GPUs only')
+            'it is kept as it is, so make it subclass AmpOptimWrapper (or '
+            'MixedPrecisionOptimWrapper) or drop --amp')
+    elif not cuda and not issubclass(wrapper_cls, MixedPrecisionOptimWrapper):
+        raise ConfigError(
+            f"--amp: no CUDA device, and {wrapper_cls.__name__} subclasses mmengine's GPU-only "
+            'AmpOptimWrapper; subclass MixedPrecisionOptimWrapper instead (bfloat16 on CPUs)')
     wrapper.setdefault('loss_scale', 'dynamic')
 
 

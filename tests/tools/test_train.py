@@ -129,14 +129,34 @@ class _TestPlainWrapper(OptimWrapper):
 
 @pytest.fixture
 def cuda_present(monkeypatch):
+    from mmengine.logging import MMLogger
+
+    MMLogger.get_current_instance()  # created while CUDA is really absent (it asks for a device)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
 
 
-def test_amp_turns_the_default_wrapper_into_amp(cuda_present):
+def test_amp_turns_the_default_wrapper_into_mixed_precision(cuda_present):
     cfg = Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1))))
     enable_amp(cfg)
-    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    assert cfg.optim_wrapper.type == 'MixedPrecisionOptimWrapper'
     assert cfg.optim_wrapper.loss_scale == 'dynamic'
+
+
+def test_amp_keeps_micro_batching_settings():
+    cfg = Config(dict(optim_wrapper=dict(type='MicroBatchOptimWrapper', micro_batches=4)))
+    enable_amp(cfg)
+    assert cfg.optim_wrapper.type == 'MixedPrecisionOptimWrapper'
+    assert cfg.optim_wrapper.micro_batches == 4
+
+
+def test_amp_keeps_mmengine_amp_wrapper_on_gpu_and_replaces_it_on_cpu(cuda_present, monkeypatch):
+    cfg = Config(dict(optim_wrapper=dict(type='AmpOptimWrapper', dtype='float16')))
+    enable_amp(cfg)
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    enable_amp(cfg)
+    assert cfg.optim_wrapper.type == 'MixedPrecisionOptimWrapper'
+    assert cfg.optim_wrapper.dtype == 'float16'
 
 
 def test_amp_keeps_a_custom_amp_wrapper_type(cuda_present):
@@ -152,10 +172,10 @@ def test_amp_refuses_to_replace_a_custom_non_amp_wrapper(cuda_present):
     assert cfg.optim_wrapper.type == '_TestPlainWrapper'
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the CPU-only message')
-def test_amp_without_cuda_says_why():
-    cfg = Config(dict(optim_wrapper=dict(type='OptimWrapper')))
-    with pytest.raises(ConfigError, match='no CUDA device'):
+def test_amp_without_cuda_refuses_a_gpu_only_amp_subclass(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    cfg = Config(dict(optim_wrapper=dict(type='_TestAmpWrapper')))
+    with pytest.raises(ConfigError, match='no CUDA device.*MixedPrecisionOptimWrapper'):
         enable_amp(cfg)
 
 

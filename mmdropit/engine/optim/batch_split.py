@@ -1,0 +1,78 @@
+"""Split a loaded batch into micro-batches and merge their log variables back.
+
+A batch is what MMEngine's collate functions return for dict samples: a dict whose values are
+tensors (batch first, from ``default_collate``), lists with one entry per sample (inputs and data
+samples from ``pseudo_collate``), or dicts of those. Anything else is copied to every micro-batch.
+
+Example:
+    >>> batch = dict(inputs=[torch.zeros(3, 8, 8)] * 5, labels=torch.arange(5), scale=2)
+    >>> parts = split_batch(batch, [3, 2])
+    >>> [len(part['inputs']) for part in parts], parts[1]['labels'].tolist(), parts[1]['scale']
+    ([3, 2], [3, 4], 2)
+    >>> merge_log_vars([dict(loss=torch.tensor(1.0)), dict(loss=torch.tensor(4.0))], [3, 1])
+    {'loss': tensor(1.7500)}
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ...errors import ConfigError
+
+_HELP = ('micro-batching splits batches that are dicts of tensors (batch first) and per-sample '
+         'lists, as MMEngine\'s pseudo_collate and default_collate make them')
+
+
+def _batch_sizes(value: Any) -> list[int]:
+    if isinstance(value, torch.Tensor):
+        return [value.shape[0]] if value.dim() else []
+    if isinstance(value, (list, tuple)):
+        return [len(value)]
+    if isinstance(value, dict):
+        return [size for item in value.values() for size in _batch_sizes(item)]
+    return []
+
+
+def batch_size_of(data: Any) -> int:
+    """The number of samples in ``data``.
+
+    Raises:
+        ConfigError: ``data`` is not a dict, holds nothing per sample, or its fields disagree.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f'{_HELP}; got a {type(data).__name__}')
+    sizes = set(_batch_sizes(data))
+    if len(sizes) != 1:
+        raise ConfigError(f'{_HELP}; the fields of this batch hold {sorted(sizes)} samples')
+    return sizes.pop()
+
+
+def _split(value: Any, sizes: Sequence[int]) -> list[Any]:
+    if isinstance(value, torch.Tensor) and value.dim():
+        return list(torch.split(value, list(sizes)))
+    if isinstance(value, (list, tuple)):
+        starts = [sum(sizes[:index]) for index in range(len(sizes))]
+        return [type(value)(value[start:start + size]) for start, size in zip(starts, sizes)]
+    if isinstance(value, dict):
+        parts = {key: _split(item, sizes) for key, item in value.items()}
+        return [type(value)((key, parts[key][index]) for key in value)
+                for index in range(len(sizes))]
+    return [value] * len(sizes)
+
+
+def split_batch(data: dict, sizes: Sequence[int]) -> list[dict]:
+    """Split ``data`` into consecutive parts of ``sizes`` samples (they must add up)."""
+    total = batch_size_of(data)
+    if sum(sizes) != total:
+        raise ValueError(f'micro-batch sizes {list(sizes)} do not add up to {total} samples')
+    return _split(data, sizes)
+
+
+def merge_log_vars(parts: Sequence[dict], sizes: Sequence[int]) -> dict:
+    """The log variables of a batch from those of its micro-batches: each value is the mean
+    weighted by micro-batch size (the batch mean for per-sample means, such as losses)."""
+    total = sum(sizes)
+    return {key: sum(part[key] * size for part, size in zip(parts, sizes)) / total
+            for key in parts[0]}

@@ -1,0 +1,220 @@
+"""Micro-batching for MMEngine optim wrappers: split each loaded batch inside ``train_step``.
+
+The data pipeline, learning rate and effective batch stay as configured: each loaded batch is
+split into micro-batches, each runs forward and backward with its loss weighted by its share of
+the batch, gradients accumulate (under DDP / FSDP without synchronising until the last one), and
+the optimizer steps once. MMEngine's ``accumulative_counts`` (accumulation *across* loaded
+batches) keeps working on top.
+
+:class:`MicroBatching` is a mixin for optim wrappers; when the runner initialises the wrapper's
+counters (``initialize_count_status``, called by ``Runner.train`` and by every
+``FlexibleRunner`` strategy), it puts a :class:`MicroBatchTrainStep` in front of the model's
+``train_step``. The number of micro-batches is fixed (``micro_batches=4``) or chosen on the first
+iteration from measured peaks (``memory_budget='6GB'`` or ``0.5``); the choice is logged, and
+models with BatchNorm layers in training mode get a warning naming them.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Callable
+
+import torch
+from mmengine.dist import all_reduce
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
+from torch import nn
+
+from ...errors import ConfigError
+from ...memory.micro_batches import SplitDecision, micro_batch_sizes, smallest_split
+from ...memory.trial_peak import trial_peak
+from .batch_split import batch_size_of, merge_log_vars, split_batch
+
+_OUT_OF_MEMORY = 2**62  # stands for a trial that ran out of memory in a cross-rank maximum
+
+
+class MicroBatching:
+    """Mixin for an ``OptimWrapper`` subclass: split every loaded batch into micro-batches.
+
+    Put it first among the bases (``class W(MicroBatching, OptimWrapper)``) and call
+    :meth:`configure_micro_batching` from ``__init__``. While a micro-batch that is not the last
+    of its batch runs (or a trial pass of the memory search), the wrapper neither synchronises
+    gradients, nor steps, nor counts an iteration; each loss is weighted by its micro-batch's
+    share of the batch.
+    """
+
+    micro_batches: int | None
+    memory_budget: object
+    split_decision: SplitDecision | None
+
+    def configure_micro_batching(self, micro_batches: int | None = None,
+                                 memory_budget: object = None) -> None:
+        """Set the split: a fixed number of micro-batches, or a memory budget, or neither (off).
+
+        Raises:
+            ConfigError: Both are given, or ``micro_batches`` is not a positive integer.
+        """
+        if micro_batches is not None and memory_budget is not None:
+            raise ConfigError('give either micro_batches or memory_budget, not both')
+        if micro_batches is not None and (isinstance(micro_batches, bool)
+                                          or not isinstance(micro_batches, int)
+                                          or micro_batches < 1):
+            raise ConfigError(f'micro_batches must be a positive integer, got {micro_batches!r}')
+        self.micro_batches = micro_batches
+        self.memory_budget = memory_budget
+        self.split_decision = None
+        self._partial_pass = False
+        self._loss_weight = 1.0
+
+    @property
+    def micro_batching(self) -> bool:
+        """Whether batches are split (a number or a budget was configured)."""
+        return self.micro_batches is not None or self.memory_budget is not None
+
+    @contextlib.contextmanager
+    def micro_batch(self, weight: float, last: bool) -> Iterator[None]:
+        """Run one micro-batch (``last=False``: no sync, no step, no iteration counted) whose
+        loss is multiplied by ``weight``."""
+        self._partial_pass, self._loss_weight = not last, weight
+        try:
+            yield
+        finally:
+            self._partial_pass, self._loss_weight = False, 1.0
+
+    def should_update(self) -> bool:
+        return not self._partial_pass and super().should_update()
+
+    def should_sync(self) -> bool:
+        return not self._partial_pass and super().should_sync()
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        return super().scale_loss(loss) * self._loss_weight
+
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        super().backward(loss, **kwargs)
+        if self._partial_pass:
+            self._inner_count -= 1  # one loaded batch is one iteration, however it is split
+
+    def state_dict(self) -> dict:
+        """The wrapper's state; in the middle of an accumulation window (``accumulative_counts``)
+        it also holds the gradients accumulated so far, so that a resumed run continues the
+        window exactly instead of losing it."""
+        state = super().state_dict()
+        if self._inner_count % self._accumulative_counts:
+            state['accumulated_gradients'] = [
+                None if param.grad is None else param.grad.detach().cpu().clone()
+                for param in self._parameters()]
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        gradients = state_dict.pop('accumulated_gradients', None)
+        super().load_state_dict(state_dict)
+        if gradients is not None:
+            for param, grad in zip(self._parameters(), gradients, strict=True):
+                param.grad = None if grad is None else grad.to(param.device, param.dtype)
+
+    def _parameters(self) -> list[torch.Tensor]:
+        return [param for group in self.optimizer.param_groups for param in group['params']]
+
+    def initialize_count_status(self, model: nn.Module, init_counts: int,
+                                max_counts: int) -> None:
+        super().initialize_count_status(model, init_counts, max_counts)
+        if self.micro_batching and not isinstance(model.__dict__.get('train_step'),
+                                                  MicroBatchTrainStep):
+            model.train_step = MicroBatchTrainStep(model, model.train_step, self)
+
+
+class MicroBatchTrainStep:
+    """Stands in front of a model's ``train_step`` and runs it once per micro-batch.
+
+    Args:
+        model: The model as the runner holds it (possibly DDP / FSDP wrapped).
+        train_step: The model's own ``train_step``.
+        wrapper: The micro-batching optim wrapper.
+    """
+
+    def __init__(self, model: nn.Module, train_step: Callable, wrapper: MicroBatching) -> None:
+        self.model = model
+        self.train_step = train_step
+        self.wrapper = wrapper
+        self._warned_bn = False
+        self._started = False
+        self._clamp_logged = False
+
+    def __call__(self, data: dict, optim_wrapper: MicroBatching) -> dict:
+        batch_size = batch_size_of(data)
+        micro_batches = self._micro_batches(data, batch_size)
+        if not self._warned_bn and micro_batches > 1:
+            self._warned_bn = True
+            _warn_about_batch_norm(self.model)
+        if micro_batches == 1:
+            return self.train_step(data, optim_wrapper)
+        sizes = micro_batch_sizes(batch_size, micro_batches)
+        log_vars = []
+        for index, part in enumerate(split_batch(data, sizes)):
+            with optim_wrapper.micro_batch(sizes[index] / batch_size, index == len(sizes) - 1):
+                log_vars.append(self.train_step(part, optim_wrapper))
+        return merge_log_vars(log_vars, sizes)
+
+    def _micro_batches(self, data: dict, batch_size: int) -> int:
+        """The configured or searched number of micro-batches; a later batch smaller than that
+        (an epoch's last) is split into single samples. The first batch must be large enough."""
+        wrapper = self.wrapper
+        first = not self._started
+        self._started = True
+        if wrapper.micro_batches is None and wrapper.split_decision is None:
+            wrapper.split_decision = self._search(data, batch_size)
+            print_log(f'micro-batching: {wrapper.split_decision}', logger='current')
+        wanted = wrapper.micro_batches or wrapper.split_decision.micro_batches
+        if first:
+            micro_batch_sizes(batch_size, wanted)  # raises when the batch is too small
+            print_log(f'micro-batching: each batch of {batch_size} samples runs as {wanted} '
+                      f'micro-batch(es) of sizes {micro_batch_sizes(batch_size, wanted)}',
+                      logger='current')
+        if wanted <= batch_size:
+            return wanted
+        if not self._clamp_logged:
+            self._clamp_logged = True
+            print_log(f'micro-batching: a batch of {batch_size} samples runs as {batch_size} '
+                      f'micro-batches instead of {wanted}', logger='current')
+        return batch_size
+
+    def _search(self, data: dict, batch_size: int) -> SplitDecision:
+        """Measure trial passes of a few micro-batch sizes on this batch and pick the split."""
+        module = self.model.module if is_model_wrapper(self.model) else self.model
+
+        def run(size: int) -> None:
+            part = split_batch(data, [size, batch_size - size])[0] if size < batch_size else data
+            with self.wrapper.micro_batch(size / batch_size, last=False):
+                self.train_step(part, self.wrapper)
+
+        def measure(size: int) -> int | None:
+            peak = trial_peak(lambda: run(size), module, self.wrapper.optimizer)
+            return _max_over_ranks(peak)
+
+        return smallest_split(batch_size, measure, self.wrapper.memory_budget)
+
+
+def _max_over_ranks(peak: int | None) -> int | None:
+    """The largest peak of all processes (``None`` if any ran out of memory), so that every
+    process takes the same decision."""
+    value = torch.tensor([_OUT_OF_MEMORY if peak is None else peak], dtype=torch.float64)
+    all_reduce(value, op='max')
+    largest = int(value.item())
+    return None if largest >= _OUT_OF_MEMORY else largest
+
+
+def _warn_about_batch_norm(model: nn.Module) -> None:
+    names = [name for name, module in model.named_modules()
+             if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training]
+    if not names:
+        return
+    shown = ', '.join(names[:5]) + (f' and {len(names) - 5} more' if len(names) > 5 else '')
+    print_log(
+        f'micro-batching: {len(names)} BatchNorm layer(s) in training mode ({shown}) compute '
+        'their statistics per micro-batch, which changes results compared with the undivided '
+        "batch. Freeze them (mmdet backbones: norm_eval=True, norm_cfg=dict(type='BN', "
+        "requires_grad=False)), or use SyncBN (norm_cfg=dict(type='SyncBN')) or GroupNorm "
+        "(norm_cfg=dict(type='GN', num_groups=32)).", logger='current', level=logging.WARNING)
+

@@ -1,0 +1,97 @@
+"""Measure the peak of a trial forward and backward pass, then put training state back.
+
+A trial stands for one micro-batch in the middle of an accumulation window: every trainable
+parameter already holds a gradient, the optimizer state is as large as it will be after the first
+step, and the trial's own gradients, BatchNorm statistics and RNG draws are undone afterwards.
+
+Example:
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+    >>> opt = torch.optim.AdamW(net.parameters())
+    >>> peak = trial_peak(lambda: net(torch.randn(32, 64)).sum().backward(), net, opt)
+    >>> param_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
+    >>> peak > 4 * param_bytes   # parameters, gradients, two Adam moments, activations
+    True
+    >>> all(p.grad is None for p in net.parameters())
+    True
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..checkpoint.record import preserved_training_state
+from .peak import StepPeakMeter
+
+# Per-parameter state tensors that torch's optimizers create at their first step (same size as
+# the parameter); Adagrad, and any optimizer already stepped, report their state as it is.
+_MOMENTS_PER_PARAMETER = {
+    'Adam': 2, 'AdamW': 2, 'Adamax': 2, 'NAdam': 2, 'RAdam': 2, 'Adadelta': 2, 'RMSprop': 1,
+    'SGD': 1,
+}
+
+
+def pending_optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
+    """Bytes of optimizer state that the first ``step()`` will create and does not exist yet.
+
+    Zero once the optimizer has state. For torch's own optimizers the count is their moments
+    (``amsgrad`` adds one, plain SGD without momentum has none); for others it is unknown and 0.
+    """
+    if optimizer is None or optimizer.state:
+        return 0
+    total = 0
+    for group in optimizer.param_groups:
+        moments = _MOMENTS_PER_PARAMETER.get(type(optimizer).__name__, 0)
+        if type(optimizer).__name__ == 'SGD' and not group.get('momentum'):
+            moments = 0
+        if type(optimizer).__name__ == 'RMSprop':
+            moments += bool(group.get('momentum')) + bool(group.get('centered'))
+        moments += bool(group.get('amsgrad'))
+        total += moments * sum(p.numel() * p.element_size() for p in group['params']
+                               if p.requires_grad)
+    return total
+
+
+@contextlib.contextmanager
+def _gradients_held_then_restored(model: nn.Module) -> Iterator[None]:
+    """Give every trainable parameter a gradient (as in an accumulation window) and restore
+    the gradients that existed before on exit."""
+    params = [param for param in model.parameters() if param.requires_grad]
+    before = [param.grad for param in params]
+    for param in params:
+        param.grad = torch.zeros_like(param) if param.grad is None else param.grad.clone()
+    try:
+        yield
+    finally:
+        for param, grad in zip(params, before):
+            param.grad = grad
+
+
+def trial_peak(run: Callable[[], object], model: nn.Module,
+               optimizer: torch.optim.Optimizer | None = None) -> int | None:
+    """The peak in bytes of ``run()`` (a forward and backward pass of ``model``).
+
+    Counted: parameters, gradients of every trainable parameter, buffers, optimizer state
+    (including the state a first step will create, see :func:`pending_optimizer_state_bytes`),
+    activations and temporaries. On CUDA the whole device's allocated peak is read.
+
+    Args:
+        run: The trial; it may call ``backward`` but must not step the optimizer.
+        model: The trained model (unwrapped), whose gradients, buffers and RNG are restored.
+        optimizer: Its optimizer.
+
+    Returns:
+        The peak, or ``None`` when the trial ran out of CUDA memory.
+    """
+    meter = StepPeakMeter(model, optimizer)
+    try:
+        with preserved_training_state(model), _gradients_held_then_restored(model), meter:
+            run()
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+    return meter.result.peak_bytes + pending_optimizer_state_bytes(optimizer)
