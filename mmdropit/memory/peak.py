@@ -92,6 +92,16 @@ class _ActivationPeakTracker(MemTracker):
         for param in frozen:
             self._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
 
+    def _pre_fw_hook(self, module: nn.Module, inputs: Any) -> None:
+        """Allow a root module to run forward more than once in a region (micro-batches,
+        accumulation): MemTracker refuses, so the module's per-module statistics from the
+        previous forward are dropped first. Totals and the peak are unaffected."""
+        name = self._mod_tracker.get_known_fqn(module)
+        if (module in self.memory_tracking and not self._mod_tracker.is_bw
+                and set(self._mod_tracker.parents) - {name} == {'Global'}):
+            del self.memory_tracking[module]
+        super()._pre_fw_hook(module, inputs)
+
     def __torch_dispatch__(self, func: torch._ops.OpOverload, types: tuple[type, ...],
                            args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         result = super().__torch_dispatch__(func, types, args, kwargs)
@@ -135,8 +145,8 @@ class StepPeakMeter(Meter[StepPeak]):
 
     On CPU, tensors that exist before :meth:`start` are counted only when they belong to ``model``
     (parameters, buffers, gradients) or ``optimizer`` (state); an input batch built beforehand is
-    not counted, one built inside the region is an activation. The tracker supports one forward of
-    the root module per region (no gradient accumulation inside one region).
+    not counted, one built inside the region is an activation. The model may run forward
+    several times in one region (micro-batches, gradient accumulation).
 
     On CUDA the peak is that of the whole device (every tensor, also those of other models).
     With ``reset_peak=True`` :meth:`start` resets the allocator's peak counters, so the peak is that

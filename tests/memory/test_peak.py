@@ -65,6 +65,21 @@ def test_breakdown_of_a_linear_chain(chain):
     assert at_total_peak <= peak.activation_peak_bytes <= peak.by_category['activation'] + 4 * MIB
 
 
+def test_several_forwards_in_one_region_are_measured_like_one(chain):
+    """Two half-batches (micro-batches) of the same step: the activation peak halves, the
+    parameters, gradients and optimizer state stay."""
+    net, optimizer, _ = chain
+    with StepPeakMeter(net, optimizer) as meter:
+        for _ in range(2):
+            net(torch.randn(WIDTH // 2, WIDTH)).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    peak = meter.result
+    layers = 2 * BLOCKS
+    assert peak.by_category['parameter'] == peak.by_category['optimizer_state'] == layers * MIB
+    assert (layers + 1) / 2 <= peak.activation_peak_bytes / MIB < (layers + 1) / 2 + 2.5
+
+
 def test_checkpointing_lowers_the_activation_peak_and_it_is_seen_during_recomputation(chain):
     net, optimizer, step = chain
     with StepPeakMeter(net, optimizer) as meter:

@@ -101,7 +101,7 @@ class MicroBatching:
         it also holds the gradients accumulated so far, so that a resumed run continues the
         window exactly instead of losing it."""
         state = super().state_dict()
-        if self._inner_count % self._accumulative_counts:
+        if not self.should_update():  # gradients are waiting for the window's last iteration
             state['accumulated_gradients'] = [
                 None if param.grad is None else param.grad.detach().cpu().clone()
                 for param in self._parameters()]
