@@ -8,6 +8,6 @@ from . import compat
 
 compat.install_all()
 
-from . import datasets, evaluation, hooks, models, optim  # noqa: E402  (register after the shims)
+from . import datasets, evaluation, fsdp, hooks, models, optim  # noqa: E402  (after the shims)
 
-__all__ = ['compat', 'datasets', 'evaluation', 'hooks', 'models', 'optim']
+__all__ = ['compat', 'datasets', 'evaluation', 'fsdp', 'hooks', 'models', 'optim']

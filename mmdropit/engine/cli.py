@@ -49,10 +49,18 @@ def load_config(args: argparse.Namespace) -> Config:
 
 
 def build_runner(cfg: Config):
-    """MMEngine's ``Runner``, or the ``runner_type`` the config names (e.g. FlexibleRunner)."""
+    """MMEngine's ``Runner``, or the ``runner_type`` the config names (e.g. FlexibleRunner).
+
+    Raises:
+        DistributedLaunchError: The config asks for FSDP but the run was not launched
+            distributed (MMEngine would train unsharded without a word).
+    """
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
+    from .fsdp import check_launch
+
+    check_launch(cfg)
     if 'runner_type' in cfg:
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from .meter import Meter
 
@@ -51,8 +52,13 @@ def _storage_key(storage: torch.UntypedStorage) -> _StorageKey:
 def _storages_of(model: nn.Module | None) -> set[_StorageKey]:
     if model is None:
         return set()
-    tensors = [*model.parameters(), *model.buffers()]
+    tensors = [_local(t) for t in (*model.parameters(), *model.buffers())]
     return {_storage_key(t.untyped_storage()) for t in tensors if t.device.type != 'meta'}
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a tensor: the local shard of an FSDP2 ``DTensor`` parameter."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 class SavedTensorMeter(Meter[SavedActivations]):

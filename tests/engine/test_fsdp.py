@@ -1,0 +1,175 @@
+"""FSDP1 / FSDP2 training on two gloo CPU processes: DDP parity, DropIT, frozen parameters,
+gradient accumulation, full-state checkpoints (plain load and resume), launch errors."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+from mmengine.model import BaseModel
+from mmengine.optim import OptimWrapper
+from mmengine.registry import MODELS
+
+from mmdropit.engine.fsdp import (DistributedLaunchError, FullyShardModelWrapper, ShardPolicy,
+                                  check_launch)
+from mmdropit.engine.models import TimmClassifier
+from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, free_port,
+                            run_dist_train, run_tool)
+
+
+@MODELS.register_module(force=True)
+class FrozenPatchEmbedClassifier(TimmClassifier):
+    """The tiny ViT with its patch embedding frozen at construction (like mmdet
+    ``frozen_stages``)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.model.patch_embed.requires_grad_(False)
+
+
+BASE = (f"_base_ = r'{TINY_VIT_DROPIT}'\n"
+        "custom_imports = dict(imports=['mmdropit', 'tests.helpers.rank_state_hook', "
+        "'tests.engine.test_fsdp'], allow_failed_imports=False)\n"
+        "model = dict(type='FrozenPatchEmbedClassifier')\n"
+        "optim_wrapper = dict(accumulative_counts=2)\n")
+DROPIT = "dict(type='DropITHook', gamma=0.9)"
+FULLY_SHARD = "model_wrapper_cfg = dict(type='FullyShardModelWrapper', dropit=dict(gamma=0.9))\n"
+STRATEGY = ("runner_type = 'FlexibleRunner'\nstrategy = dict(type='FullyShardStrategy', "
+            "model_wrapper=dict(dropit=dict(gamma=0.9)))\n")
+
+
+def train(work_dir: Path, extra: str, hooks: list[str], epochs: int = 1, *args: str) -> str:
+    """Two iterations per epoch (batch 16 per rank) of the frozen tiny ViT on two processes."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    config = work_dir / 'config.py'
+    config.write_text(BASE + extra + f"custom_hooks = [{', '.join(hooks)}]\n")
+    options = [o for o in TINY_VIT_2_ITERS if not o.startswith('train_cfg.max_epochs')]
+    result = run_dist_train(str(config), 2, '--work-dir', str(work_dir), *args, '--cfg-options',
+                            *options, f'train_cfg.max_epochs={epochs}',
+                            'train_dataloader.batch_size=16')
+    return result.stdout + result.stderr
+
+
+def losses(log: str) -> list[float]:
+    return [float(v) for v in re.findall(r'Epoch\(train\).*?\bloss: ([0-9.]+)', log)]
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory) -> dict[str, tuple[Path, str]]:
+    """DDP for two epochs; FSDP2 (Runner wrapper and FlexibleRunner strategy) for one."""
+    root = tmp_path_factory.mktemp('fsdp')
+    save, hook = "dict(type='SaveRankStateHook')", "dict(type='FullyShardCheckpointHook')"
+    return {
+        'ddp': (root / 'ddp', train(root / 'ddp', '', [DROPIT, save], 2)),
+        'wrapper': (root / 'wrapper', train(root / 'wrapper', FULLY_SHARD, [DROPIT, save, hook])),
+        'strategy': (root / 'strategy', train(root / 'strategy', STRATEGY, [DROPIT])),
+    }
+
+
+@pytest.mark.parametrize('kind', ['wrapper', 'strategy'])
+def test_fully_shard_matches_ddp_with_dropit_frozen_and_accumulation(runs, kind):
+    _, ddp_log = runs['ddp']
+    work_dir, log = runs[kind]
+    assert 'Distributed training: True' in log and 'DropIT on 16 layers' in log
+    assert len(losses(log)) == 2
+    assert losses(log) == pytest.approx(losses(ddp_log)[:2], abs=1e-3)
+    checkpoint = torch.load(work_dir / 'epoch_1.pth', weights_only=False)
+    assert all(type(v) is torch.Tensor for v in checkpoint['state_dict'].values())
+    assert checkpoint['state_dict']['model.blocks.0.attn.qkv.weight'].shape == (288, 96)
+
+
+def test_frozen_parameters_stay_and_ranks_agree(runs):
+    work_dir, _ = runs['wrapper']
+    initial, final, other = (torch.load(work_dir / name) for name in
+                             ('rank0_initial.pt', 'rank0_final.pt', 'rank1_final.pt'))
+    assert all(torch.equal(value, other[key]) for key, value in final.items())
+    for key, value in final.items():
+        frozen = 'patch_embed' in key
+        assert torch.equal(value, initial[key]) == frozen, key
+
+
+def test_fsdp2_checkpoint_loads_into_a_plain_model_and_resumes(runs, tmp_path):
+    work_dir, _ = runs['wrapper']
+    checkpoint = torch.load(work_dir / 'epoch_1.pth', weights_only=False)
+    plain = MODELS.build(Config.fromfile(TINY_VIT_DROPIT).model)
+    plain.load_state_dict(checkpoint['state_dict'], strict=True)
+    optimizer = torch.optim.AdamW(plain.parameters())
+    optimizer.load_state_dict({k: checkpoint['optimizer'][k] for k in ('state', 'param_groups')})
+
+    log = train(tmp_path, FULLY_SHARD, [DROPIT, "dict(type='FullyShardCheckpointHook')"], 2,
+                '--resume', str(work_dir / 'epoch_1.pth'))
+    assert 'resumed epoch: 1, iter: 2' in log
+    assert losses(log) == pytest.approx(losses(runs['ddp'][1])[2:], abs=1e-3)
+
+
+def test_fsdp1_wrapper_trains_under_runner(tmp_path):
+    log = train(tmp_path, "model_wrapper_cfg = dict(type='FSDPModelWrapper')\n",
+                [DROPIT, "dict(type='FullyShardCheckpointHook')"])
+    assert len(losses(log)) == 2
+    checkpoint = torch.load(tmp_path / 'epoch_1.pth', weights_only=False)
+    assert checkpoint['state_dict']['model.blocks.0.attn.qkv.weight'].shape == (288, 96)
+
+
+def test_sharding_without_a_process_group_says_how_to_launch(tmp_path):
+    assert not dist.is_initialized()
+    with pytest.raises(DistributedLaunchError, match='bash tools/dist_train.sh CONFIG 2'):
+        FullyShardModelWrapper(torch.nn.Linear(2, 2))
+    cfg = Config(dict(model_wrapper_cfg=dict(type='FullyShardModelWrapper'), launcher='none'))
+    with pytest.raises(DistributedLaunchError, match='torchrun'):
+        check_launch(cfg)
+    config = tmp_path / 'config.py'
+    config.write_text(f"_base_ = r'{TINY_VIT_DROPIT}'\n" + FLEXIBLE_RUNNER.replace(
+        'DDPStrategy', 'FullyShardStrategy'))
+    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path), check=False)
+    assert result.returncode != 0 and 'Traceback' not in result.stderr
+    assert 'error: FullyShardStrategy shards the model across processes' in result.stderr
+    assert 'bash tools/dist_train.sh CONFIG 2' in result.stderr
+
+
+class _TwoLayers(BaseModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+
+    def forward(self, inputs, data_samples=None, mode='loss'):
+        return {'loss': self.layers(inputs).square().mean()}
+
+
+def _accumulate(rank: int, port: int, out: str) -> None:
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=2)
+    model = FullyShardModelWrapper(_TwoLayers())
+    model.collective_saves = True
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1), accumulative_counts=2)
+    optim.initialize_count_status(model, 0, 2)
+    weight = model.module.layers[0].weight
+    initial = weight.full_tensor()
+    model.train_step(dict(inputs=torch.randn(3, 4)), optim)
+    reduced = weight.grad is not None  # a reduce-scatter would have set the sharded gradient
+    model.train_step(dict(inputs=torch.randn(3, 4)), optim)
+    torch.save((reduced, initial, weight.full_tensor()), f'{out}{rank}')
+    dist.destroy_process_group()
+
+
+def test_accumulation_skips_the_reduce_scatter_until_the_update(tmp_path):
+    torch.multiprocessing.spawn(_accumulate, args=(free_port(), str(tmp_path / 'rank')), nprocs=2)
+    (reduced, initial, final), (_, _, other) = (torch.load(tmp_path / f'rank{r}') for r in (0, 1))
+    assert not reduced  # the first iteration kept its gradient local (no_sync)
+    assert torch.equal(final, other) and not torch.equal(final, initial)  # then one update
+
+
+def test_shard_policy_selects_blocks_and_resnet_stages():
+    import timm
+    from mmdet.models.backbones import ResNet
+
+    vit = timm.create_model('vit_tiny_patch16_224', img_size=28, patch_size=7, depth=2)
+    assert [name for name, _ in ShardPolicy().units(vit)] == ['blocks.1', 'blocks.0']
+    detector = torch.nn.Module()
+    detector.backbone = ResNet(depth=18, frozen_stages=1)
+    names = [name for name, _ in ShardPolicy().units(detector)]
+    assert names == [f'backbone.layer{i}' for i in (4, 3, 2, 1)]
+    custom = ShardPolicy(classes=['Attention'], names=['head'])
+    assert [n for n, _ in custom.units(vit)] == ['head', 'blocks.1.attn', 'blocks.0.attn']
