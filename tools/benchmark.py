@@ -14,6 +14,7 @@ table.
 Example:
     python tools/benchmark.py --quick                         # deit_tiny + resnet50, batch 4
     python tools/benchmark.py --models deit_small,faster_rcnn --steps 5 --device cuda
+    python tools/benchmark.py --micro --models deit_small --batch-size 64   # micro-batching
 
 A new memory technique becomes a variant with :func:`mmdropit.memory.register_variant`: a
 context manager that applies it to a :class:`~mmdropit.memory.Workload` and undoes it on exit.
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import json
 import os
 import platform
 import warnings
@@ -38,6 +41,8 @@ from mmdropit.dropit import from_dropit, to_dropit
 from mmdropit.memory import (BASELINE, VARIANTS, Measurement, Workload, benchmark_workload,
                              compare, markdown_table, plot_ratios, plot_tradeoff,
                              register_variant, write_json)
+from mmdropit.memory.micro_batches import SplitDecision, smallest_split
+from mmdropit.memory.trial_peak import trial_peak
 
 DEFAULT_OUT = 'work_dirs/benchmark'
 QUICK_MODELS = ('deit_tiny', 'resnet50')
@@ -59,9 +64,26 @@ def _timm_builder(arch: str) -> Callable[[str, int, torch.device], Workload]:
         model = timm.create_model(arch, pretrained=False).to(device).train()
         images = torch.randn(batch_size, 3, IMAGE_SIZE, IMAGE_SIZE, device=device)
         labels = torch.randint(0, model.num_classes, (batch_size,), device=device)
+
+        def part_loss(first: int, size: int) -> torch.Tensor:
+            part = slice(first, first + size)
+            return F.cross_entropy(model(images[part]), labels[part]) * (size / batch_size)
+
         return Workload(name, model, lambda: F.cross_entropy(model(images), labels),
-                        model.set_grad_checkpointing)
+                        model.set_grad_checkpointing, batch_size, part_loss)
     return build
+
+
+def _detector_part_loss(model: nn.Module, data: dict) -> Callable[[int, int], torch.Tensor]:
+    """The weighted loss of a slice of a preprocessed detection batch."""
+    batch_size = len(data['data_samples'])
+
+    def part_loss(first: int, size: int) -> torch.Tensor:
+        part = slice(first, first + size)
+        losses = model(data['inputs'][part], data['data_samples'][part], mode='loss')
+        return model.parse_losses(losses)[0] * (size / batch_size)
+
+    return part_loss
 
 
 def _synthetic_detection_batch(batch_size: int) -> dict:
@@ -104,7 +126,8 @@ def _build_faster_rcnn(name: str, batch_size: int, device: torch.device) -> Work
         losses = model(data['inputs'], data['data_samples'], mode='loss')
         return model.parse_losses(losses)[0]
 
-    return Workload(name, model, loss, _grad_checkpointing_switch(model))
+    return Workload(name, model, loss, _grad_checkpointing_switch(model), batch_size,
+                    _detector_part_loss(model, data))
 
 
 def _grad_checkpointing_switch(model: nn.Module) -> Callable[[bool], None]:
@@ -149,7 +172,8 @@ def config_workload(path: str, device: torch.device) -> Workload:
         return model.parse_losses(model(**data, mode='loss'))[0]
 
     name = Path(path).stem
-    return Workload(name, model, loss, _grad_checkpointing_switch(model))
+    return Workload(name, model, loss, _grad_checkpointing_switch(model),
+                    len(data['data_samples']), _detector_part_loss(model, data))
 
 
 MODELS: dict[str, Callable[[str, int, torch.device], Workload]] = {
@@ -307,12 +331,152 @@ for _budget in CURVE_BUDGETS:
     register_variant(f'ckpt-budget-{_budget}', prepare=_checkpoint_plan(_budget))
 CURVE_ONLY = ('ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc',
               *(f'ckpt-budget-{budget}' for budget in CURVE_BUDGETS))
-DEFAULT_VARIANTS = tuple(name for name in VARIANTS if name not in (BASELINE, *CURVE_ONLY))
+
+
+# ----------------------------------------------------------------------------------------------
+# Micro-batching (--micro): the batch as several forward/backward passes and one optimizer step,
+# a fixed number of parts or the fewest whose measured peak fits a budget (the search that
+# MicroBatchOptimWrapper(memory_budget=...) runs on its first iteration).
+# ----------------------------------------------------------------------------------------------
+
+MICRO_BATCHES = 4
+MICRO_BUDGET = 0.5
+SPLIT_DECISIONS: dict[str, dict] = {}
+_SPLITS: dict[str, SplitDecision] = {}
+
+
+def _micro_batches(parts: int | None, inner: Callable | None = None):
+    """``parts`` micro-batches (``None``: searched under ``MICRO_BUDGET``), inside the
+    ``inner`` variant's preparation."""
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        if parts is not None and parts > work.batch_size:
+            raise RuntimeError(f'a batch of {work.batch_size} cannot run as {parts} micro-batches')
+        with inner(work) if inner else contextlib.nullcontext():
+            key = f'{work.name} / {MICRO_BUDGET}'
+            if parts is None and key not in _SPLITS:
+                _SPLITS[key] = _search_split(work)
+                SPLIT_DECISIONS[key] = dict(dataclasses.asdict(_SPLITS[key]),
+                                            text=str(_SPLITS[key]))
+                print(f'  {work.name}: {_SPLITS[key]}', flush=True)
+            work.micro_batches = parts or _SPLITS[key].micro_batches
+            try:
+                yield
+            finally:
+                work.micro_batches = 1
+    return prepare
+
+
+def _search_split(work: Workload) -> SplitDecision:
+    if work.part_loss is None:
+        raise RuntimeError(f'{work.name} cannot be split into micro-batches')
+
+    def measure(size: int) -> int | None:
+        return trial_peak(lambda: work.part_loss(0, size).backward(), work.model, work.optimizer)
+
+    return smallest_split(work.batch_size, measure, MICRO_BUDGET)
+
+
+register_variant(f'micro-{MICRO_BATCHES}', prepare=_micro_batches(MICRO_BATCHES))
+register_variant(f'micro-budget-{MICRO_BUDGET}', prepare=_micro_batches(None))
+register_variant(f'dropit+ckpt-plan-min+bf16+micro-{MICRO_BATCHES}',
+                 prepare=_micro_batches(MICRO_BATCHES, _checkpoint_plan(None, with_dropit=True)),
+                 forward=VARIANTS['bf16-autocast'].forward)
+MICRO_VARIANTS = tuple(name for name in VARIANTS if 'micro-' in name)
+DEFAULT_VARIANTS = tuple(name for name in VARIANTS
+                         if name not in (BASELINE, *CURVE_ONLY, *MICRO_VARIANTS))
 
 
 # ----------------------------------------------------------------------------------------------
 # Command line.
 # ----------------------------------------------------------------------------------------------
+
+# ----------------------------------------------------------------------------------------------
+# --fsdp: per-rank parameter + gradient + optimizer-state bytes, DDP against FSDP2, on two gloo
+# processes (the model sharded by the ShardPolicy that FullyShardModelWrapper uses).
+# ----------------------------------------------------------------------------------------------
+
+FSDP_RANKS = 2
+
+
+def _local_bytes(tensors) -> int:
+    from torch.distributed.tensor import DTensor
+
+    total = 0
+    for tensor in tensors:
+        if tensor is not None:
+            tensor = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _held_by_rank(kind: str, model_name: str) -> dict[str, int]:
+    """Bytes this rank holds after one AdamW step of ``model_name`` under DDP or FSDP2.
+
+    A DDP rank holds the whole model, its gradients and optimizer state: measured on the model
+    as it is (DDP's communication buckets are not counted, which favours DDP)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from mmdropit.engine.fsdp import ShardPolicy
+
+    torch.manual_seed(0)
+    work = MODELS[model_name](model_name, 2, torch.device('cpu'))
+    model = work.model
+    if kind == 'fsdp2':
+        mesh = init_device_mesh('cpu', (dist.get_world_size(),))
+        for _, unit in ShardPolicy().units(model):
+            fully_shard(unit, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    work.loss().backward()
+    optimizer.step()
+    params = list(model.parameters())
+    return dict(parameter=_local_bytes(params), gradient=_local_bytes(p.grad for p in params),
+                optimizer_state=_local_bytes(value for state in optimizer.state.values()
+                                             for value in state.values()
+                                             if isinstance(value, torch.Tensor)))
+
+
+def _fsdp_rank(rank: int, port: int, model_names: list[str], out: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=FSDP_RANKS)
+    rows = [dict(model=name, variant=kind, **_held_by_rank(kind, name))
+            for name in model_names for kind in ('ddp', 'fsdp2')]
+    if rank == 0:
+        for row in rows:
+            held = row['parameter'] + row['gradient'] + row['optimizer_state']
+            ddp = next(r for r in rows if r['model'] == row['model'] and r['variant'] == 'ddp')
+            row['held_bytes'] = held
+            row['held_ratio'] = held / (ddp['parameter'] + ddp['gradient']
+                                        + ddp['optimizer_state'] or 1)
+        Path(out).write_text(json.dumps(dict(ranks=FSDP_RANKS, rows=rows), indent=1))
+    dist.destroy_process_group()
+
+
+def run_fsdp(model_names: list[str], out: Path) -> list[dict]:
+    """Measure DDP and FSDP2 on ``FSDP_RANKS`` gloo processes; write and return the rows."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    path = out / 'fsdp.json'
+    mp.spawn(_fsdp_rank, args=(port, model_names, str(path)), nprocs=FSDP_RANKS)
+    rows = json.loads(path.read_text())['rows']
+    print(f'Bytes held by rank 0 of {FSDP_RANKS} after one AdamW step (MiB):')
+    for row in rows:
+        print(f"  {row['model']:12} {row['variant']:6} parameters {row['parameter'] / MIB:8.1f}  "
+              f"gradients {row['gradient'] / MIB:8.1f}  optimizer {row['optimizer_state'] / MIB:8.1f}"
+              f"  total {row['held_bytes'] / MIB:8.1f} (x{row['held_ratio']:.2f})")
+    print(f'wrote {path}')
+    return rows
+
 
 def _names(text: str, known: dict, what: str) -> list[str]:
     names = [name.strip() for name in text.split(',') if name.strip()]
@@ -336,6 +500,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--curve', action='store_true',
                         help='measure the memory-vs-time curve of checkpointing instead: '
                         f'{", ".join(CURVE_VARIANTS)}; also writes checkpoint_curve.png')
+    parser.add_argument('--micro', action='store_true',
+                        help='measure micro-batching instead: ' + ', '.join(MICRO_VARIANTS))
+    parser.add_argument('--fsdp', action='store_true',
+                        help='measure the bytes each of %d gloo processes holds under DDP and '
+                        'FSDP2 instead (parameters, gradients, AdamW state)' % FSDP_RANKS)
     parser.add_argument('--batch-size', type=int,
                         help='images per step for the classification models (default 16)')
     parser.add_argument('--det-batch-size', type=int, default=2,
@@ -357,8 +526,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     missing = [path for path in args.config if not os.path.isfile(path)]
     if missing:
         raise SystemExit(f'config file(s) not found: {", ".join(missing)}')
-    args.variants = list(CURVE_VARIANTS) if args.curve else _names(args.variants, VARIANTS,
-                                                                    'variant')
+    if args.curve or args.micro:
+        args.variants = list(CURVE_VARIANTS if args.curve else MICRO_VARIANTS)
+    else:
+        args.variants = _names(args.variants, VARIANTS, 'variant')
     if args.batch_size is None:
         args.batch_size = QUICK_BATCH_SIZE if args.quick else 16
     if args.steps is None:
@@ -389,9 +560,13 @@ def _write_markdown(path: Path, table: str, meta: dict) -> None:
         + (f'\nSkipped (the variant failed on this model):\n{skipped}' if skipped else ''))
 
 
-def main(argv: list[str] | None = None) -> list[Measurement]:
-    """Run the benchmark and write ``benchmark.md``, ``benchmark.png`` and ``benchmark.json``."""
+def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
+    """Run the benchmark and write ``benchmark.md``, ``benchmark.png`` and ``benchmark.json``
+    (with ``--fsdp``: ``fsdp.json``, and return its rows)."""
     args = parse_args(argv)
+    if args.fsdp:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        return run_fsdp(args.models, Path(args.out))
     warnings.filterwarnings('ignore', message='torch.utils.checkpoint: the use_reentrant')
     device = torch.device(args.device)
     variants = [VARIANTS[BASELINE]] + [VARIANTS[name] for name in args.variants
@@ -434,6 +609,7 @@ def main(argv: list[str] | None = None) -> list[Measurement]:
         'timed_rounds': args.steps,
         'seed': args.seed,
         'skipped': skipped,
+        'micro_batch_decisions': SPLIT_DECISIONS,
     }
     _write_markdown(out / 'benchmark.md', table, meta)
     write_json(measurements, out / 'benchmark.json', BASELINE, meta)

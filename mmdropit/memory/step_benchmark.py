@@ -17,9 +17,11 @@ from .variants import BASELINE, Variant, Workload
 
 
 def _train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer) -> None:
-    with variant.forward(work):
-        loss = work.loss()
-    loss.backward()
+    for part_loss in work.losses():
+        with variant.forward(work):
+            loss = part_loss()
+        loss.backward()
+        del loss
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
@@ -55,6 +57,7 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
         this model (e.g. an operator without a bfloat16 kernel); the baseline must not fail.
     """
     optimizer = torch.optim.SGD(work.model.parameters(), lr=1e-4, momentum=0.9)
+    work.optimizer = optimizer
     working, skipped, saved, peaks = [], [], {}, {}
     for variant in variants:
         try:

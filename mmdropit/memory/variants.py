@@ -7,12 +7,15 @@ join the table with :func:`register_variant`.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ContextManager
 
 import torch
 from torch import nn
+
+from .micro_batches import micro_batch_sizes
 
 BASELINE = 'baseline'
 
@@ -26,12 +29,35 @@ class Workload:
         model: The model, on the measured device, in train mode.
         loss: Runs the forward pass on the fixed batch and returns the scalar loss.
         set_grad_checkpointing: Switches the library's own activation checkpointing on or off.
+        batch_size: Samples in the fixed batch.
+        part_loss: ``part_loss(first, size)``: the loss of samples ``first .. first+size-1``
+            weighted by their share of the batch (the parts' losses add up to the batch loss);
+            ``None`` when the workload cannot be split.
+        micro_batches: How many parts a training step runs the batch as (one forward and
+            backward each, then one optimizer step); variants may change it.
+        optimizer: The optimizer of the measured steps (set by the benchmark).
     """
 
     name: str
     model: nn.Module
     loss: Callable[[], torch.Tensor]
     set_grad_checkpointing: Callable[[bool], None]
+    batch_size: int = 1
+    part_loss: Callable[[int, int], torch.Tensor] | None = None
+    micro_batches: int = 1
+    optimizer: torch.optim.Optimizer | None = None
+
+    def losses(self) -> Iterator[Callable[[], torch.Tensor]]:
+        """One closure per micro-batch, each returning its weighted loss."""
+        if self.micro_batches == 1:
+            yield self.loss
+            return
+        if self.part_loss is None:
+            raise NotImplementedError(f'{self.name} cannot be split into micro-batches')
+        first = 0
+        for size in micro_batch_sizes(self.batch_size, self.micro_batches):
+            yield functools.partial(self.part_loss, first, size)
+            first += size
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from mmengine.registry import HOOKS
 from mmengine.runner import Runner
 
 import mmdropit  # noqa: F401
-from tests.conftest import TINY_VIT, TINY_VIT_DROPIT, log_text, two_iteration_cfg
+from tests.conftest import (TINY_VIT, TINY_VIT_DROPIT, assert_ranks_identical, log_text,
+                            train_on_two_ranks, two_iteration_cfg)
 
 
 def test_bf16_micro_batches_with_dropit_and_a_plan_train_and_resume(tmp_path):
@@ -71,3 +72,10 @@ def test_resume_inside_an_accumulation_window_continues_it_exactly(tmp_path):
     for (name, param), ref in zip(resumed.model.named_parameters(),
                                   straight.model.parameters()):
         torch.testing.assert_close(param, ref, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_micro_batches_under_ddp_with_dropit_and_a_plan_keep_ranks_identical(tmp_path):
+    micro_batching = ("optim_wrapper = dict(type='MicroBatchOptimWrapper', micro_batches=2)\n")
+    log = train_on_two_ranks(tmp_path, "dict(type='CheckpointPlanHook')", micro_batching)
+    assert 'runs as 2 micro-batch(es) of sizes [8, 8]' in log
+    assert_ranks_identical(tmp_path)

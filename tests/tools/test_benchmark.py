@@ -53,14 +53,20 @@ def test_config_workload_measures_the_tiny_vit_on_its_real_batch(tmp_path):
     config = ROOT / 'configs' / 'tiny' / 'vit-tiny_mnist5k.py'
     run = subprocess.run(
         [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', str(config),
-         '--variants', 'grad-ckpt', '--steps', '1', '--out', str(out)],
+         '--variants', 'grad-ckpt,micro-4,micro-budget-0.5', '--steps', '1', '--out', str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    rows = {row['variant']: row for row in json.loads((out / 'benchmark.json').read_text())['rows']}
-    assert list(rows) == ['baseline', 'grad-ckpt']
+    result = json.loads((out / 'benchmark.json').read_text())
+    rows = {row['variant']: row for row in result['rows']}
+    assert list(rows) == ['baseline', 'grad-ckpt', 'micro-4', 'micro-budget-0.5']
     assert {row['model'] for row in rows.values()} == {'vit-tiny_mnist5k'}
     # timm's set_grad_checkpointing was found inside TimmClassifier
     assert rows['grad-ckpt']['saved_ratio'] < 0.5
+    # four micro-batches of the real batch of 32: about a quarter of the activations at once
+    assert rows['micro-4']['activation_peak_ratio'] < 0.4
+    decision = result['meta']['micro_batch_decisions']['vit-tiny_mnist5k / 0.5']
+    assert 'micro-batch(es) of at most' in decision['text'] and decision['micro_batches'] > 1
+    assert rows['micro-budget-0.5']['peak']['peak_bytes'] <= decision['budget_bytes']
 
 
 def test_unknown_config_is_one_line(tmp_path):
