@@ -374,7 +374,10 @@ def _search_split(work: Workload) -> SplitDecision:
     def measure(size: int) -> int | None:
         return trial_peak(lambda: work.part_loss(0, size).backward(), work.model, work.optimizer)
 
-    return smallest_split(work.batch_size, measure, MICRO_BUDGET)
+    try:
+        return smallest_split(work.batch_size, measure, MICRO_BUDGET)
+    except ConfigError as error:  # a budget below one sample's peak
+        raise RuntimeError(str(error)) from error
 
 
 register_variant(f'micro-{MICRO_BATCHES}', prepare=_micro_batches(MICRO_BATCHES))

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from ..memory.saved import local_part
 from .restore import values_restored
 
 STEP = '<step>'
@@ -121,8 +122,8 @@ class StepRecord:
 class _Recorder:
     def __init__(self, model: nn.Module) -> None:
         self.names = {id(module): name for name, module in model.named_modules()}
-        self.excluded = {t.untyped_storage().data_ptr() for t in (*model.parameters(),
-                                                                  *model.buffers())}
+        self.excluded = {local_part(t).untyped_storage().data_ptr()
+                         for t in (*model.parameters(), *model.buffers())}
         self.calls = [ModuleCall(0, STEP, type(model).__name__, None, needs_grad=True)]
         self.stack: list[int] = [0]
         self.started: dict[int, float] = {}
@@ -134,6 +135,8 @@ class _Recorder:
         self.sync = any(p.is_cuda for p in model.parameters())
 
     def storage_id(self, tensor: torch.Tensor) -> int | None:
+        if isinstance(tensor, nn.Parameter):  # also FSDP2's unsharded parameters in forward
+            return None
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):

@@ -52,11 +52,11 @@ def _storage_key(storage: torch.UntypedStorage) -> _StorageKey:
 def _storages_of(model: nn.Module | None) -> set[_StorageKey]:
     if model is None:
         return set()
-    tensors = [_local(t) for t in (*model.parameters(), *model.buffers())]
+    tensors = [local_part(t) for t in (*model.parameters(), *model.buffers())]
     return {_storage_key(t.untyped_storage()) for t in tensors if t.device.type != 'meta'}
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
+def local_part(tensor: torch.Tensor) -> torch.Tensor:
     """This process's part of a tensor: the local shard of an FSDP2 ``DTensor`` parameter."""
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 

@@ -36,6 +36,7 @@ BASE = (f"_base_ = r'{TINY_VIT_DROPIT}'\n"
         "model = dict(type='FrozenPatchEmbedClassifier')\n"
         "optim_wrapper = dict(accumulative_counts=2)\n")
 DROPIT = "dict(type='DropITHook', gamma=0.9)"
+PLAN = "dict(type='CheckpointPlanHook')"
 FULLY_SHARD = "model_wrapper_cfg = dict(type='FullyShardModelWrapper', dropit=dict(gamma=0.9))\n"
 STRATEGY = ("runner_type = 'FlexibleRunner'\nstrategy = dict(type='FullyShardStrategy', "
             "model_wrapper=dict(dropit=dict(gamma=0.9)))\n")
@@ -59,13 +60,14 @@ def losses(log: str) -> list[float]:
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory) -> dict[str, tuple[Path, str]]:
-    """DDP for two epochs; FSDP2 (Runner wrapper and FlexibleRunner strategy) for one."""
+    """DDP for two epochs; FSDP2 (Runner wrapper and FlexibleRunner strategy, the latter with a
+    checkpoint plan, which recomputes without changing the losses) for one."""
     root = tmp_path_factory.mktemp('fsdp')
     save, hook = "dict(type='SaveRankStateHook')", "dict(type='FullyShardCheckpointHook')"
     return {
         'ddp': (root / 'ddp', train(root / 'ddp', '', [DROPIT, save], 2)),
         'wrapper': (root / 'wrapper', train(root / 'wrapper', FULLY_SHARD, [DROPIT, save, hook])),
-        'strategy': (root / 'strategy', train(root / 'strategy', STRATEGY, [DROPIT])),
+        'strategy': (root / 'strategy', train(root / 'strategy', STRATEGY, [DROPIT, PLAN])),
     }
 
 
@@ -74,6 +76,7 @@ def test_fully_shard_matches_ddp_with_dropit_frozen_and_accumulation(runs, kind)
     _, ddp_log = runs['ddp']
     work_dir, log = runs[kind]
     assert 'Distributed training: True' in log and 'DropIT on 16 layers' in log
+    assert ('Checkpoint plan (' in log) == (kind == 'strategy')
     assert len(losses(log)) == 2
     assert losses(log) == pytest.approx(losses(ddp_log)[:2], abs=1e-3)
     checkpoint = torch.load(work_dir / 'epoch_1.pth', weights_only=False)
@@ -103,6 +106,15 @@ def test_fsdp2_checkpoint_loads_into_a_plain_model_and_resumes(runs, tmp_path):
                 '--resume', str(work_dir / 'epoch_1.pth'))
     assert 'resumed epoch: 1, iter: 2' in log
     assert losses(log) == pytest.approx(losses(runs['ddp'][1])[2:], abs=1e-3)
+
+
+def test_fully_shard_with_micro_batches_in_bf16_and_a_plan(tmp_path):
+    amp = ("optim_wrapper = dict(type='MixedPrecisionOptimWrapper', use_fsdp=True, "
+           "micro_batches=2)\n")
+    log = train(tmp_path, FULLY_SHARD + amp,
+                [DROPIT, PLAN, "dict(type='FullyShardCheckpointHook')"])
+    assert 'runs as 2 micro-batch(es) of sizes [8, 8]' in log and 'Checkpoint plan (' in log
+    assert len(losses(log)) == 2
 
 
 def test_fsdp1_wrapper_trains_under_runner(tmp_path):
