@@ -474,9 +474,10 @@ def run_fsdp(model_names: list[str], out: Path) -> list[dict]:
     rows = json.loads(path.read_text())['rows']
     print(f'Bytes held by rank 0 of {FSDP_RANKS} after one AdamW step (MiB):')
     for row in rows:
-        print(f"  {row['model']:12} {row['variant']:6} parameters {row['parameter'] / MIB:8.1f}  "
-              f"gradients {row['gradient'] / MIB:8.1f}  optimizer {row['optimizer_state'] / MIB:8.1f}"
-              f"  total {row['held_bytes'] / MIB:8.1f} (x{row['held_ratio']:.2f})")
+        print(f"  {row['model']:12} {row['variant']:6} "
+              f"parameters {row['parameter'] / MIB:8.1f}  gradients {row['gradient'] / MIB:8.1f}  "
+              f"optimizer {row['optimizer_state'] / MIB:8.1f}  total {row['held_bytes'] / MIB:8.1f}"
+              f" (x{row['held_ratio']:.2f})")
     print(f'wrote {path}')
     return rows
 

@@ -9,8 +9,10 @@ measurements until the smallest fitting number of micro-batches is found among t
 Example:
     >>> peaks = {size: 1000 + 100 * size for size in range(1, 65)}   # a fake, linear model
     >>> decision = smallest_split(64, peaks.__getitem__, budget=0.5)
-    >>> decision.micro_batches, decision.micro_batch_size, decision.peak_bytes <= decision.budget_bytes
-    (3, 22, True)
+    >>> decision.micro_batches, decision.micro_batch_size
+    (3, 22)
+    >>> decision.peak_bytes <= decision.budget_bytes
+    True
     >>> micro_batch_sizes(10, 4)
     [3, 3, 2, 2]
 """

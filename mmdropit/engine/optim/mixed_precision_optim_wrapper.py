@@ -8,8 +8,8 @@ scaler is the sharded one. DropIT layers store their kept inputs in the autocast
 Config example::
 
     optim_wrapper = dict(
-        type='MixedPrecisionOptimWrapper', dtype='bfloat16',     # None: float16 on GPU, bf16 on CPU
-        micro_batches=4,                                         # optional, see MicroBatchOptimWrapper
+        type='MixedPrecisionOptimWrapper', dtype='bfloat16',  # None: fp16 on GPU, bf16 on CPU
+        micro_batches=4,                                      # optional: MicroBatchOptimWrapper
         optimizer=dict(type='AdamW', lr=5e-4, weight_decay=0.05))
 
 ``tools/train.py --amp`` turns ``OptimWrapper``, ``AmpOptimWrapper`` and ``MicroBatchOptimWrapper``
