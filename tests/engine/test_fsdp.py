@@ -58,6 +58,10 @@ def losses(log: str) -> list[float]:
     return [float(v) for v in re.findall(r'Epoch\(train\).*?\bloss: ([0-9.]+)', log)]
 
 
+def grad_norms(log: str) -> list[float]:
+    return [float(v) for v in re.findall(r'Epoch\(train\).*?\bgrad_norm: ([0-9.]+)', log)]
+
+
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory) -> dict[str, tuple[Path, str]]:
     """DDP for two epochs; FSDP2 (Runner wrapper and FlexibleRunner strategy, the latter with a
@@ -117,10 +121,12 @@ def test_fully_shard_with_micro_batches_in_bf16_and_a_plan(tmp_path):
     assert len(losses(log)) == 2
 
 
-def test_fsdp1_wrapper_trains_under_runner(tmp_path):
+def test_fsdp1_wrapper_trains_under_runner(tmp_path, runs):
     log = train(tmp_path, "model_wrapper_cfg = dict(type='FSDPModelWrapper')\n",
                 [DROPIT, "dict(type='FullyShardCheckpointHook')"])
     assert len(losses(log)) == 2
+    # clip_grad uses the norm over both ranks' shards: the first step's norm is DDP's
+    assert grad_norms(log)[0] == pytest.approx(grad_norms(runs['ddp'][1])[0], rel=1e-3)
     checkpoint = torch.load(tmp_path / 'epoch_1.pth', weights_only=False)
     assert checkpoint['state_dict']['model.blocks.0.attn.qkv.weight'].shape == (288, 96)
 

@@ -75,10 +75,19 @@ class FSDPModelWrapper(MMFullyShardedDataParallel):
         self.collective_saves = False
 
     def train_step(self, data: dict | tuple | list, optim_wrapper: OptimWrapper) -> dict:
-        """``MMFullyShardedDataParallel.train_step``, once checkpoints can be saved."""
+        """``MMFullyShardedDataParallel.train_step``, once checkpoints can be saved, with
+        ``clip_grad=dict(max_norm=...)`` clipping by the norm over all shards."""
         if not self.collective_saves:
             raise ConfigError(needs_checkpoint_hook(type(self).__name__))
+        if optim_wrapper.clip_grad_kwargs and \
+                optim_wrapper.clip_func is torch.nn.utils.clip_grad_norm_:
+            optim_wrapper.clip_func = self._clip_grad_norm
         return super().train_step(data, optim_wrapper)
+
+    def _clip_grad_norm(self, params: list[torch.Tensor], max_norm: float,
+                        norm_type: float = 2.0, **_: Any) -> torch.Tensor:
+        """``clip_grad_norm_`` over every shard (each rank alone sees only its own part)."""
+        return FullyShardedDataParallel.clip_grad_norm_(self, max_norm, norm_type)
 
     @contextmanager
     def gathered_state(self) -> Iterator[dict]:
