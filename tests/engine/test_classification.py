@@ -72,6 +72,17 @@ def test_pretrained_file_is_loaded_and_kept_by_init_weights(tmp_path):
     assert model.model.fc.out_features == 3
 
 
+def test_init_cfg_is_applied_once():
+    model = TimmClassifier('resnet18', num_classes=3,
+                           init_cfg=dict(type='Constant', layer='Linear', val=0.5))
+    model.init_weights()
+    assert torch.all(model.model.fc.weight == 0.5)
+    with torch.no_grad():
+        model.model.fc.weight.fill_(2.0)  # trained (or sharded) since
+    model.init_weights()  # the runner's call after an FSDP wrapper's: must not initialise again
+    assert torch.all(model.model.fc.weight == 2.0)
+
+
 @pytest.mark.parametrize('kwargs,error', [
     (dict(model_name='vit_tiny_patch16_22'), ConfigError),
     (dict(label_smoothing=1.5), ConfigError),

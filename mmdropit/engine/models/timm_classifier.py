@@ -80,9 +80,11 @@ class TimmClassifier(BaseModel):
         """Apply ``init_cfg`` if given; timm's own initialisation is otherwise kept.
 
         MMEngine's default would call ``init_weights()`` of the timm network again, which
-        re-draws the weights and would overwrite a ``pretrained_file``.
+        re-draws the weights and would overwrite a ``pretrained_file``. A second call does
+        nothing (as in MMEngine's ``BaseModule``): the FSDP wrappers initialise before sharding,
+        and the runner's later call must not initialise the shards again.
         """
-        if self.init_cfg:
+        if self.init_cfg and not self._is_init:
             initialize(self, self.init_cfg)
         self._is_init = True
 
