@@ -123,6 +123,8 @@ def test_more_micro_batches_than_samples_is_an_error():
 @pytest.mark.parametrize('options, message', [
     (dict(micro_batches=0), 'positive integer'),
     (dict(micro_batches=2, memory_budget='1GB'), 'not both'),
+    (dict(memory_budget='half'), "memory_budget is a fraction .* got 'half'"),
+    (dict(memory_budget=1.5), r'must lie in \(0, 1\]'),
 ])
 def test_bad_options_are_clear_errors(options, message):
     with pytest.raises(ConfigError, match=message):

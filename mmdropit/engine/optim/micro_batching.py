@@ -27,7 +27,9 @@ from mmengine.model import is_model_wrapper
 from torch import nn
 
 from ...errors import ConfigError
-from ...memory.micro_batches import SplitDecision, micro_batch_sizes, smallest_split
+from ...checkpoint.budget import parse_budget
+from ...memory.micro_batches import (BUDGET_HELP, SplitDecision, micro_batch_sizes,
+                                     smallest_split)
 from ...memory.trial_peak import trial_peak
 from .batch_split import batch_size_of, merge_log_vars, split_batch
 
@@ -53,7 +55,8 @@ class MicroBatching:
         """Set the split: a fixed number of micro-batches, or a memory budget, or neither (off).
 
         Raises:
-            ConfigError: Both are given, or ``micro_batches`` is not a positive integer.
+            ConfigError: Both are given, ``micro_batches`` is not a positive integer, or
+                ``memory_budget`` is neither a fraction nor a size.
         """
         if micro_batches is not None and memory_budget is not None:
             raise ConfigError('give either micro_batches or memory_budget, not both')
@@ -61,6 +64,8 @@ class MicroBatching:
                                           or not isinstance(micro_batches, int)
                                           or micro_batches < 1):
             raise ConfigError(f'micro_batches must be a positive integer, got {micro_batches!r}')
+        if memory_budget is not None:
+            parse_budget(memory_budget, BUDGET_HELP)  # a typo fails at build time, not later
         self.micro_batches = micro_batches
         self.memory_budget = memory_budget
         self.split_decision = None
