@@ -15,6 +15,7 @@ EXACT = {  # layers the default exclusion must leave exact, per config family
     'vit-tiny': ['model.patch_embed.proj', 'model.head'],
     'resnet18': ['model.conv1', 'model.fc'],
     'deit-s': ['model.patch_embed.proj', 'model.head'],
+    'deit-b': ['model.patch_embed.proj', 'model.head'],
     'faster-rcnn': ['backbone.conv1', 'rpn_head.rpn_cls', 'roi_head.bbox_head.fc_cls',
                     'roi_head.bbox_head.fc_reg'],
     'mask-rcnn': ['backbone.conv1', 'roi_head.bbox_head.fc_cls', 'roi_head.mask_head.conv_logits'],
