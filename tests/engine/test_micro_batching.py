@@ -90,9 +90,16 @@ def test_state_dict_keeps_gradients_of_an_unfinished_accumulation_window():
     fresh.load_state_dict(model.state_dict())
     fresh_wrapper = MicroBatchOptimWrapper(
         optimizer=torch.optim.SGD(fresh.parameters(), lr=0.5), accumulative_counts=2)
-    fresh_wrapper.load_state_dict(state)
+    fresh_wrapper.load_state_dict(copy.deepcopy(state))
     for param, grad in zip(fresh.parameters(), expected):
         torch.testing.assert_close(param.grad, grad)
+
+    other = nn.Linear(16, 1)  # parameters that do not fit: the window starts afresh
+    other_wrapper = MicroBatchOptimWrapper(optimizer=torch.optim.SGD(other.parameters(), lr=0.5))
+    state['param_groups'][0]['params'] = [0, 1]
+    state['state'] = {}
+    other_wrapper.load_state_dict(state)
+    assert all(param.grad is None for param in other.parameters())
 
 
 def test_memory_budget_picks_a_split_that_fits_and_leaves_training_unchanged():

@@ -25,6 +25,7 @@ from mmengine.dist import all_reduce
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from ...errors import ConfigError
 from ...checkpoint.budget import parse_budget
@@ -104,20 +105,36 @@ class MicroBatching:
     def state_dict(self) -> dict:
         """The wrapper's state; in the middle of an accumulation window (``accumulative_counts``)
         it also holds the gradients accumulated so far, so that a resumed run continues the
-        window exactly instead of losing it."""
+        window exactly instead of losing it. Not under FSDP2: its gradients are shards that only
+        all processes together could gather, and the checkpoint is written by one."""
         state = super().state_dict()
-        if not self.should_update():  # gradients are waiting for the window's last iteration
-            state['accumulated_gradients'] = [
-                None if param.grad is None else param.grad.detach().cpu().clone()
-                for param in self._parameters()]
+        if self.should_update():  # no gradient is waiting for the window's last iteration
+            return state
+        params = self._parameters()
+        if any(isinstance(param, DTensor) for param in params):
+            print_log('the gradients of the unfinished accumulation window are not saved under '
+                      'FSDP2; a run resumed from this checkpoint starts the window afresh',
+                      logger='current', level=logging.WARNING)
+            return state
+        state['accumulated_gradients'] = [
+            None if param.grad is None else param.grad.detach().cpu().clone() for param in params]
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
         gradients = state_dict.pop('accumulated_gradients', None)
         super().load_state_dict(state_dict)
-        if gradients is not None:
-            for param, grad in zip(self._parameters(), gradients, strict=True):
-                param.grad = None if grad is None else grad.to(param.device, param.dtype)
+        if gradients is None:
+            return
+        params = self._parameters()
+        if len(gradients) != len(params) or any(
+                grad is not None and grad.shape != param.shape
+                for param, grad in zip(params, gradients)):
+            print_log('the checkpoint\'s accumulated gradients do not fit these parameters (a '
+                      'different sharding?): the accumulation window starts afresh',
+                      logger='current', level=logging.WARNING)
+            return
+        for param, grad in zip(params, gradients):
+            param.grad = None if grad is None else grad.to(param.device, param.dtype)
 
     def _parameters(self) -> list[torch.Tensor]:
         return [param for group in self.optimizer.param_groups for param in group['params']]
