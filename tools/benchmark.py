@@ -42,6 +42,7 @@ from mmdropit.memory import (BASELINE, VARIANTS, Measurement, Workload, benchmar
                              compare, markdown_table, plot_ratios, plot_tradeoff,
                              register_variant, write_json)
 from mmdropit.memory.micro_batches import SplitDecision, smallest_split
+from mmdropit.memory.saved import local_part
 from mmdropit.memory.trial_peak import trial_peak
 
 DEFAULT_OUT = 'work_dirs/benchmark'
@@ -341,8 +342,7 @@ CURVE_ONLY = ('ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc',
 
 MICRO_BATCHES = 4
 MICRO_BUDGET = 0.5
-SPLIT_DECISIONS: dict[str, dict] = {}
-_SPLITS: dict[str, SplitDecision] = {}
+SPLIT_DECISIONS: dict[str, SplitDecision] = {}
 
 
 def _micro_batches(parts: int | None, inner: Callable | None = None):
@@ -354,12 +354,10 @@ def _micro_batches(parts: int | None, inner: Callable | None = None):
             raise RuntimeError(f'a batch of {work.batch_size} cannot run as {parts} micro-batches')
         with inner(work) if inner else contextlib.nullcontext():
             key = f'{work.name} / {MICRO_BUDGET}'
-            if parts is None and key not in _SPLITS:
-                _SPLITS[key] = _search_split(work)
-                SPLIT_DECISIONS[key] = dict(dataclasses.asdict(_SPLITS[key]),
-                                            text=str(_SPLITS[key]))
-                print(f'  {work.name}: {_SPLITS[key]}', flush=True)
-            work.micro_batches = parts or _SPLITS[key].micro_batches
+            if parts is None and key not in SPLIT_DECISIONS:
+                SPLIT_DECISIONS[key] = _search_split(work)
+                print(f'  {work.name}: {SPLIT_DECISIONS[key]}', flush=True)
+            work.micro_batches = parts or SPLIT_DECISIONS[key].micro_batches
             try:
                 yield
             finally:
@@ -403,14 +401,8 @@ FSDP_RANKS = 2
 
 
 def _local_bytes(tensors) -> int:
-    from torch.distributed.tensor import DTensor
-
-    total = 0
-    for tensor in tensors:
-        if tensor is not None:
-            tensor = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-            total += tensor.numel() * tensor.element_size()
-    return total
+    parts = [local_part(tensor) for tensor in tensors if tensor is not None]
+    return sum(part.numel() * part.element_size() for part in parts)
 
 
 def _held_by_rank(kind: str, model_name: str) -> dict[str, int]:
@@ -451,11 +443,10 @@ def _fsdp_rank(rank: int, port: int, model_names: list[str], out: str) -> None:
             for name in model_names for kind in ('ddp', 'fsdp2')]
     if rank == 0:
         for row in rows:
-            held = row['parameter'] + row['gradient'] + row['optimizer_state']
-            ddp = next(r for r in rows if r['model'] == row['model'] and r['variant'] == 'ddp')
-            row['held_bytes'] = held
-            row['held_ratio'] = held / (ddp['parameter'] + ddp['gradient']
-                                        + ddp['optimizer_state'] or 1)
+            row['held_bytes'] = row['parameter'] + row['gradient'] + row['optimizer_state']
+        ddp_bytes = {row['model']: row['held_bytes'] for row in rows if row['variant'] == 'ddp'}
+        for row in rows:
+            row['held_ratio'] = row['held_bytes'] / (ddp_bytes[row['model']] or 1)
         Path(out).write_text(json.dumps(dict(ranks=FSDP_RANKS, rows=rows), indent=1))
     dist.destroy_process_group()
 
@@ -613,7 +604,8 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
         'timed_rounds': args.steps,
         'seed': args.seed,
         'skipped': skipped,
-        'micro_batch_decisions': SPLIT_DECISIONS,
+        'micro_batch_decisions': {key: dict(dataclasses.asdict(decision), text=str(decision))
+                                  for key, decision in SPLIT_DECISIONS.items()},
     }
     _write_markdown(out / 'benchmark.md', table, meta)
     write_json(measurements, out / 'benchmark.json', BASELINE, meta)

@@ -27,8 +27,6 @@ Example config (``bash tools/dist_train.sh CONFIG 8``)::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -41,12 +39,13 @@ from torch.distributed.fsdp import FullyShardedDataParallel
 from torch.distributed.fsdp._common_utils import clean_tensor_name
 
 from ...errors import ConfigError
+from .gathered_state import GatheredState
 from .init_weights import init_and_sync
 from .launch import needs_checkpoint_hook, require_process_group
 
 
 @MODEL_WRAPPERS.register_module()
-class FSDPModelWrapper(MMFullyShardedDataParallel):
+class FSDPModelWrapper(GatheredState, MMFullyShardedDataParallel):
     """``MMFullyShardedDataParallel`` that trains under the plain ``Runner``.
 
     Frozen parameters work (``use_orig_params=True``, MMEngine's default, lets one
@@ -71,7 +70,6 @@ class FSDPModelWrapper(MMFullyShardedDataParallel):
         # partial: torch marks public hooks with an attribute, which a bound method refuses
         self.module.register_state_dict_post_hook(partial(type(self)._full_state_dict_hook, self))
         self._gathering = False
-        self._gathered: dict | None = None
         self.collective_saves = False
 
     def train_step(self, data: dict | tuple | list, optim_wrapper: OptimWrapper) -> dict:
@@ -88,16 +86,6 @@ class FSDPModelWrapper(MMFullyShardedDataParallel):
                         norm_type: float = 2.0, **_: Any) -> torch.Tensor:
         """``clip_grad_norm_`` over every shard (each rank alone sees only its own part)."""
         return FullyShardedDataParallel.clip_grad_norm_(self, max_norm, norm_type)
-
-    @contextmanager
-    def gathered_state(self) -> Iterator[dict]:
-        """Gather the full model state on every rank once (a collective); inside the context,
-        the inner module's ``state_dict()`` returns it without communicating."""
-        self._gathered = self.module.state_dict()
-        try:
-            yield self._gathered
-        finally:
-            self._gathered = None
 
     def full_optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict:
         """The full optimizer state keyed by parameter name (``FSDP.optim_state_dict``)."""

@@ -29,6 +29,7 @@ from ...dropit import to_dropit
 from ...errors import ConfigError
 from .full_state import (gather_optimizer_state, gather_tensor, shard_model_state,
                          shard_optimizer_state)
+from .gathered_state import GatheredState
 from .init_weights import init_and_sync
 from .launch import needs_checkpoint_hook, require_process_group
 from .shard_policy import ShardPolicy
@@ -44,7 +45,7 @@ def mixed_precision_policy(cfg: Mapping[str, Any] | None) -> MixedPrecisionPolic
 
 
 @MODEL_WRAPPERS.register_module()
-class FullyShardModelWrapper(nn.Module):
+class FullyShardModelWrapper(GatheredState, nn.Module):
     """Shard a model with FSDP2 and give it MMEngine's ``train_step`` / ``val_step`` /
     ``test_step`` (routed through ``module.data_preprocessor``, as ``MMDistributedDataParallel``).
 
@@ -96,7 +97,6 @@ class FullyShardModelWrapper(nn.Module):
         self.full_state_dict_hooks = full_state_dict_hooks
         self.collective_saves = not full_state_dict_hooks
         self._sync_gradients = True
-        self._gathered: dict | None = None
         if full_state_dict_hooks:
             # partial: torch marks public hooks with an attribute, which a bound method refuses
             module.register_state_dict_post_hook(partial(type(self)._full_state_dict_hook, self))
@@ -137,16 +137,6 @@ class FullyShardModelWrapper(nn.Module):
         """
         self._sync_gradients = False
         yield
-
-    @contextmanager
-    def gathered_state(self) -> Iterator[dict]:
-        """Gather the full model state on every rank once (a collective); inside the context,
-        ``module.state_dict()`` returns it without communicating (safe on one rank)."""
-        self._gathered = self.module.state_dict()
-        try:
-            yield self._gathered
-        finally:
-            self._gathered = None
 
     @staticmethod
     def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:

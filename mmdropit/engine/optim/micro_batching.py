@@ -32,6 +32,7 @@ from ...checkpoint.budget import parse_budget
 from ...memory.micro_batches import (BUDGET_HELP, SplitDecision, micro_batch_sizes,
                                      smallest_split)
 from ...memory.trial_peak import trial_peak
+from ..fsdp.full_state import optimizer_params
 from .batch_split import batch_size_of, merge_log_vars, split_batch
 
 _OUT_OF_MEMORY = 2**62  # stands for a trial that ran out of memory in a cross-rank maximum
@@ -110,7 +111,7 @@ class MicroBatching:
         state = super().state_dict()
         if self.should_update():  # no gradient is waiting for the window's last iteration
             return state
-        params = self._parameters()
+        params = optimizer_params(self.optimizer)
         if any(isinstance(param, DTensor) for param in params):
             print_log('the gradients of the unfinished accumulation window are not saved under '
                       'FSDP2; a run resumed from this checkpoint starts the window afresh',
@@ -125,7 +126,7 @@ class MicroBatching:
         super().load_state_dict(state_dict)
         if gradients is None:
             return
-        params = self._parameters()
+        params = optimizer_params(self.optimizer)
         if len(gradients) != len(params) or any(
                 grad is not None and grad.shape != param.shape
                 for param, grad in zip(params, gradients)):
@@ -135,9 +136,6 @@ class MicroBatching:
             return
         for param, grad in zip(params, gradients):
             param.grad = None if grad is None else grad.to(param.device, param.dtype)
-
-    def _parameters(self) -> list[torch.Tensor]:
-        return [param for group in self.optimizer.param_groups for param in group['params']]
 
     def initialize_count_status(self, model: nn.Module, init_counts: int,
                                 max_counts: int) -> None:
@@ -160,16 +158,12 @@ class MicroBatchTrainStep:
         self.model = model
         self.train_step = train_step
         self.wrapper = wrapper
-        self._warned_bn = False
         self._started = False
         self._clamp_logged = False
 
     def __call__(self, data: dict, optim_wrapper: MicroBatching) -> dict:
         batch_size = batch_size_of(data)
         micro_batches = self._micro_batches(data, batch_size)
-        if not self._warned_bn and micro_batches > 1:
-            self._warned_bn = True
-            _warn_about_batch_norm(self.model)
         if micro_batches == 1:
             return self.train_step(data, optim_wrapper)
         sizes = micro_batch_sizes(batch_size, micro_batches)
@@ -181,19 +175,20 @@ class MicroBatchTrainStep:
 
     def _micro_batches(self, data: dict, batch_size: int) -> int:
         """The configured or searched number of micro-batches; a later batch smaller than that
-        (an epoch's last) is split into single samples. The first batch must be large enough."""
+        (an epoch's last) is split into single samples. The first batch must be large enough;
+        its split is logged, with a warning about BatchNorm layers if it is split at all."""
         wrapper = self.wrapper
-        first = not self._started
-        self._started = True
         if wrapper.micro_batches is None and wrapper.split_decision is None:
             wrapper.split_decision = self._search(data, batch_size)
             print_log(f'micro-batching: {wrapper.split_decision}', logger='current')
         wanted = wrapper.micro_batches or wrapper.split_decision.micro_batches
-        if first:
-            micro_batch_sizes(batch_size, wanted)  # raises when the batch is too small
+        if not self._started:
+            self._started = True
+            sizes = micro_batch_sizes(batch_size, wanted)  # raises when the batch is too small
             print_log(f'micro-batching: each batch of {batch_size} samples runs as {wanted} '
-                      f'micro-batch(es) of sizes {micro_batch_sizes(batch_size, wanted)}',
-                      logger='current')
+                      f'micro-batch(es) of sizes {sizes}', logger='current')
+            if wanted > 1:
+                _warn_about_batch_norm(self.model)
         if wanted <= batch_size:
             return wanted
         if not self._clamp_logged:
