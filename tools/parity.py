@@ -1,85 +1,150 @@
-"""Accuracy parity: train configs with several seeds and compare top-1 with the baseline.
+"""Accuracy parity: DropIT at several gammas against the baseline, over seeds, on real data.
 
-Each (config, seed) pair is a full training through MMEngine's Runner on the config's real data;
-the figure is the final validation top-1. Writes ``parity.md`` and ``parity.json`` into ``--out``.
+Every (config, gamma, seed) is a full MMEngine training of the config on its own data; gamma 0
+is the config without DropIT, any other gamma sets (or adds) its DropITHook. Runs go to
+``--jobs`` worker processes that share the CPU cores; each run's console output goes to its
+``run.log``. Writes ``parity.json`` (every run, the summary and where it ran), ``parity.md``
+(the table) and ``parity.png`` (accuracy vs gamma) into ``--out``, and prints the table.
 
-Example:
-    python tools/parity.py --seeds 0,1,2 \\
-        configs/tiny/vit-tiny_mnist5k.py configs/tiny/vit-tiny_dropit-mink0.9_mnist5k.py
+Examples:
+    python tools/parity.py --suite        # tiny ViT, ResNet-18, Faster / Mask R-CNN on digits
+    python tools/parity.py configs/tiny/vit-tiny_mnist5k.py --gammas 0,0.9 --seeds 0,1,2
 """
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from mmengine.config import Config
-from mmengine.runner import Runner
+from mmengine.config import DictAction
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, \
+    TimeRemainingColumn
 
-import mmdropit  # noqa: F401  (registrations)
+from mmdropit.engine.datasets.digit_canvas import make_digit_coco
+from mmdropit.engine.parity import ParityJob, markdown_table, plot_parity, run_job, summarize
+from mmdropit.provenance import provenance, provenance_markdown
 
-METRIC = 'val/accuracy/top1'
-
-
-def train_once(config: str, seed: int, work_dir: Path) -> dict:
-    """Train ``config`` with ``seed`` and return its final top-1 and wall time."""
-    cfg = Config.fromfile(config)
-    cfg.randomness = dict(seed=seed, deterministic=False)
-    cfg.work_dir = str(work_dir)
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=-1, save_last=False)
-    start = time.perf_counter()
-    runner = Runner.from_cfg(cfg)
-    runner.train()
-    return dict(config=Path(config).stem, seed=seed,
-                top1=float(runner.message_hub.get_scalar(METRIC).current()),
-                seconds=round(time.perf_counter() - start, 1))
+#: The suite of the benchmark issue: a tiny ViT and a small CNN on MNIST-5k, a small Faster and
+#: Mask R-CNN on 128x128 digit canvases; under 45 minutes on 2 CPU cores with 2 jobs.
+SUITE = (
+    'configs/tiny/vit-tiny_mnist5k.py',
+    'configs/tiny/parity/resnet18_2e_mnist5k.py',
+    'configs/tiny/parity/faster-rcnn_r18-w32_fpn_2e_digits128.py',
+    'configs/tiny/parity/mask-rcnn_r18-w32_fpn_2e_digits128.py',
+)
+#: The suite's detection set (configs/tiny/_base_/digit_coco128_detection.py).
+SUITE_DIGITS = dict(out_dir='data/digit_coco128', canvas_size=(128, 128),
+                    digits_per_image=(1, 3), scale_range=(1.0, 1.6))
 
 
-def table(runs: list[dict]) -> str:
-    """Markdown: mean and spread of top-1 per config, and the difference to the first config
-    of the same family (the baseline comes first on the command line)."""
-    by_config: dict[str, list[dict]] = {}
-    for run in runs:
-        by_config.setdefault(run['config'], []).append(run)
-    lines = ['| config | seeds | top-1 per seed | mean top-1 | vs baseline | s / run |',
-             '|---|---:|---|---:|---:|---:|']
-    baselines: dict[str, float] = {}
-    for name, group in by_config.items():
-        mean = statistics.mean(run['top1'] for run in group)
-        family = name.split('_')[0]
-        baseline = baselines.setdefault(family, mean)
-        per_seed = ', '.join(f"{run['top1']:.1f}" for run in group)
-        seconds = statistics.mean(run['seconds'] for run in group)
-        lines.append(f'| {name} | {len(group)} | {per_seed} | {mean:.2f} | '
-                     f'{mean - baseline:+.2f} | {seconds:.0f} |')
-    return '\n'.join(lines) + '\n'
+def _numbers(text: str, kind: type) -> list:
+    try:
+        return [kind(item) for item in text.split(',') if item.strip()]
+    except ValueError:
+        raise SystemExit(f'expected comma-separated numbers, got {text!r}') from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('configs', nargs='*', help='configs to compare (or --suite)')
+    parser.add_argument('--suite', action='store_true', help="the issue's four models")
+    parser.add_argument('--gammas', default='0,0.5,0.7,0.9', help='0 = baseline (no DropIT)')
+    parser.add_argument('--seeds', default='0,1,2')
+    parser.add_argument('--jobs', type=int, default=min(2, os.cpu_count() or 1),
+                        help='runs at once; the CPU cores are shared out between them')
+    parser.add_argument('--out', default='work_dirs/parity')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+                        help='override keys of every config, e.g. train_cfg.max_epochs=1')
+    args = parser.parse_args(argv)
+    args.configs = [*SUITE, *args.configs] if args.suite else args.configs
+    if not args.configs:
+        parser.error('give configs, or --suite')
+    missing = [path for path in args.configs if not Path(path).is_file()]
+    if missing:
+        parser.error(f'config file(s) not found: {", ".join(missing)}')
+    args.gammas = _numbers(args.gammas, float)
+    args.seeds = _numbers(args.seeds, int)
+    bad = [gamma for gamma in args.gammas if not 0 <= gamma < 1]
+    if bad or not args.gammas or not args.seeds:
+        parser.error(f'--gammas take values in [0, 1) (0 = baseline), --seeds integers; '
+                     f'got gammas {args.gammas}, seeds {args.seeds}')
+    if args.jobs < 1:
+        parser.error('--jobs must be at least 1')
+    return args
+
+
+def plan_jobs(args: argparse.Namespace) -> list[ParityJob]:
+    """Seed by seed, so that a run cut short still has whole seeds of every config."""
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    out = Path(args.out)
+    return [ParityJob(config, gamma, seed,
+                      str(out / Path(config).stem / f'gamma{gamma:g}_seed{seed}'),
+                      threads, dict(args.cfg_options))
+            for seed in args.seeds for config in args.configs for gamma in args.gammas]
+
+
+def run_all(jobs: list[ParityJob], workers: int, console: Console) -> list[dict]:
+    """Run the jobs in fresh worker processes, showing a progress bar and one line per run."""
+    columns = ('[progress.description]{task.description}', BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), 'left', TimeRemainingColumn())
+    runs = []
+    context = multiprocessing.get_context('spawn')
+    with Progress(*columns, console=console) as progress, ProcessPoolExecutor(
+            workers, mp_context=context, max_tasks_per_child=1) as pool:
+        task = progress.add_task('parity runs', total=len(jobs))
+        futures = {pool.submit(run_job, job): job for job in jobs}
+        for future in as_completed(futures):
+            run = future.result()
+            runs.append(run)
+            name = f"{run['model']} gamma {run['gamma']:g} seed {run['seed']}"
+            if 'error' in run:
+                console.print(f"[red]{name}: failed[/red] ({run['error']}); "
+                              f"log: {run['work_dir']}/run.log")
+            else:
+                figures = ', '.join(f'{key} {value:.1f}' for key, value in run['metrics'].items())
+                console.print(f"{name}: {figures} in {run['seconds']:.0f} s")
+            progress.advance(task)
+    return runs
+
+
+def write_results(runs: list[dict], record: dict, out: Path) -> str:
+    """Write parity.json, parity.md and parity.png; return the table."""
+    rows = summarize(runs)
+    table = markdown_table(rows)
+    failed = [run for run in runs if 'error' in run]
+    (out / 'parity.json').write_text(json.dumps(
+        dict(provenance=record, summary=rows, runs=runs), indent=1))
+    (out / 'parity.md').write_text(
+        '# Accuracy parity\n\n' + provenance_markdown(record) + '\n' + table
+        + ''.join(f"\nFailed: {run['model']} gamma {run['gamma']:g} seed {run['seed']} "
+                  f"({run['error']})" for run in failed))
+    if rows:
+        plot_parity(rows, out / 'parity.png')
+    return table
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('configs', nargs='+', help='configs; a family\'s baseline first')
-    parser.add_argument('--seeds', default='0,1,2')
-    parser.add_argument('--out', default='work_dirs/parity')
-    args = parser.parse_args(argv)
-    seeds = [int(seed) for seed in args.seeds.split(',')]
-    missing = [path for path in args.configs if not Path(path).is_file()]
-    if missing:
-        raise SystemExit(f'config file(s) not found: {", ".join(missing)}')
+    args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = []
-    total = len(args.configs) * len(seeds)
-    for config in args.configs:
-        for seed in seeds:
-            print(f'[{len(runs) + 1}/{total}] {Path(config).stem} seed {seed}', flush=True)
-            runs.append(train_once(config, seed, out / Path(config).stem / f'seed{seed}'))
-            print(f"  top-1 {runs[-1]['top1']:.2f} in {runs[-1]['seconds']} s", flush=True)
-            (out / 'parity.json').write_text(json.dumps(runs, indent=1))
-    markdown = table(runs)
-    (out / 'parity.md').write_text(markdown)
-    print(markdown)
+    console = Console()
+    record = dict(provenance(), jobs=args.jobs)
+    if args.suite:
+        digits = dict(SUITE_DIGITS)
+        make_digit_coco(digits.pop('out_dir'), **digits)  # reused when already there
+    jobs = plan_jobs(args)
+    console.print(f'{len(jobs)} runs ({len(args.configs)} configs x gammas '
+                  f'{args.gammas} x seeds {args.seeds}), {args.jobs} at a time; logs in {out}')
+    runs = run_all(jobs, args.jobs, console)
+    table = write_results(runs, record, out)
+    console.print(table, markup=False, highlight=False)
+    console.print(f'wrote {out / "parity.md"}, {out / "parity.json"}, {out / "parity.png"}')
+    if any('error' in run for run in runs):
+        raise SystemExit('some runs failed; see their run.log')
     return runs
 
 

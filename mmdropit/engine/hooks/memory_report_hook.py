@@ -35,6 +35,9 @@ class MemoryReportHook(Hook):
 
     Args:
         interval: measure every ``interval`` training iterations (and the first one).
+
+    Attributes:
+        last_scalars: The figures of the last measured iteration (empty before the first).
     """
 
     priority = 'NORMAL'  # after_train_iter before LoggerHook (BELOW_NORMAL)
@@ -44,6 +47,7 @@ class MemoryReportHook(Hook):
             raise ValueError(f'MemoryReportHook interval must be >= 1, got {interval}')
         self.interval = interval
         self._meters: tuple[SavedTensorMeter, StepPeakMeter] | None = None
+        self.last_scalars: dict[str, float] = {}
 
     def _measures(self, runner) -> bool:
         return runner.iter == 0 or (runner.iter + 1) % self.interval == 0
@@ -66,6 +70,7 @@ class MemoryReportHook(Hook):
         saved = saved_meter.stop()
         peak = peak_meter.stop()
         scalars = self.scalars(saved.total_bytes, peak)
+        self.last_scalars = scalars
         runner.visualizer.add_scalars(
             {f'memory/{name}': value for name, value in scalars.items()}, step=runner.iter + 1)
         runner.logger.info(f'memory at iter {runner.iter + 1}: ' + '  '.join(
