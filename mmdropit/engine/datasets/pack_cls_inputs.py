@@ -17,7 +17,8 @@ from mmengine.structures import BaseDataElement
 class PackClsInputs:
     """Pack ``results['img']`` and ``results['gt_label']`` for :class:`TimmClassifier`.
 
-    Produces ``{'inputs': uint8 tensor [C, H, W], 'data_samples': BaseDataElement}`` with
+    Produces ``{'inputs': tensor [C, H, W], 'data_samples': BaseDataElement}`` (an image
+    array becomes a ``uint8`` tensor; a tensor, such as :class:`TimmTransform`'s, is kept) with
     ``gt_label`` (a 1-element int64 tensor, absent when the sample has no label) and the
     metainfo keys listed in ``meta_keys`` that are present.
 
@@ -29,10 +30,14 @@ class PackClsInputs:
         self.meta_keys = meta_keys
 
     def __call__(self, results: dict) -> dict:
-        img = np.asarray(results['img'])
-        if img.ndim == 2:
-            img = img[..., None]
-        inputs = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
+        img = results['img']
+        if isinstance(img, torch.Tensor):  # already [C, H, W], e.g. from TimmTransform
+            inputs = img
+        else:
+            img = np.asarray(img)
+            if img.ndim == 2:
+                img = img[..., None]
+            inputs = torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1)))
         sample = BaseDataElement(
             metainfo={key: results[key] for key in self.meta_keys if key in results})
         if results.get('gt_label') is not None:

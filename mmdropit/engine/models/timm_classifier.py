@@ -111,9 +111,13 @@ class TimmClassifier(BaseModel):
 
     def loss(self, logits: torch.Tensor,
              data_samples: list[BaseDataElement] | None) -> torch.Tensor:
-        """Cross-entropy of ``logits`` against the samples' ``gt_label``."""
+        """Cross-entropy of ``logits`` against the samples' soft ``gt_score`` (set by Mixup /
+        CutMix, which carry their own label smoothing) or else their ``gt_label``."""
         if not data_samples:
             raise ValueError('mode="loss" needs data_samples with gt_label')
+        if all('gt_score' in sample for sample in data_samples):
+            scores = torch.stack([sample.gt_score for sample in data_samples]).to(logits.device)
+            return torch.sum(-scores * logits.float().log_softmax(dim=-1), dim=-1).mean()
         target = torch.stack([sample.gt_label for sample in data_samples]).to(logits.device)
         return F.cross_entropy(logits.float(), target.view(-1),
                                label_smoothing=self.label_smoothing)
