@@ -32,7 +32,7 @@ from mmdropit.provenance import provenance, provenance_markdown
 #: Mask R-CNN on 128x128 digit canvases; under 45 minutes on 2 CPU cores with 2 jobs.
 SUITE = (
     'configs/tiny/vit-tiny_mnist5k.py',
-    'configs/tiny/parity/resnet18_2e_mnist5k.py',
+    'configs/tiny/parity/resnet18_1e_mnist5k.py',
     'configs/tiny/parity/faster-rcnn_r18-w32_fpn_2e_digits128.py',
     'configs/tiny/parity/mask-rcnn_r18-w32_fpn_2e_digits128.py',
 )
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f'{args.gammas} x seeds {args.seeds}), {args.jobs} at a time; logs in {out}')
     runs = run_all(jobs, args.jobs, console)
     table = write_results(runs, record, out)
-    console.print(table, markup=False, highlight=False)
+    print(table, flush=True)
     console.print(f'wrote {out / "parity.md"}, {out / "parity.json"}, {out / "parity.png"}')
     if any('error' in run for run in runs):
         raise SystemExit('some runs failed; see their run.log')

@@ -11,7 +11,7 @@ from tests.conftest import ROOT, TINY_VIT, TINY_VIT_DROPIT, run_tool
 
 SUITE_CONFIGS = [
     'configs/tiny/vit-tiny_mnist5k.py',
-    'configs/tiny/parity/resnet18_2e_mnist5k.py',
+    'configs/tiny/parity/resnet18_1e_mnist5k.py',
     'configs/tiny/parity/faster-rcnn_r18-w32_fpn_2e_digits128.py',
     'configs/tiny/parity/mask-rcnn_r18-w32_fpn_2e_digits128.py',
 ]
@@ -75,7 +75,7 @@ def test_two_runs_in_parallel_write_table_json_and_plot(tmp_path):
     saved = json.loads((out / 'parity.json').read_text())
     assert saved['provenance']['command'].startswith('python ')
     runs = {run['gamma']: run for run in saved['runs']}
-    assert set(runs) == {0.0, 0.9} and all(run['metrics']['top1'] > 30 for run in runs.values())
+    assert set(runs) == {0.0, 0.9} and all(run['metrics']['top1'] > 15 for run in runs.values())
     assert (out / 'vit-tiny_mnist5k' / 'gamma0.9_seed0' / 'run.log').read_text().count(
         'DropIT') > 0
     row = next(row for row in saved['summary'] if row['gamma'] == 0.9)

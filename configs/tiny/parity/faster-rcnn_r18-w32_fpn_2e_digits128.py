@@ -1,6 +1,7 @@
 # Faster R-CNN of the parity suite (tools/parity.py --suite): a half-width ResNet-18 FPN on
-# 128x128 digit canvases, 2 epochs of 600 canvases at batch 4 -- about 0.07 s per image on one CPU core.
-# python tools/train.py configs/tiny/parity/faster-rcnn_r18-w32_fpn_3e_digits128.py
+# 128x128 digit canvases, 2 epochs of 500 canvases at batch 4 (about 0.07 s per image on one
+# CPU core).
+# python tools/train.py configs/tiny/parity/faster-rcnn_r18-w32_fpn_2e_digits128.py
 _base_ = [
     'mmdet::_base_/models/faster-rcnn_r50_fpn.py',
     '../_base_/digit_coco128_detection.py',
@@ -20,7 +21,7 @@ model = dict(
         rpn_proposal=dict(nms_pre=500, max_per_img=100), rcnn=dict(sampler=dict(num=32))),
     test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100), rcnn=dict(max_per_img=20)))
 
-train_dataloader = dict(dataset=dict(indices=600))  # the first 600 of the 1,000 train canvases
+train_dataloader = dict(dataset=dict(indices=500))  # the first 500 of the 1,000 train canvases
 train_cfg = dict(max_epochs=2, val_interval=2)
 optim_wrapper = dict(optimizer=dict(lr=0.02))
 param_scheduler = [
