@@ -44,6 +44,7 @@ from mmdropit.memory import (BASELINE, VARIANTS, Measurement, Workload, benchmar
 from mmdropit.memory.micro_batches import SplitDecision, smallest_split
 from mmdropit.memory.saved import local_part
 from mmdropit.memory.trial_peak import trial_peak
+from mmdropit.reporting import progress_bar, provenance, provenance_markdown
 
 DEFAULT_OUT = 'work_dirs/benchmark'
 QUICK_MODELS = ('deit_tiny', 'resnet50')
@@ -462,7 +463,9 @@ def run_fsdp(model_names: list[str], out: Path) -> list[dict]:
         port = sock.getsockname()[1]
     path = out / 'fsdp.json'
     mp.spawn(_fsdp_rank, args=(port, model_names, str(path)), nprocs=FSDP_RANKS)
-    rows = json.loads(path.read_text())['rows']
+    saved = dict(json.loads(path.read_text()), provenance=provenance())
+    path.write_text(json.dumps(saved, indent=1))
+    rows = saved['rows']
     print(f'Bytes held by rank 0 of {FSDP_RANKS} after one AdamW step (MiB):')
     for row in rows:
         print(f"  {row['model']:12} {row['variant']:6} "
@@ -541,7 +544,7 @@ def _write_markdown(path: Path, table: str, meta: dict) -> None:
                   'highest activation + temporary bytes at any moment of the step')
     skipped = ''.join(f'- {line}\n' for line in meta['skipped'])
     path.write_text(
-        '# Memory benchmark\n\n'
+        '# Memory benchmark\n\n' + provenance_markdown(meta['provenance']) + '\n'
         f"Device: {meta['device_name']} ({meta['device']}, {meta['threads']} threads), "
         f"torch {meta['torch']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
         f"(detection: {meta['det_batch_size']} at {DET_IMAGE_SIZE[1]}x{DET_IMAGE_SIZE[0]}), random "
@@ -572,26 +575,32 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
     measurements: list[Measurement] = []
     skipped: list[str] = []
     jobs = [*args.models, *args.config]
-    for index, name in enumerate(jobs, start=1):
-        torch.manual_seed(args.seed)
-        if name in MODELS:
-            batch_size = args.det_batch_size if name in DETECTION_MODELS else args.batch_size
-            print(f'[{index}/{len(jobs)}] {name}, batch {batch_size}, {args.device}', flush=True)
-            work = MODELS[name](name, batch_size, device)
-        else:
-            print(f'[{index}/{len(jobs)}] {name} (its train batch), {args.device}', flush=True)
-            work = config_workload(name, device)
-        results, failed = benchmark_workload(work, variants, args.steps, device)
-        for row in compare(results, BASELINE):
-            print(_progress_line(row), flush=True)
-        for line in failed:
-            print(f'  skipped {line}', flush=True)
-        measurements.extend(results)
-        skipped.extend(failed)
-        del work
+    with progress_bar() as progress:
+        task = progress.add_task('models', total=len(jobs))
+        for index, name in enumerate(jobs, start=1):
+            torch.manual_seed(args.seed)
+            if name in MODELS:
+                batch_size = args.det_batch_size if name in DETECTION_MODELS else args.batch_size
+                print(f'[{index}/{len(jobs)}] {name}, batch {batch_size}, {args.device}',
+                      flush=True)
+                work = MODELS[name](name, batch_size, device)
+            else:
+                print(f'[{index}/{len(jobs)}] {name} (its train batch), {args.device}',
+                      flush=True)
+                work = config_workload(name, device)
+            results, failed = benchmark_workload(work, variants, args.steps, device)
+            for row in compare(results, BASELINE):
+                print(_progress_line(row), flush=True)
+            for line in failed:
+                print(f'  skipped {line}', flush=True)
+            measurements.extend(results)
+            skipped.extend(failed)
+            del work
+            progress.advance(task)
 
     table = markdown_table(measurements, BASELINE)
     meta = {
+        'provenance': provenance(),
         'device': args.device,
         'device_name': (torch.cuda.get_device_name(device) if device.type == 'cuda'
                         else platform.processor() or platform.machine()),

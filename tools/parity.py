@@ -21,12 +21,10 @@ from pathlib import Path
 
 from mmengine.config import DictAction
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, \
-    TimeRemainingColumn
 
 from mmdropit.engine.datasets.digit_canvas import make_digit_coco
 from mmdropit.engine.parity import ParityJob, markdown_table, plot_parity, run_job, summarize
-from mmdropit.provenance import provenance, provenance_markdown
+from mmdropit.reporting import progress_bar, provenance, provenance_markdown
 
 #: The suite of the benchmark issue: a tiny ViT and a small CNN on MNIST-5k, a small Faster and
 #: Mask R-CNN on 128x128 digit canvases; under 45 minutes on 2 CPU cores with 2 jobs.
@@ -89,11 +87,9 @@ def plan_jobs(args: argparse.Namespace) -> list[ParityJob]:
 
 def run_all(jobs: list[ParityJob], workers: int, console: Console) -> list[dict]:
     """Run the jobs in fresh worker processes, showing a progress bar and one line per run."""
-    columns = ('[progress.description]{task.description}', BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), 'left', TimeRemainingColumn())
     runs = []
     context = multiprocessing.get_context('spawn')
-    with Progress(*columns, console=console) as progress, ProcessPoolExecutor(
+    with progress_bar(console) as progress, ProcessPoolExecutor(
             workers, mp_context=context, max_tasks_per_child=1) as pool:
         task = progress.add_task('parity runs', total=len(jobs))
         futures = {pool.submit(run_job, job): job for job in jobs}
