@@ -10,7 +10,7 @@ from mmdropit.engine.parity import ParityJob, job_config, markdown_table, summar
 from tests.conftest import ROOT, TINY_VIT, TINY_VIT_DROPIT, run_tool
 
 SUITE_CONFIGS = [
-    'configs/tiny/vit-tiny_mnist5k.py',
+    'configs/tiny/parity/vit-tiny_6e_mnist5k.py',
     'configs/tiny/parity/resnet18_1e_mnist5k.py',
     'configs/tiny/parity/faster-rcnn_r18-w32_fpn_2e_digits128.py',
     'configs/tiny/parity/mask-rcnn_r18-w32_fpn_2e_digits128.py',
