@@ -36,22 +36,24 @@ from .cost import ChainCosts, SegmentCost
 _State = tuple[int, bool]  # (boundary, whether the last piece was a checkpoint)
 
 
-def _starts(costs: ChainCosts) -> dict[int, list[SegmentCost]]:
-    starts: dict[int, list[SegmentCost]] = {}
+_Starts = dict[int, list[tuple[SegmentCost, int]]]
+
+
+def _starts(costs: ChainCosts) -> _Starts:
+    """The segments by first item, each with its recompute bytes (computed once per search)."""
+    starts: _Starts = {}
     for segment in costs.segments:
-        starts.setdefault(segment.start, []).append(segment)
+        starts.setdefault(segment.start, []).append((segment, costs.recompute_bytes(segment)))
     return starts
 
 
-def _moves(costs: ChainCosts, starts: dict[int, list[SegmentCost]], i: int, after_cut: bool,
-           kept: int):
+def _moves(costs: ChainCosts, starts: _Starts, i: int, after_cut: bool, kept: int):
     """Each way to go on from boundary ``i``: (segment or None, next state, kept, peak)."""
     keep = costs.keep_after_cut[i] if after_cut else costs.keep[i]
     yield None, (i + 1, False), kept + keep, kept + keep + costs.transient[i]
-    for segment in starts.get(i, ()):
+    for segment, recompute in starts.get(i, ()):
         inputs = segment.inputs_after_cut if after_cut else segment.inputs
-        yield (segment, (segment.stop, True), kept + inputs,
-               kept + inputs + costs.recompute_bytes(segment))
+        yield segment, (segment.stop, True), kept + inputs, kept + inputs + recompute
 
 
 def fits(costs: ChainCosts, limit: int) -> bool:
