@@ -30,8 +30,6 @@ from .cost import ChainCosts, Prediction, chain_costs, predict
 from .record import record_step
 from .solver import least_ogc_cost, least_peak, least_time
 
-TIME_RESOLUTION = 200
-"""Plans whose recompute times differ by less than the longest segment's / this are equally fast."""
 BISECTION_STEPS = 6
 """Steps from the additive model's limit to the exact budget (the last one is within 1/64)."""
 
@@ -153,7 +151,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
         plan.planned = predict(chain, segments)
         return plan
     floor = least_peak(costs)
-    least = segments_of(least_time(costs, floor, TIME_RESOLUTION))
+    least = segments_of(least_time(costs, floor))
     lowest = predict(chain, least)
     target = resolve_budget(budget, baseline.activation_peak)
     if target is None:
@@ -184,7 +182,7 @@ def _fastest_fitting(chain: Chain, costs: ChainCosts, floor: int, target: int, l
     best, low, high = least, floor, max(costs.peak([]), floor)
     for _ in range(BISECTION_STEPS):  # the additive limit, to about 1/2**BISECTION_STEPS
         middle = (low + high + 1) // 2
-        candidate = segments_of(least_time(costs, middle, TIME_RESOLUTION) or [])
+        candidate = segments_of(least_time(costs, middle) or [])
         if predict(chain, candidate).activation_peak <= target:
             best, low = candidate, middle
         else:

@@ -31,6 +31,8 @@ Example:
 """
 from __future__ import annotations
 
+import bisect
+
 from .cost import ChainCosts, SegmentCost
 
 _State = tuple[int, bool]  # (boundary, whether the last piece was a checkpoint)
@@ -85,20 +87,15 @@ def least_peak(costs: ChainCosts) -> int:
     return high
 
 
-def least_time(costs: ChainCosts, limit: int,
-               time_resolution: int | None = None) -> list[SegmentCost] | None:
+def least_time(costs: ChainCosts, limit: int) -> list[SegmentCost] | None:
     """The plan with the least recompute time whose peak is within ``limit`` (``None``: none).
 
-    Ties in time go to the plan that keeps fewer bytes. With ``time_resolution``, plans whose
-    times differ by less than the longest segment's time / ``time_resolution`` count as equally
-    fast, which bounds the fronts of long chains with many segments (DenseNet); bytes stay
-    exact, so the peak limit is always honoured. ``None`` is exact.
+    Exact: at each boundary the search keeps every plan that no other plan beats in both bytes
+    kept and seconds. Ties in time go to the plan that keeps fewer bytes.
     """
-    longest = max((s.seconds for s in costs.segments), default=0.0)
-    slack = longest / time_resolution if time_resolution else 0.0
     starts = _starts(costs)
     n = len(costs.keep)
-    # front[state]: list of (kept, seconds, plan) with no pair dominating another
+    # front[state]: (kept, seconds, plan) sorted by kept, seconds strictly falling
     fronts: dict[_State, list[tuple[int, float, tuple[SegmentCost, ...]]]] = {
         (0, False): [(0, 0.0, ())]}
     for i in range(n):
@@ -109,20 +106,25 @@ def least_time(costs: ChainCosts, limit: int,
                         continue
                     new_seconds = seconds + (segment.seconds if segment else 0.0)
                     new_plan = plan + (segment,) if segment else plan
-                    _add_to_front(fronts.setdefault(state, []), new_kept, new_seconds, new_plan,
-                                  slack)
+                    _add_to_front(fronts.setdefault(state, []), new_kept, new_seconds, new_plan)
     finals = fronts.get((n, False), []) + fronts.get((n, True), [])
     if not finals:
         return None
     return list(min(finals, key=lambda entry: (entry[1], entry[0]))[2])
 
 
-def _add_to_front(front: list, kept: int, seconds: float, plan: tuple, slack: float) -> None:
-    for other_kept, other_seconds, _ in front:
-        if other_kept <= kept and other_seconds <= seconds + slack:
-            return
-    front[:] = [entry for entry in front if not (kept <= entry[0] and seconds <= entry[1])]
-    front.append((kept, seconds, plan))
+def _add_to_front(front: list, kept: int, seconds: float, plan: tuple) -> None:
+    """Insert ``(kept, seconds, plan)`` unless an entry keeping no more bytes is as fast; drop
+    the entries it beats. ``front`` stays sorted by bytes kept with strictly falling seconds,
+    so both checks look at neighbours of a binary-search position only."""
+    position = bisect.bisect_right(front, kept, key=lambda entry: entry[0])
+    if position and front[position - 1][1] <= seconds:
+        return
+    start = position - 1 if position and front[position - 1][0] == kept else position
+    stop = position
+    while stop < len(front) and front[stop][1] >= seconds:
+        stop += 1
+    front[start:stop] = [(kept, seconds, plan)]
 
 
 def ogc_cost(costs: ChainCosts, plan: list[SegmentCost]) -> int:
