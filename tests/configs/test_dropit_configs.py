@@ -14,6 +14,7 @@ CONFIGS = sorted(path for path in (ROOT / 'configs').rglob('*dropit*.py'))
 EXACT = {  # layers the default exclusion must leave exact, per config family
     'vit-tiny': ['model.patch_embed.proj', 'model.head'],
     'resnet18': ['model.conv1', 'model.fc'],
+    'deit-ti': ['model.patch_embed.proj', 'model.head'],
     'deit-s': ['model.patch_embed.proj', 'model.head'],
     'deit-b': ['model.patch_embed.proj', 'model.head'],
     'faster-rcnn': ['backbone.conv1', 'rpn_head.rpn_cls', 'roi_head.bbox_head.fc_cls',
