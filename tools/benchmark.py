@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import platform
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -545,8 +544,7 @@ def _write_markdown(path: Path, table: str, meta: dict) -> None:
     skipped = ''.join(f'- {line}\n' for line in meta['skipped'])
     path.write_text(
         '# Memory benchmark\n\n' + provenance_markdown(meta['provenance']) + '\n'
-        f"Device: {meta['device_name']} ({meta['device']}, {meta['threads']} threads), "
-        f"torch {meta['torch']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
+        f"Device: {meta['device']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
         f"(detection: {meta['det_batch_size']} at {DET_IMAGE_SIZE[1]}x{DET_IMAGE_SIZE[0]}), random "
         'weights, synthetic data.\n\n'
         'One step = forward, backward, SGD (momentum) step, zero_grad. *saved*: bytes autograd '
@@ -602,10 +600,6 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
     meta = {
         'provenance': provenance(),
         'device': args.device,
-        'device_name': (torch.cuda.get_device_name(device) if device.type == 'cuda'
-                        else platform.processor() or platform.machine()),
-        'threads': torch.get_num_threads(),
-        'torch': torch.__version__,
         'batch_size': args.batch_size,
         'det_batch_size': args.det_batch_size,
         'image_size': IMAGE_SIZE,

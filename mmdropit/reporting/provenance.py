@@ -77,4 +77,4 @@ def provenance_markdown(record: dict) -> str:
             f"Date: {record['date']}\n"
             f"Machine: {record['cpu']}, {record['cpu_cores']} cores, "
             f"{record['memory_gib']} GiB, {device}; Python {record['python']}, "
-            f"torch {record['torch']}\n")
+            f"torch {record['torch']}, {record['threads']} threads\n")
