@@ -13,7 +13,8 @@ backward) the BatchNorm layers of the recomputed part would update their running
 second time; their buffers are saved before and restored after it, so the statistics are those
 of one forward pass. The RNG state is restored
 before recomputing (``preserve_rng_state``), so dropout drops the same elements.
-Eval mode and ``torch.no_grad`` run the plain forward.
+Eval mode and ``torch.no_grad`` run the plain forward. A *selective* checkpoint
+(:mod:`.selective`) keeps the outputs of its costly ops and recomputes only the rest.
 
 Example:
     >>> from torch import nn
@@ -36,30 +37,32 @@ from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import checkpoint
 
 from .restore import values_restored
+from .selective import selective_contexts
 
 _CLASSES: dict[tuple[type, type], type] = {}
 
 
 @contextlib.contextmanager
-def _statistics_kept(module: nn.Module) -> Iterator[None]:
-    """Inside backward (a recomputation), restore BatchNorm buffers on exit."""
-    if torch._C._current_graph_task_id() == -1:
-        yield
-        return
+def _recomputing(module: nn.Module, inner: contextlib.AbstractContextManager) -> Iterator[None]:
+    """Around a recomputation: ``inner`` (selective recompute's replay of kept outputs) inside
+    a copy-and-restore of the BatchNorm buffers, which so run outside ``inner``'s op replay."""
     with values_restored(b for m in module.modules() if isinstance(m, _BatchNorm)
-                         for b in m.buffers()):
+                         for b in m.buffers()), inner:
         yield
 
 
-def _checkpointed(module: nn.Module, run: Callable, *args, **kwargs):
-    def recomputable(*inner_args, **inner_kwargs):
-        with _statistics_kept(module):
-            return run(*inner_args, **inner_kwargs)
+def _contexts(module: nn.Module, selective: bool) -> tuple:
+    forward, recompute = selective_contexts() if selective else (
+        contextlib.nullcontext(), contextlib.nullcontext())
+    return forward, _recomputing(module, recompute)
 
+
+def _checkpointed(module: nn.Module, run: Callable, selective: bool, *args, **kwargs):
     # New lists / dicts around the same tensors: the recomputation must see the arguments as
     # they were, even when the caller appends to a list it passed (DenseNet's feature list).
     args, kwargs = tree_map(lambda leaf: leaf, (args, kwargs))
-    return checkpoint(recomputable, *args, use_reentrant=False, **kwargs)
+    return checkpoint(run, *args, use_reentrant=False,
+                      context_fn=lambda: _contexts(module, selective), **kwargs)
 
 
 def _active(module: nn.Module) -> bool:
@@ -67,19 +70,23 @@ def _active(module: nn.Module) -> bool:
 
 
 class _CheckpointedModule:
-    """Mixin: the whole forward of the module is one checkpoint."""
+    """Mixin: the whole forward of the module is one checkpoint (``_mmdropit_selective``: a
+    selective one)."""
+
+    _mmdropit_selective: bool
 
     def forward(self, *args, **kwargs):
         forward = super().forward
         if not _active(self):
             return forward(*args, **kwargs)
-        return _checkpointed(self, forward, *args, **kwargs)
+        return _checkpointed(self, forward, self._mmdropit_selective, *args, **kwargs)
 
 
 class _CheckpointedRuns:
-    """Mixin for ``nn.Sequential``: runs of children (``_mmdropit_runs``) are checkpoints."""
+    """Mixin for ``nn.Sequential``: runs of children (``_mmdropit_runs``: first, last, whether
+    selective) are checkpoints."""
 
-    _mmdropit_runs: list[tuple[int, int]]
+    _mmdropit_runs: list[tuple[int, int, bool]]
 
     def forward(self, x):
         children = list(self)
@@ -87,16 +94,16 @@ class _CheckpointedRuns:
             for child in children:
                 x = child(x)
             return x
-        starts = dict(self._mmdropit_runs)
+        starts = {first: (last, selective) for first, last, selective in self._mmdropit_runs}
         i = 0
         while i < len(children):
-            last = starts.get(i)
-            if last is None:
+            if i not in starts:
                 x = children[i](x)
                 i += 1
                 continue
+            last, selective = starts[i]
             part = nn.Sequential(*children[i:last + 1])
-            x = _checkpointed(part, part.forward, x)
+            x = _checkpointed(part, part.forward, selective, x)
             i = last + 1
         return x
 
@@ -111,17 +118,21 @@ def _swap(module: nn.Module, mixin: type) -> None:
     module.__class__ = _CLASSES[key]
 
 
-def checkpoint_module(module: nn.Module) -> None:
-    """Make every call of ``module`` one non-reentrant checkpoint."""
+def checkpoint_module(module: nn.Module, selective: bool = False) -> None:
+    """Make every call of ``module`` one non-reentrant checkpoint (``selective``: keeping the
+    outputs of its costly ops)."""
     _swap(module, _CheckpointedModule)
+    module._mmdropit_selective = selective
 
 
-def checkpoint_run(sequential: nn.Sequential, first: int, last: int) -> None:
-    """Checkpoint children ``first..last`` (inclusive) of ``sequential`` as one piece."""
+def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
+                   selective: bool = False) -> None:
+    """Checkpoint children ``first..last`` (inclusive) of ``sequential`` as one piece
+    (``selective``: keeping the outputs of its costly ops)."""
     if not isinstance(sequential, nn.Sequential):
         raise TypeError(f'a run checkpoint needs an nn.Sequential, got {type(sequential).__name__}')
     runs = list(getattr(sequential, '_mmdropit_runs', []))
-    runs.append((first, last))
+    runs.append((first, last, selective))
     _swap(sequential, _CheckpointedRuns)
     sequential._mmdropit_runs = sorted(runs)
 
@@ -137,3 +148,4 @@ def uncheckpoint(module: nn.Module) -> None:
     if base is not None:
         module.__class__ = base
         module.__dict__.pop('_mmdropit_runs', None)
+        module.__dict__.pop('_mmdropit_selective', None)

@@ -12,13 +12,17 @@ A segment is a range of items that one non-reentrant checkpoint can cover:
   residual blocks, FPN necks, detection heads with several outputs are recomputed as a whole);
 - a run of two or more consecutive children of an ``nn.Sequential`` (stages of blocks).
 
+Each segment that runs costly ops (matrix products, convolutions, attention) also comes in a
+*selective* variant (:mod:`.selective`): it keeps those ops' outputs as well as its inputs, and
+recomputes only the rest, so its recompute time is the segment's time less theirs.
+
 No segment starts at a call whose input is changed in place later (it could not be recomputed),
 none contains the last item (recomputing it right away saves nothing), and none covers a call
 that needs no gradient.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from torch import nn
 
@@ -39,6 +43,7 @@ class Item:
         saves: Storage ids the item saves for backward.
         outputs: Storage ids the item returns (for glue: nothing).
         grad_owner_calls: Calls whose own parameters get their gradient in this item's backward.
+        ops: The costly ops the item runs (indices into ``StepRecord.ops``).
     """
 
     call: int
@@ -46,6 +51,7 @@ class Item:
     saves: set[int] = field(default_factory=set)
     outputs: tuple[int, ...] = ()
     grad_owner_calls: list[int] = field(default_factory=list)
+    ops: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,9 @@ class Segment:
         target: What to checkpoint: ``('module', name)`` or ``('run', sequential_name, first,
             last)`` (children ``first..last`` inclusive of that ``nn.Sequential``).
         inputs: Storage ids of the segment's inputs (kept alive by the checkpoint).
-        seconds: Forward time of the segment (the cost of recomputing it).
+        seconds: Recompute time: the segment's forward time (less its costly ops' if selective).
+        selective: Whether the checkpoint keeps the outputs of its costly ops.
+        cached: Storage ids of those outputs (kept alive too; empty unless selective).
     """
 
     start: int
@@ -66,6 +74,8 @@ class Segment:
     target: tuple
     inputs: tuple[int, ...]
     seconds: float
+    selective: bool = False
+    cached: tuple[int, ...] = ()
 
 
 @dataclass
@@ -103,19 +113,24 @@ def build_chain(record: StepRecord, model: nn.Module,
         call = record.calls[index]
         start = len(items)
         if not _expandable(call, threshold):
-            owners = [c.index for c in record.subtree(index)]
-            items.append(Item(index, False, record.saves_in(index), call.outputs, owners))
+            subtree = list(record.subtree(index))
+            ops = sorted(value for c in subtree for kind, value in c.events if kind == 'op')
+            items.append(Item(index, False, record.saves_in(index), call.outputs,
+                              [c.index for c in subtree], ops))
         else:
             glue: Item | None = None
             for kind, value in call.events:
                 if kind == 'call':
                     glue = None
                     visit(value)
-                elif glue is None:
-                    glue = Item(index, True, {value})
+                    continue
+                if glue is None:
+                    glue = Item(index, True)
                     items.append(glue)
-                else:
+                if kind == 'save':
                     glue.saves.add(value)
+                else:
+                    glue.ops.append(value)
             owner = items[start] if len(items) > start else None
             if owner is None:
                 items.append(Item(index, True))
@@ -139,8 +154,20 @@ def build_chain(record: StepRecord, model: nn.Module,
         if (expanded and isinstance(module, nn.Sequential)
                 and type(module).forward is nn.Sequential.forward):
             segments.extend(_sequential_runs(call, record, ranges, last))
-    segments.sort(key=lambda s: (s.start, s.stop))
+    segments += [variant for variant in (_selective(s, items, record) for s in list(segments))
+                 if variant is not None]
+    segments.sort(key=lambda s: (s.start, s.stop, s.selective))
     return Chain(items, segments, record)
+
+
+def _selective(segment: Segment, items: list[Item], record: StepRecord) -> Segment | None:
+    """The selective variant of ``segment``, if it runs costly ops that can be kept."""
+    ops = [record.ops[k] for item in items[segment.start:segment.stop] for k in item.ops]
+    if not ops or any(op.changed_in_place for op in ops):
+        return None
+    seconds = max(segment.seconds - sum(op.seconds for op in ops), 0.0)
+    cached = tuple(dict.fromkeys(sid for op in ops for sid in op.outputs))
+    return replace(segment, seconds=seconds, selective=True, cached=cached)
 
 
 def _sequential_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[int, int]],

@@ -8,6 +8,8 @@ parameter gradients already produced by the items after ``i`` (and the item's ow
 gradients, temporaries until autograd accumulates them). When it reaches a checkpointed
 segment, the segment is first recomputed, so everything the segment saves is alive again on top
 of what was kept before it, and is then freed item by item as backward goes back through it.
+A checkpoint keeps its inputs from forward to backward; a selective one (:mod:`.selective`) also
+keeps the outputs of its costly ops, which its recomputation then reuses.
 The peak of the step is the largest of these figures; the forward pass ends with everything
 kept, which is never more than the first backward figure.
 
@@ -79,7 +81,7 @@ def predict(chain: Chain, segments: list[Segment]) -> Prediction:
             moments.append((chain.bytes_of(kept) + transients[i], grad_after[i + 1]))
             i += 1
         else:
-            kept |= set(segment.inputs)
+            kept |= {*segment.inputs, *segment.cached}
             # recomputed, then freed item by item as backward goes from the last item back
             inside: set[int] = set()
             for j in range(i, segment.stop):
@@ -98,10 +100,13 @@ class SegmentCost:
 
     Attributes:
         start: First item. stop: One past the last item.
-        inputs: Bytes of the inputs it keeps when the item before it is not checkpointed
-            (storages that earlier items already keep are left out).
-        inputs_after_cut: Bytes of the inputs it keeps right after another checkpoint.
+        inputs: Bytes it keeps (its inputs, and for a selective checkpoint its costly ops'
+            outputs) when the item before it is not checkpointed (storages that earlier items
+            already keep are left out).
+        inputs_after_cut: Bytes it keeps right after another checkpoint.
         seconds: Recompute time.
+        recompute: Most bytes alive, beyond those kept before it and by it, while it runs its
+            backward: recomputed, then freed item by item from the last one back.
     """
 
     start: int
@@ -109,6 +114,7 @@ class SegmentCost:
     inputs: int
     inputs_after_cut: int
     seconds: float
+    recompute: int
 
 
 @dataclass
@@ -144,7 +150,7 @@ class ChainCosts:
                 after_cut, i = False, i + 1
             else:
                 added = segment.inputs_after_cut if after_cut else segment.inputs
-                local = self.recompute_bytes(segment)
+                local = segment.recompute
                 after_cut, i = True, segment.stop
             yield kept, added, local
             kept += added
@@ -153,15 +159,6 @@ class ChainCosts:
         """Activation peak of a plan (disjoint segments) in this model."""
         return max((kept + added + local for kept, added, local in self.pieces(plan)),
                    default=0)
-
-    def recompute_bytes(self, segment: SegmentCost) -> int:
-        """Most bytes alive, beyond what was kept before it, while a checkpointed segment
-        runs its backward: recomputed, then freed item by item from the last one back."""
-        inside = total = 0
-        for j in range(segment.start, segment.stop):
-            inside += self.keep[j]
-            total = max(total, inside + self.transient[j])
-        return total
 
 
 def chain_costs(chain: Chain) -> ChainCosts:
@@ -175,8 +172,18 @@ def chain_costs(chain: Chain) -> ChainCosts:
     saved_before = [set()]
     for item in chain.items:
         saved_before.append(saved_before[-1] | item.saves)
-    segments = [SegmentCost(s.start, s.stop,
-                            chain.bytes_of(set(s.inputs) - saved_before[s.start]),
-                            chain.bytes_of(s.inputs), s.seconds)
-                for s in chain.segments]
-    return ChainCosts(keep, keep_after_cut, _transients(chain, _grad_bytes(chain)), segments)
+    transient = _transients(chain, _grad_bytes(chain))
+
+    def segment_cost(segment: Segment) -> SegmentCost:
+        held = {*segment.inputs, *segment.cached}
+        outside = saved_before[segment.start] | held
+        inside: set[int] = set()
+        recompute = 0
+        for j in range(segment.start, segment.stop):
+            inside |= chain.items[j].saves
+            recompute = max(recompute, chain.bytes_of(inside - outside) + transient[j])
+        return SegmentCost(segment.start, segment.stop,
+                           chain.bytes_of(held - saved_before[segment.start]),
+                           chain.bytes_of(held), segment.seconds, recompute)
+
+    return ChainCosts(keep, keep_after_cut, transient, [segment_cost(s) for s in chain.segments])

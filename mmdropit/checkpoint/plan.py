@@ -25,7 +25,7 @@ from torch import nn
 from ..errors import ConfigError
 from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpoint
 from .budget import Budget, parse_budget, resolve_budget
-from .chain import DEFAULT_GRANULARITY, Chain, build_chain
+from .chain import DEFAULT_GRANULARITY, Chain, Segment, build_chain
 from .cost import ChainCosts, Prediction, chain_costs, predict
 from .record import record_step
 from .solver import least_ogc_cost, least_peak, least_time
@@ -34,6 +34,9 @@ BISECTION_STEPS = 6
 """Steps from the additive model's limit to the exact budget (the last one is within 1/64)."""
 
 OBJECTIVES = ('peak', 'ogc')
+
+SELECTIVE = 'selective'
+"""Last field of a plan target whose checkpoint keeps the outputs of its costly ops."""
 
 
 def _mib(nbytes: int) -> str:
@@ -47,7 +50,8 @@ class CheckpointPlan:
     Attributes:
         targets: ``['module', name]`` (every call of that module is one checkpoint) or
             ``['run', sequential_name, first, last]`` (children ``first..last`` of an
-            ``nn.Sequential`` as one checkpoint).
+            ``nn.Sequential`` as one checkpoint); with ``'selective'`` appended, the checkpoint
+            keeps the outputs of its costly ops (:mod:`.selective`).
         budget: The budget asked for (``None``: least memory).
         baseline: Prediction for the step without checkpoints.
         planned: Prediction for the step with this plan.
@@ -71,9 +75,9 @@ class CheckpointPlan:
                               f'{", ".join(missing)}; plan again for this model')
         for target in self.targets:
             if target[0] == 'module':
-                checkpoint_module(modules[target[1]])
+                checkpoint_module(modules[target[1]], _is_selective(target))
             else:
-                checkpoint_run(modules[target[1]], target[2], target[3])
+                checkpoint_run(modules[target[1]], target[2], target[3], _is_selective(target))
         return model
 
     def remove(self, model: nn.Module) -> nn.Module:
@@ -88,10 +92,11 @@ class CheckpointPlan:
         lines = [f'Checkpoint plan ({count} checkpoint{"" if count == 1 else "s"}, budget '
                  f'{"least memory" if self.budget is None else self.budget}):']
         for target in self.targets:
-            if target[0] == 'module':
-                lines.append(f'  checkpoint {target[1]}')
-            else:
-                lines.append(f'  checkpoint {target[1]}[{target[2]}:{target[3] + 1}]')
+            where = target[1] if target[0] == 'module' else \
+                f'{target[1]}[{target[2]}:{target[3] + 1}]'
+            how = ' (selective: keeps matmul / conv / attention outputs)' \
+                if _is_selective(target) else ''
+            lines.append(f'  checkpoint {where}{how}')
         if self.baseline and self.planned:
             base, plan = self.baseline, self.planned
             share = plan.recompute_seconds / max(self.forward_seconds, 1e-9)
@@ -125,6 +130,14 @@ class CheckpointPlan:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
+def _target(segment: Segment) -> list:
+    return [*segment.target, SELECTIVE] if segment.selective else list(segment.target)
+
+
+def _is_selective(target: list) -> bool:
+    return len(target) > (2 if target[0] == 'module' else 4) and target[-1] == SELECTIVE
+
+
 def plan_for_chain(chain: Chain, budget: Budget = None,
                    objective: str = 'peak') -> CheckpointPlan:
     """Search the plan for a recorded chain (see :func:`plan_checkpoints`)."""
@@ -147,7 +160,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
 
     if objective == 'ogc':
         segments = segments_of(least_ogc_cost(costs))
-        plan.targets = [list(s.target) for s in segments]
+        plan.targets = [_target(s) for s in segments]
         plan.planned = predict(chain, segments)
         return plan
     floor = least_peak(costs)
@@ -165,7 +178,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
             'or budget=None for the least memory')
     else:
         chosen = _fastest_fitting(chain, costs, floor, target, least, segments_of, baseline)
-    plan.targets = [list(s.target) for s in chosen]
+    plan.targets = [_target(s) for s in chosen]
     plan.planned = predict(chain, chosen)
     return plan
 

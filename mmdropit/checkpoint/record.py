@@ -12,7 +12,10 @@ traced). While the recorded pass runs:
   in order with that call's child calls;
 - each call's input tensors are remembered with their version counter: an input changed in place
   after the call started (an in-place op of the call itself or of a later one) makes the call
-  unsafe to recompute, so no checkpoint may start there.
+  unsafe to recompute, so no checkpoint may start there;
+- a dispatch mode times each costly ATen op (:data:`.selective.COSTLY_OPS`: matrix products,
+  convolutions, fused attention) and files its outputs under the innermost running call, for
+  selective checkpoints; an output changed in place later is marked, as it could not be reused.
 
 Afterwards the buffers (BatchNorm statistics) and the RNG state are restored, so recording changes
 no training state. The loss is not back-propagated.
@@ -37,17 +40,37 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..memory.saved import local_part
 from .restore import values_restored
+from .selective import is_costly
 
 STEP = '<step>'
 """Name of the call that stands for the whole recorded step (its children are the top-level
 module calls)."""
 
 Event = tuple[str, int]
-"""An entry of a call's timeline: ``('call', call_index)`` or ``('save', storage_id)``."""
+"""An entry of a call's timeline: ``('call', call_index)``, ``('save', storage_id)`` or
+``('op', op_index)`` (a costly op run by the call's own code)."""
+
+
+@dataclass
+class CostlyOp:
+    """One run of a costly ATen op (its outputs are what a selective checkpoint keeps).
+
+    Attributes:
+        call: Index of the innermost module call running it.
+        outputs: Storage ids of its tensor outputs.
+        seconds: Its wall time.
+        changed_in_place: An output was modified in place later in the forward pass.
+    """
+
+    call: int
+    outputs: tuple[int, ...]
+    seconds: float
+    changed_in_place: bool = False
 
 
 @dataclass
@@ -59,7 +82,8 @@ class ModuleCall:
         name: Qualified module name (``''`` for the model itself).
         module_type: The module's class name.
         parent: Index of the enclosing call (``None`` for the root).
-        events: In order: child calls and storages saved directly by this call's own code.
+        events: In order: child calls, and the storages saved and costly ops run directly by
+            this call's own code.
         inputs: Storage ids of the tensor arguments.
         outputs: Storage ids of the tensors returned.
         seconds: Inclusive forward wall time.
@@ -92,6 +116,7 @@ class StepRecord:
         saver: For each saved storage id, the index of the first call that saved it.
         param_grad_bytes: Bytes of the gradients of each module's own parameters, by name.
         times_called: How often each module name was called.
+        ops: The costly ops run, in order (``('op', index)`` events point here).
     """
 
     calls: list[ModuleCall]
@@ -99,6 +124,7 @@ class StepRecord:
     saver: dict[int, int]
     param_grad_bytes: dict[str, int]
     times_called: dict[str, int]
+    ops: list[CostlyOp] = field(default_factory=list)
 
     @property
     def saved_bytes(self) -> int:
@@ -131,6 +157,8 @@ class _Recorder:
         self.saver: dict[int, int] = {}
         self.alive: dict[tuple[str, int], tuple[int, weakref.ref]] = {}
         self.versions: list[tuple[int, torch.Tensor, int]] = []
+        self.ops: list[CostlyOp] = []
+        self.op_versions: list[tuple[int, torch.Tensor, int]] = []
         self.times_called: dict[str, int] = {}
         self.sync = any(p.is_cuda for p in model.parameters())
 
@@ -198,16 +226,45 @@ class _Recorder:
                 self.saver.setdefault(sid, call.index)
         return tensor.detach()
 
+    def costly_op(self, output: object, seconds: float) -> None:
+        index = len(self.ops)
+        tensors, outputs = self.tensor_ids(output)
+        call = self.stack[-1]
+        self.ops.append(CostlyOp(call, outputs, seconds))
+        self.calls[call].events.append(('op', index))
+        self.op_versions.extend((index, t, t._version) for t in tensors)
+
     def finish(self, model: nn.Module) -> StepRecord:
         for index, tensor, version in self.versions:
             if tensor._version != version:
                 self.calls[index].inplace_hazard = True
+        for index, tensor, version in self.op_versions:
+            if tensor._version != version:
+                self.ops[index].changed_in_place = True
         self.versions.clear()
+        self.op_versions.clear()
         record = StepRecord(self.calls, self.storage_bytes, self.saver,
-                            _param_grad_bytes(model), self.times_called)
+                            _param_grad_bytes(model), self.times_called, self.ops)
         for call in reversed(self.calls):
             call.saved_bytes = sum(self.storage_bytes[sid] for sid in record.saves_in(call.index))
         return record
+
+
+class _CostlyOpTimer(TorchDispatchMode):
+    """Times the costly ATen ops and hands them to the recorder; other ops pass through."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not is_costly(func):
+            return func(*args, **kwargs)
+        started = self.recorder.now()
+        output = func(*args, **kwargs)
+        self.recorder.costly_op(output, self.recorder.now() - started)
+        return output
 
 
 def _param_grad_bytes(model: nn.Module) -> dict[str, int]:
@@ -248,7 +305,8 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
             for module in model.modules()
         ]
         try:
-            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t):
+            with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), \
+                    _CostlyOpTimer(recorder):
                 started = recorder.now()
                 step()
                 recorder.calls[0].seconds = recorder.now() - started

@@ -22,8 +22,8 @@ Example:
     >>> from .cost import ChainCosts, SegmentCost
     >>> costs = ChainCosts(keep=[4, 4, 4, 4, 1], keep_after_cut=[4, 4, 4, 4, 1],
     ...                    transient=[0] * 5,
-    ...                    segments=[SegmentCost(0, 2, 1, 1, 0.2), SegmentCost(2, 4, 1, 1, 0.2),
-    ...                              SegmentCost(0, 4, 1, 1, 0.4)])
+    ...                    segments=[SegmentCost(0, 2, 1, 1, 0.2, 8), SegmentCost(2, 4, 1, 1, 0.2, 8),
+    ...                              SegmentCost(0, 4, 1, 1, 0.4, 16)])
     >>> costs.peak([]), least_peak(costs)
     (17, 10)
     >>> [(s.start, s.stop) for s in least_time(costs, 10)], least_time(costs, 17)
@@ -38,14 +38,14 @@ from .cost import ChainCosts, SegmentCost
 _State = tuple[int, bool]  # (boundary, whether the last piece was a checkpoint)
 
 
-_Starts = dict[int, list[tuple[SegmentCost, int]]]
+_Starts = dict[int, list[SegmentCost]]
 
 
 def _starts(costs: ChainCosts) -> _Starts:
-    """The segments by first item, each with its recompute bytes (computed once per search)."""
+    """The segments by first item."""
     starts: _Starts = {}
     for segment in costs.segments:
-        starts.setdefault(segment.start, []).append((segment, costs.recompute_bytes(segment)))
+        starts.setdefault(segment.start, []).append(segment)
     return starts
 
 
@@ -53,9 +53,9 @@ def _moves(costs: ChainCosts, starts: _Starts, i: int, after_cut: bool, kept: in
     """Each way to go on from boundary ``i``: (segment or None, next state, kept, peak)."""
     keep = costs.keep_after_cut[i] if after_cut else costs.keep[i]
     yield None, (i + 1, False), kept + keep, kept + keep + costs.transient[i]
-    for segment, recompute in starts.get(i, ()):
+    for segment in starts.get(i, ()):
         inputs = segment.inputs_after_cut if after_cut else segment.inputs
-        yield segment, (segment.stop, True), kept + inputs, kept + inputs + recompute
+        yield segment, (segment.stop, True), kept + inputs, kept + inputs + segment.recompute
 
 
 def fits(costs: ChainCosts, limit: int) -> bool:
@@ -138,7 +138,7 @@ def least_ogc_cost(costs: ChainCosts) -> list[SegmentCost]:
     """The plan with the least :func:`ogc_cost` (exact: for each candidate largest piece, the
     plan keeping the fewest bytes with no larger piece)."""
     starts = _starts(costs)
-    pieces = sorted({*costs.transient, *(costs.recompute_bytes(s) for s in costs.segments)})
+    pieces = sorted({*costs.transient, *(s.recompute for s in costs.segments)})
     best: tuple[int, list[SegmentCost]] | None = None
     n = len(costs.keep)
     for largest in pieces:
@@ -149,7 +149,7 @@ def least_ogc_cost(costs: ChainCosts) -> list[SegmentCost]:
                     continue
                 kept, plan = fewest[(i, after_cut)]
                 for segment, state, new_kept, _ in _moves(costs, starts, i, after_cut, kept):
-                    piece = costs.recompute_bytes(segment) if segment else costs.transient[i]
+                    piece = segment.recompute if segment else costs.transient[i]
                     if piece <= largest and new_kept < fewest.get(state, (new_kept + 1,))[0]:
                         fewest[state] = (new_kept, plan + (segment,) if segment else plan)
         finals = [fewest[s] for s in ((n, False), (n, True)) if s in fewest]

@@ -15,8 +15,9 @@ def _random_costs(rng: random.Random, n: int) -> ChainCosts:
     keep_after_cut = [k + rng.randint(0, 5) for k in keep]
     transient = [rng.randint(0, 8) for _ in range(n)]
     spans = {(a, b) for a in range(n - 1) for b in range(a + 1, n) if rng.random() < 0.4}
-    segments = [SegmentCost(a, b, rng.randint(0, 6), rng.randint(0, 9), rng.uniform(0.1, 1.0))
-                for a, b in sorted(spans)]
+    segments = [SegmentCost(a, b, rng.randint(0, 6), rng.randint(0, 9), rng.uniform(0.1, 1.0),
+                            sum(keep[a:b]) + rng.randint(0, 8))
+                for a, b in sorted(spans) for _ in range(rng.randint(1, 2))]
     return ChainCosts(keep, keep_after_cut, transient, segments)
 
 
