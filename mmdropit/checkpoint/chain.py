@@ -67,6 +67,8 @@ class Segment:
         seconds: Recompute time: the segment's forward time (less its costly ops' if selective).
         selective: Whether the checkpoint keeps the outputs of its costly ops.
         cached: Storage ids of those outputs (kept alive too; empty unless selective).
+        inner: Segments checkpointed inside this one (:mod:`.nested`; ``seconds`` then
+            includes their recomputation).
     """
 
     start: int
@@ -76,6 +78,7 @@ class Segment:
     seconds: float
     selective: bool = False
     cached: tuple[int, ...] = ()
+    inner: tuple[Segment, ...] = ()
 
 
 @dataclass

@@ -9,7 +9,8 @@ gradients, temporaries until autograd accumulates them). When it reaches a check
 segment, the segment is first recomputed, so everything the segment saves is alive again on top
 of what was kept before it, and is then freed item by item as backward goes back through it.
 A checkpoint keeps its inputs from forward to backward; a selective one (:mod:`.selective`) also
-keeps the outputs of its costly ops, which its recomputation then reuses.
+keeps the outputs of its costly ops, which its recomputation then reuses; a nested one
+(:mod:`.nested`) is recomputed under its inner plan, which the same walk follows.
 The peak of the step is the largest of these figures; the forward pass ends with everything
 kept, which is never more than the first backward figure.
 
@@ -60,7 +61,8 @@ def _grad_bytes(chain: Chain) -> list[int]:
 
 
 def predict(chain: Chain, segments: list[Segment]) -> Prediction:
-    """Predict the step under a plan that checkpoints ``segments`` (disjoint), exactly by storage.
+    """Predict the step under a plan that checkpoints ``segments`` (disjoint; each may hold a
+    plan of inner segments), exactly by storage.
 
     tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker.
     """
@@ -69,26 +71,37 @@ def predict(chain: Chain, segments: list[Segment]) -> Prediction:
     grad_after = [0] * (len(chain.items) + 1)
     for i in reversed(range(len(chain.items))):
         grad_after[i] = grad_after[i + 1] + grads[i]
-    by_start = {s.start: s for s in segments}
-    kept: set[int] = set()
     moments: list[tuple[int, int]] = []  # (activation bytes, parameter-gradient bytes) alive
-    seconds = 0.0
-    i = 0
-    while i < len(chain.items):
-        segment = by_start.get(i)
-        if segment is None:
-            kept |= chain.items[i].saves
-            moments.append((chain.bytes_of(kept) + transients[i], grad_after[i + 1]))
-            i += 1
-        else:
+
+    def walk(start: int, stop: int, plan: list[Segment] | tuple[Segment, ...],
+             kept: set[int]) -> float:
+        """Go through items ``start..stop`` under ``plan``, adding to ``kept`` what they keep
+        and to ``moments`` each backward figure; returns the recompute seconds."""
+        by_start = {s.start: s for s in plan}
+        seconds = 0.0
+        i = start
+        while i < stop:
+            segment = by_start.get(i)
+            if segment is None:
+                kept |= chain.items[i].saves
+                moments.append((chain.bytes_of(kept) + transients[i], grad_after[i + 1]))
+                i += 1
+                continue
             kept |= {*segment.inputs, *segment.cached}
-            # recomputed, then freed item by item as backward goes from the last item back
-            inside: set[int] = set()
-            for j in range(i, segment.stop):
-                inside |= chain.items[j].saves
-                moments.append((chain.bytes_of(kept | inside) + transients[j], grad_after[j + 1]))
             seconds += segment.seconds
+            if segment.inner:  # recomputed under its inner plan, on top of what is kept
+                walk(segment.start, segment.stop, segment.inner, set(kept))
+            else:  # recomputed, then freed item by item as backward goes from the last back
+                inside: set[int] = set()
+                for j in range(i, segment.stop):
+                    inside |= chain.items[j].saves
+                    moments.append((chain.bytes_of(kept | inside) + transients[j],
+                                    grad_after[j + 1]))
             i = segment.stop
+        return seconds
+
+    kept: set[int] = set()
+    seconds = walk(0, len(chain.items), segments, kept)
     activation_peak = max((active for active, _ in moments), default=0)
     step_peak = max((active + grad for active, grad in moments), default=0)
     return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds)

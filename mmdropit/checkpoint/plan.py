@@ -26,7 +26,8 @@ from ..errors import ConfigError
 from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpoint
 from .budget import Budget, parse_budget, resolve_budget
 from .chain import DEFAULT_GRANULARITY, Chain, Segment, build_chain
-from .cost import ChainCosts, Prediction, chain_costs, predict
+from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
+from .nested import with_nested
 from .record import record_step
 from .solver import least_ogc_cost, least_peak, least_time
 
@@ -130,21 +131,62 @@ class CheckpointPlan:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def _target(segment: Segment) -> list:
-    return [*segment.target, SELECTIVE] if segment.selective else list(segment.target)
+def _targets(segments: list[Segment] | tuple[Segment, ...]) -> list[list]:
+    """Plan targets of ``segments``, each followed by those of the segments nested in it."""
+    targets = []
+    for segment in segments:
+        targets.append([*segment.target, SELECTIVE] if segment.selective
+                       else list(segment.target))
+        targets += _targets(segment.inner)
+    return targets
 
 
 def _is_selective(target: list) -> bool:
     return len(target) > (2 if target[0] == 'module' else 4) and target[-1] == SELECTIVE
 
 
+class _SearchSpace:
+    """Segments to choose from, their additive costs, and the least-memory plan among them."""
+
+    def __init__(self, chain: Chain, segments: list[Segment], costs: ChainCosts) -> None:
+        self.chain, self.segments, self.costs = chain, segments, costs
+        self._index = {id(cost): i for i, cost in enumerate(costs.segments)}
+        self.floor = least_peak(costs)
+        self.least = self.segments_of(least_time(costs, self.floor))
+        self.lowest = predict(chain, self.least)
+
+    def segments_of(self, chosen: list[SegmentCost] | None) -> list[Segment]:
+        return [self.segments[self._index[id(cost)]] for cost in chosen or []]
+
+    def fastest_fitting(self, target: int) -> list[Segment]:
+        """The fastest plan whose exact prediction fits ``target`` bytes.
+
+        The solver works on the additive model, whose bytes differ from the exact prediction
+        where storages are shared (DenseNet's features); so the additive limit is bisected
+        until the exact prediction of the solver's plan fits."""
+        best, low, high = self.least, self.floor, max(self.costs.peak([]), self.floor)
+        for _ in range(BISECTION_STEPS):  # the additive limit, to about 1/2**BISECTION_STEPS
+            middle = (low + high + 1) // 2
+            candidate = self.segments_of(least_time(self.costs, middle))
+            if predict(self.chain, candidate).activation_peak <= target:
+                best, low = candidate, middle
+            else:
+                high = middle - 1
+            if low >= high:
+                break
+        return best
+
+
 def plan_for_chain(chain: Chain, budget: Budget = None,
                    objective: str = 'peak') -> CheckpointPlan:
-    """Search the plan for a recorded chain (see :func:`plan_checkpoints`)."""
+    """Search the plan for a recorded chain (see :func:`plan_checkpoints`).
+
+    Budgeted plans are searched among single-level checkpoints (plain and selective) when one
+    of those fits, and among nested ones too only when none does: nested variants multiply the
+    search, and they pay off only where memory is tightest."""
     budget = parse_budget(budget)
     if objective not in OBJECTIVES:
         raise ConfigError(f'unknown checkpoint objective {objective!r}: use one of {OBJECTIVES}')
-    costs = chain_costs(chain)
     baseline = predict(chain, [])
     plan = CheckpointPlan(budget=budget, baseline=baseline, planned=baseline,
                           forward_seconds=chain.record.calls[0].seconds)
@@ -153,56 +195,38 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
                       'called once, needs a gradient and is not the last one); training runs '
                       'without a checkpoint plan', stacklevel=3)
         return plan
-    index_of = {id(cost): i for i, cost in enumerate(costs.segments)}
-
-    def segments_of(chosen):
-        return [chain.segments[index_of[id(cost)]] for cost in chosen]
-
+    flat_costs = chain_costs(chain)
     if objective == 'ogc':
-        segments = segments_of(least_ogc_cost(costs))
-        plan.targets = [_target(s) for s in segments]
-        plan.planned = predict(chain, segments)
+        ogc = {id(cost) for cost in least_ogc_cost(flat_costs)}
+        chosen = [segment for segment, cost in zip(chain.segments, flat_costs.segments)
+                  if id(cost) in ogc]
+        plan.targets = _targets(chosen)
+        plan.planned = predict(chain, chosen)
         return plan
-    floor = least_peak(costs)
-    least = segments_of(least_time(costs, floor))
-    lowest = predict(chain, least)
     target = resolve_budget(budget, baseline.activation_peak)
-    if target is None:
-        chosen = least
-    elif lowest.activation_peak > target:
-        raise ConfigError(
-            f'checkpoint budget {budget!r} is below what any plan reaches: the least '
-            f'activation peak is about {_mib(lowest.activation_peak)} '
-            f'({lowest.activation_peak / max(baseline.activation_peak, 1):.2f} of the '
-            f'unplanned {_mib(baseline.activation_peak)}); use a budget of at least that, '
-            'or budget=None for the least memory')
+    if target is not None and baseline.activation_peak <= target:
+        chosen = []
     else:
-        chosen = _fastest_fitting(chain, costs, floor, target, least, segments_of, baseline)
-    plan.targets = [_target(s) for s in chosen]
+        flat = _SearchSpace(chain, chain.segments, flat_costs)
+        if target is not None and flat.lowest.activation_peak <= target:
+            chosen = flat.fastest_fitting(target)
+        else:
+            nested = _SearchSpace(chain, *with_nested(chain.segments, flat_costs))
+            if target is None:
+                chosen = nested.least
+            elif nested.lowest.activation_peak <= target:
+                chosen = nested.fastest_fitting(target)
+            else:
+                lowest = nested.lowest.activation_peak
+                raise ConfigError(
+                    f'checkpoint budget {budget!r} is below what any plan reaches: the least '
+                    f'activation peak is about {_mib(lowest)} '
+                    f'({lowest / max(baseline.activation_peak, 1):.2f} of the unplanned '
+                    f'{_mib(baseline.activation_peak)}); use a budget of at least that, or '
+                    'budget=None for the least memory')
+    plan.targets = _targets(chosen)
     plan.planned = predict(chain, chosen)
     return plan
-
-
-def _fastest_fitting(chain: Chain, costs: ChainCosts, floor: int, target: int, least: list,
-                     segments_of: Callable, baseline: Prediction) -> list:
-    """The fastest plan whose exact prediction fits ``target`` bytes.
-
-    The solver works on the additive model, whose bytes differ from the exact prediction where
-    storages are shared (DenseNet's features); so the additive limit is bisected until the exact
-    prediction of the solver's plan fits."""
-    if baseline.activation_peak <= target:
-        return []
-    best, low, high = least, floor, max(costs.peak([]), floor)
-    for _ in range(BISECTION_STEPS):  # the additive limit, to about 1/2**BISECTION_STEPS
-        middle = (low + high + 1) // 2
-        candidate = segments_of(least_time(costs, middle) or [])
-        if predict(chain, candidate).activation_peak <= target:
-            best, low = candidate, middle
-        else:
-            high = middle - 1
-        if low >= high:
-            break
-    return best
 
 
 def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budget | str = None,

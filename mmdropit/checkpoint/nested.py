@@ -1,0 +1,85 @@
+"""Nested checkpoints: a segment whose recomputation is itself checkpointed.
+
+A plain checkpoint keeps its inputs and, in backward, recomputes its whole range at once, so
+its recompute buffer is everything the range saves. A *nested* one checkpoints the range and,
+inside it, a plan of smaller segments: in backward the range is recomputed keeping only what
+the inner plan keeps, and each inner segment is recomputed again when backward reaches it. The
+buffer shrinks to the inner plan's peak, for a second recomputation of the inner segments.
+One level of nesting, for example a run of four transformer blocks with one checkpoint per
+block inside, keeps four times fewer block inputs than per-block checkpoints alone.
+
+:func:`with_nested` adds, for each segment, the variant whose inner plan has the least peak
+(the least recompute time among those), when that peak is below the segment's own buffer. Inner
+plans may be nested themselves, since shorter segments are handled first. The solvers then weigh
+nested variants like any other segment.
+
+Example:
+    >>> from .cost import ChainCosts, SegmentCost
+    >>> from .chain import Segment
+    >>> costs = ChainCosts(keep=[4, 4, 4, 1], keep_after_cut=[4, 4, 4, 1], transient=[0] * 4,
+    ...                    segments=[SegmentCost(0, 1, 1, 1, 0.1, 4),
+    ...                              SegmentCost(0, 3, 1, 1, 0.3, 12)])
+    >>> segments = [Segment(0, 1, ('module', 'a'), (), 0.1),
+    ...             Segment(0, 3, ('module', 'b'), (), 0.3)]
+    >>> segments, costs = with_nested(segments, costs)
+    >>> [(s.target, [t.target for t in s.inner], s.seconds) for s in segments[2:]]
+    [(('module', 'b'), [('module', 'a')], 0.4)]
+    >>> costs.segments[2].recompute  # the inner plan's peak, instead of 12
+    9
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .chain import Segment
+from .cost import ChainCosts, SegmentCost
+from .solver import fits, least_peak, least_time
+
+
+def _may_nest(inner: Segment, outer: Segment) -> bool:
+    """Whether ``inner`` may be checkpointed inside ``outer``: strictly inside its range, and on
+    another module (one module holds one kind of checkpoint)."""
+    return (outer.start <= inner.start and inner.stop <= outer.stop
+            and inner.stop - inner.start < outer.stop - outer.start
+            and inner.target[1] != outer.target[1])
+
+
+def _inner_costs(costs: ChainCosts, outer: SegmentCost, inner: list[SegmentCost]) -> ChainCosts:
+    """The chain of ``outer``'s items alone, with ``inner`` segments (first item at 0)."""
+    span = slice(outer.start, outer.stop)
+    return ChainCosts(costs.keep[span], costs.keep_after_cut[span], costs.transient[span],
+                      [replace(s, start=s.start - outer.start, stop=s.stop - outer.start)
+                       for s in inner])
+
+
+def with_nested(segments: list[Segment],
+                costs: ChainCosts) -> tuple[list[Segment], ChainCosts]:
+    """``segments`` and ``costs`` with the nested variant of each segment that has one.
+
+    Args:
+        segments: The chain's segments; ``costs.segments`` are their costs, in the same order.
+        costs: The additive model of the chain.
+
+    Returns:
+        Both lists extended by the nested variants, in the same order.
+    """
+    all_segments, all_costs = list(segments), list(costs.segments)
+    order = sorted(range(len(segments)), key=lambda k: segments[k].stop - segments[k].start)
+    for k in order:
+        outer, outer_cost = segments[k], costs.segments[k]
+        if outer.selective:
+            continue
+        inside = [j for j in range(len(all_segments)) if _may_nest(all_segments[j], outer)]
+        if not inside:
+            continue
+        sub = _inner_costs(costs, outer_cost, [all_costs[j] for j in inside])
+        if not fits(sub, outer_cost.recompute - 1):
+            continue
+        floor = least_peak(sub)
+        chosen = least_time(sub, floor)
+        shifted = {id(cost): j for cost, j in zip(sub.segments, inside)}
+        inner = tuple(all_segments[shifted[id(cost)]] for cost in chosen)
+        seconds = outer.seconds + sum(s.seconds for s in inner)
+        all_segments.append(replace(outer, seconds=seconds, inner=inner))
+        all_costs.append(replace(outer_cost, seconds=seconds, recompute=floor))
+    return all_segments, replace(costs, segments=all_costs)

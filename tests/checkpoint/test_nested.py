@@ -1,0 +1,60 @@
+"""Nested checkpoints: same step at two and three levels, and the least-memory plan they give
+is below single-level plans and predicted close to the measured peak."""
+from __future__ import annotations
+
+import timm
+import torch
+from torch import nn
+
+from mmdropit.checkpoint import (CheckpointPlan, build_chain, chain_costs, least_peak,
+                                 plan_for_chain, record_step)
+from mmdropit.memory import StepPeakMeter
+from tests.checkpoint.test_plan import _assert_same_step
+
+
+def test_resnet_stage_with_checkpointed_blocks_inside_gives_the_same_step():
+    torch.manual_seed(0)
+    model = timm.create_model('resnet18', num_classes=5, drop_rate=0.2)
+    x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 5, (4,))
+    plan = CheckpointPlan([['module', 'layer2'], ['module', 'layer2.0'],
+                           ['module', 'layer2.1', 'selective'], ['run', 'layer3', 0, 1]])
+    _assert_same_step(model, plan, x, y)  # BN statistics once, though recomputed twice
+
+
+def test_deit_three_levels_with_dropout_gives_the_same_step():
+    torch.manual_seed(0)
+    model = timm.create_model('deit_tiny_patch16_224', img_size=64, num_classes=5,
+                              attn_drop_rate=0.1, proj_drop_rate=0.1, drop_path_rate=0.1)
+    x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 5, (4,))
+    plan = CheckpointPlan([['run', 'blocks', 0, 3], ['module', 'blocks.0'],
+                           ['module', 'blocks.1'], ['module', 'blocks.1.attn'],
+                           ['module', 'blocks.1.mlp', 'selective'], ['run', 'blocks', 5, 8]])
+    _assert_same_step(model, plan, x, y)
+
+
+def test_least_memory_plan_nests_goes_lower_and_is_predicted_close_to_measured():
+    torch.manual_seed(0)
+    model = timm.create_model('deit_tiny_patch16_224', img_size=64, num_classes=5)
+    x, y = torch.randn(8, 3, 64, 64), torch.randint(0, 5, (8,))
+
+    def step():
+        return nn.functional.cross_entropy(model(x), y)
+
+    chain = build_chain(record_step(model, step), model)
+    plan = plan_for_chain(chain)
+    names = [t[1] for t in plan.targets if t[0] == 'module']
+    nested = [n for n in names if any(n.startswith(f'{outer}.') for outer in names)] + [
+        t for t in plan.targets if t[0] == 'module' and t[1].startswith('blocks.')
+        and any(r[0] == 'run' and r[2] <= int(t[1].split('.')[1]) <= r[3]
+                for r in plan.targets)]
+    assert nested, plan.targets
+    single_level_floor = least_peak(chain_costs(chain))
+    assert plan.planned.activation_peak < 0.95 * single_level_floor
+    plan.apply(model)
+    with StepPeakMeter(model) as meter:
+        step().backward()
+    model.zero_grad(set_to_none=True)
+    truth = meter.result.activation_peak_bytes
+    assert abs(plan.planned.activation_peak - truth) <= 0.15 * truth, (plan.planned, truth)
+    plan.remove(model)
+    _assert_same_step(model, plan, x, y)
