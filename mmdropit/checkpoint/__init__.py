@@ -5,6 +5,8 @@ Pure PyTorch (no mmengine). The pieces, in the order they run:
 - :mod:`.record`: one eager forward pass under module hooks and saved-tensor hooks;
 - :mod:`.chain`: the chain of module calls and the segments a checkpoint can cover;
 - :mod:`.cost`: the peak and recompute time of a step under a plan;
+- :mod:`.selective` and :mod:`.nested`: two more ways to cover a segment (keep its costly ops'
+  outputs; checkpoint a plan of shorter segments inside it);
 - :mod:`.solver`: exact least-memory and least-time-under-budget searches;
 - :mod:`.apply` and :mod:`.plan`: the plan object, applied in place.
 
@@ -17,14 +19,16 @@ from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpo
 from .budget import parse_budget, resolve_budget
 from .chain import Chain, Item, Segment, build_chain
 from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
+from .nested import with_nested
 from .plan import CheckpointPlan, plan_checkpoints, plan_for_chain
 from .record import ModuleCall, StepRecord, preserved_training_state, record_step
+from .selective import COSTLY_OPS, selective_contexts
 from .solver import fits, least_peak, least_time
 
 __all__ = [
-    'Chain', 'ChainCosts', 'CheckpointPlan', 'Item', 'ModuleCall', 'Prediction', 'Segment',
-    'SegmentCost', 'StepRecord', 'build_chain', 'chain_costs', 'checkpoint_module',
+    'COSTLY_OPS', 'Chain', 'ChainCosts', 'CheckpointPlan', 'Item', 'ModuleCall', 'Prediction',
+    'Segment', 'SegmentCost', 'StepRecord', 'build_chain', 'chain_costs', 'checkpoint_module',
     'checkpoint_run', 'fits', 'is_checkpointed', 'least_peak', 'least_time', 'parse_budget',
     'plan_checkpoints', 'plan_for_chain', 'predict', 'preserved_training_state', 'record_step',
-    'resolve_budget', 'uncheckpoint',
+    'resolve_budget', 'selective_contexts', 'uncheckpoint', 'with_nested',
 ]

@@ -22,7 +22,8 @@ Example:
     >>> from .cost import ChainCosts, SegmentCost
     >>> costs = ChainCosts(keep=[4, 4, 4, 4, 1], keep_after_cut=[4, 4, 4, 4, 1],
     ...                    transient=[0] * 5,
-    ...                    segments=[SegmentCost(0, 2, 1, 1, 0.2, 8), SegmentCost(2, 4, 1, 1, 0.2, 8),
+    ...                    segments=[SegmentCost(0, 2, 1, 1, 0.2, 8),
+    ...                              SegmentCost(2, 4, 1, 1, 0.2, 8),
     ...                              SegmentCost(0, 4, 1, 1, 0.4, 16)])
     >>> costs.peak([]), least_peak(costs)
     (17, 10)

@@ -29,6 +29,10 @@ def test_deit_three_levels_with_dropout_gives_the_same_step():
     plan = CheckpointPlan([['run', 'blocks', 0, 3], ['module', 'blocks.0'],
                            ['module', 'blocks.1'], ['module', 'blocks.1.attn'],
                            ['module', 'blocks.1.mlp', 'selective'], ['run', 'blocks', 5, 8]])
+    lines = str(plan).splitlines()
+    assert lines[1:4] == ['  checkpoint blocks[0:4]', '    checkpoint blocks.0',
+                          '    checkpoint blocks.1']
+    assert lines[4] == '      checkpoint blocks.1.attn' and lines[6] == '  checkpoint blocks[5:9]'
     _assert_same_step(model, plan, x, y)
 
 
