@@ -152,7 +152,7 @@ def _targets(segments: list[Segment] | tuple[Segment, ...]) -> list[list]:
 def _inside(target: list, outer: list) -> bool:
     """Whether ``target``'s modules lie inside ``outer``'s (a checkpoint nested in it)."""
     if outer[0] == 'module':
-        return target[1].startswith(f'{outer[1]}.') if outer[1] else target[1] != ''
+        return target[1].startswith(f'{outer[1]}.')
     children = [f'{outer[1]}.{k}' for k in range(outer[2], outer[3] + 1)]
     return any(target[1] == child or target[1].startswith(f'{child}.') for child in children)
 
@@ -223,25 +223,22 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
     if target is not None and baseline.activation_peak <= target:
         chosen = []
     else:
-        flat = _SearchSpace(chain, chain.segments, flat_costs)
-        if target is not None and flat.lowest.activation_peak <= target:
-            chosen = flat.fastest_fitting(target)
-        else:
+        space = _SearchSpace(chain, chain.segments, flat_costs)
+        if target is None or space.lowest.activation_peak > target:
             nested = _SearchSpace(chain, *with_nested(chain.segments, flat_costs))
             lowest = nested.lowest.activation_peak
             if target is None:  # the fastest plan near the least peak
                 target = lowest + lowest // LEAST_MEMORY_TOLERANCE
-            if flat.lowest.activation_peak <= target:
-                chosen = flat.fastest_fitting(target)
-            elif lowest <= target:
-                chosen = nested.fastest_fitting(target)
-            else:
+            if lowest > target:
                 raise ConfigError(
                     f'checkpoint budget {budget!r} is below what any plan reaches: the least '
                     f'activation peak is about {_mib(lowest)} '
                     f'({lowest / max(baseline.activation_peak, 1):.2f} of the unplanned '
                     f'{_mib(baseline.activation_peak)}); use a budget of at least that, or '
                     'budget=None for the least memory')
+            if space.lowest.activation_peak > target:
+                space = nested
+        chosen = space.fastest_fitting(target)
     plan.targets = _targets(chosen)
     plan.planned = predict(chain, chosen)
     return plan
