@@ -1,6 +1,6 @@
 """mmdropit: train deep networks in less memory under MMEngine.
 
-The core is pure PyTorch and works on any ``nn.Module``::
+The core is pure PyTorch and works on any ``nn.Module``, with only torch installed::
 
     import mmdropit
     mmdropit.to_dropit(model, gamma=0.9, strategy='mink')   # in place; returns model
@@ -8,13 +8,13 @@ The core is pure PyTorch and works on any ``nn.Module``::
     plan = mmdropit.plan_checkpoints(model, step, budget=0.5)  # step(): forward, returns the loss
     plan.apply(model); plan.remove(model)
 
-Importing the package registers its MMEngine parts (models, datasets, metric, hooks) into
-MMEngine's root registries and installs the compatibility shims for mmengine 0.10.7 on
-torch 2.13, so a config needs only::
+When mmengine is installed, importing the package also imports :mod:`mmdropit.engine`: it
+registers the MMEngine parts (hooks, optim wrappers, FSDP wrappers, the classification model,
+datasets and metric) into MMEngine's root registries and installs the compatibility shims for
+mmengine 0.10.7 on torch 2.13, so a config needs only::
 
     custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
 """
-from . import engine
 from .checkpoint import CheckpointPlan, plan_checkpoints
 from .dropit import audit, from_dropit, to_dropit
 from .errors import ConfigError, DataNotFoundError, EnvironmentProblem, MMDropITError
@@ -23,4 +23,13 @@ __version__ = '0.1.0'
 
 __all__ = ['CheckpointPlan', 'audit', 'from_dropit', 'plan_checkpoints', 'to_dropit',
            'ConfigError', 'DataNotFoundError', 'EnvironmentProblem', 'MMDropITError',
-           '__version__', 'engine']
+           '__version__']
+
+try:
+    import mmengine  # noqa: F401  (only to know whether the engine can be registered)
+except ImportError:  # the pure-PyTorch core alone
+    pass
+else:
+    from . import engine  # noqa: F401  (registrations and shims)
+
+    __all__.append('engine')

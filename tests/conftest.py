@@ -110,7 +110,7 @@ def digit_coco_options(root: Path) -> list[str]:
 @pytest.fixture(scope='session')
 def digit_coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small digits-on-canvas COCO set (20 train / 10 val images)."""
-    from mmdropit.engine.datasets.digit_canvas import make_digit_coco
+    from mmdropit.data.digit_canvas import make_digit_coco
 
     root = tmp_path_factory.mktemp('digit_coco')
     make_digit_coco(root, num_train=20, num_val=10)

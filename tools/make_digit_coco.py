@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from mmdropit.engine.datasets.digit_canvas import make_digit_coco
+from mmdropit.data.digit_canvas import make_digit_coco
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -22,8 +22,8 @@ from pathlib import Path
 from mmengine.config import DictAction
 from rich.console import Console
 
-from mmdropit.engine.datasets.digit_canvas import make_digit_coco
-from mmdropit.engine.parity import ParityJob, markdown_table, plot_parity, run_job, summarize
+from mmdropit.data.digit_canvas import make_digit_coco
+from mmdropit.parity import ParityJob, markdown_table, plot_parity, run_job, summarize
 from mmdropit.reporting import progress_bar, provenance, provenance_markdown
 
 #: The suite of the benchmark issue: a tiny ViT and a small CNN on MNIST-5k, and a small Mask

@@ -10,7 +10,7 @@ import argparse
 import os.path as osp
 
 import mmdropit  # noqa: F401  (shims and registrations before any config is read)
-from mmdropit.engine.cli import (add_common_arguments, build_runner, load_config,
+from mmdropit.cli.run import (add_common_arguments, build_runner, load_config,
                                  run_reporting_errors)
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 import mmdropit  # noqa: F401  (shims and registrations before any config is read)
-from mmdropit.engine.cli import (add_common_arguments, build_runner, load_config,
+from mmdropit.cli.run import (add_common_arguments, build_runner, load_config,
                                  run_reporting_errors)
-from mmdropit.engine.train_options import enable_amp, enable_auto_scale_lr, set_resume
+from mmdropit.cli.train_options import enable_amp, enable_auto_scale_lr, set_resume
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

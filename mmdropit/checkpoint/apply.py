@@ -36,7 +36,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import checkpoint
 
-from .restore import values_restored
+from ..common.training_state import values_restored
 from .selective import selective_contexts
 
 _CLASSES: dict[tuple[type, type], type] = {}

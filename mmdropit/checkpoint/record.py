@@ -32,7 +32,6 @@ Example:
 """
 from __future__ import annotations
 
-import contextlib
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -43,8 +42,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ..memory.saved import local_part
-from .restore import values_restored
+from ..common.parameters import local_part
+from ..common.training_state import preserved_training_state
 from .selective import is_costly
 
 STEP = '<step>'
@@ -271,14 +270,6 @@ def _param_grad_bytes(model: nn.Module) -> dict[str, int]:
     return {name: sum(p.numel() * p.element_size()
                       for p in module.parameters(recurse=False) if p.requires_grad)
             for name, module in model.named_modules()}
-
-
-@contextlib.contextmanager
-def preserved_training_state(model: nn.Module) -> Iterator[None]:
-    """Restore the model's buffers (e.g. BatchNorm statistics) and the RNG states on exit."""
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices), values_restored(model.buffers()):
-        yield
 
 
 def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = True) -> StepRecord:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..common.training_state import values_restored
 from .compact import CompactLayout
 from .functional import observe_saves
 from .state import DropITState
@@ -137,11 +138,10 @@ def audit(model: nn.Module, step: Callable[[], torch.Tensor]) -> AuditReport:
         records.append((state, _storage_key(dense), weakref.ref(storage), storage.nbytes(),
                         layout))
 
-    buffers = {name: buffer.detach().clone() for name, buffer in model.named_buffers()}
     was_training = model.training
     model.train()
     try:
-        with torch.enable_grad(), observe_saves(observe):
+        with values_restored(model.buffers()), torch.enable_grad(), observe_saves(observe):
             output = step()
         holders = _saved_by_nodes(output.grad_fn)
         rows = []
@@ -154,7 +154,4 @@ def audit(model: nn.Module, step: Callable[[], torch.Tensor]) -> AuditReport:
         del output
     finally:
         model.train(was_training)
-        with torch.no_grad():
-            for name, buffer in model.named_buffers():
-                buffer.copy_(buffers[name])
     return AuditReport(rows)

@@ -1,4 +1,9 @@
-"""Memory meters (pure PyTorch): saved-activation bytes, step peaks by category, reports.
+"""Memory meters (pure PyTorch): saved-activation bytes, step peaks by category, trial peaks.
+
+- :class:`SavedTensorMeter`: the bytes autograd keeps for backward, each storage once;
+- :class:`StepPeakMeter`: the peak of a training step, by category (MemTracker on CPU, the
+  allocator's counters on CUDA);
+- :func:`trial_peak`: the peak of a trial forward and backward pass, training state put back.
 
 Example:
     >>> import torch
@@ -11,16 +16,10 @@ Example:
     6144
 """
 from .peak import CATEGORIES, StepPeak, StepPeakMeter
-from .plot import plot_ratios, plot_tradeoff
-from .report import Measurement, compare, markdown_table, write_json
 from .saved import SavedActivations, SavedTensorMeter, measure_saved_activations
-from .step_benchmark import benchmark_workload
-from .variants import BASELINE, VARIANTS, Variant, Workload, register_variant
+from .trial_peak import pending_optimizer_state_bytes, trial_peak
 
 __all__ = [
-    'BASELINE', 'CATEGORIES', 'Measurement', 'SavedActivations', 'SavedTensorMeter', 'StepPeak',
-    'StepPeakMeter', 'VARIANTS', 'Variant', 'Workload', 'benchmark_workload', 'compare',
-    'markdown_table', 'measure_saved_activations', 'plot_ratios', 'plot_tradeoff',
-    'register_variant',
-    'write_json',
+    'CATEGORIES', 'SavedActivations', 'SavedTensorMeter', 'StepPeak', 'StepPeakMeter',
+    'measure_saved_activations', 'pending_optimizer_state_bytes', 'trial_peak',
 ]

@@ -16,8 +16,7 @@ from typing import TypeVar
 
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor
-
+from ..common.parameters import local_part
 from .meter import Meter
 
 T = TypeVar('T')
@@ -54,11 +53,6 @@ def _storages_of(model: nn.Module | None) -> set[_StorageKey]:
         return set()
     tensors = [local_part(t) for t in (*model.parameters(), *model.buffers())]
     return {_storage_key(t.untyped_storage()) for t in tensors if t.device.type != 'meta'}
-
-
-def local_part(tensor: torch.Tensor) -> torch.Tensor:
-    """This process's part of a tensor: the local shard of an FSDP2 ``DTensor`` parameter."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 class SavedTensorMeter(Meter[SavedActivations]):

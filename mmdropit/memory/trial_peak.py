@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..checkpoint.record import preserved_training_state
+from ..common.training_state import preserved_training_state
 from .peak import StepPeakMeter
 
 # Per-parameter state tensors that torch's optimizers create at their first step (same size as

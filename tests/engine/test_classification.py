@@ -12,10 +12,10 @@ from mmengine.dataset import Compose
 from mmengine.structures import BaseDataElement
 
 import mmdropit  # noqa: F401
-from mmdropit.engine.datasets import (CIFAR100Dataset, ImageFolderDataset, MNIST5kDataset,
+from mmdropit.engine.classification import (CIFAR100Dataset, ImageFolderDataset, MNIST5kDataset,
                                       PackClsInputs)
-from mmdropit.engine.evaluation import TopKAccuracy
-from mmdropit.engine.models import TimmClassifier
+from mmdropit.engine.classification import TopKAccuracy
+from mmdropit.engine.classification import TimmClassifier
 from mmdropit.errors import ConfigError, DataNotFoundError
 
 

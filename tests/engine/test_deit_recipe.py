@@ -13,9 +13,9 @@ from mmengine.structures import BaseDataElement
 
 import mmdropit  # noqa: F401
 from mmdropit.dropit import dropit_layers
-from mmdropit.engine.datasets import TimmTransform
-from mmdropit.engine.datasets.mnist5k_source import load_mnist5k
-from mmdropit.engine.models import ClsDataPreprocessor
+from mmdropit.engine.classification import TimmTransform
+from mmdropit.data.mnist5k import load_mnist5k
+from mmdropit.engine.classification import ClsDataPreprocessor
 from mmdropit.errors import ConfigError
 from tests.conftest import ROOT
 

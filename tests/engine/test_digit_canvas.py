@@ -11,8 +11,8 @@ import pytest
 import torch
 from pycocotools import mask as mask_utils
 
-from mmdropit.engine.datasets.digit_canvas import CLASSES, MASK_THRESHOLD, make_digit_coco
-from mmdropit.engine.datasets.mnist5k_source import load_mnist5k
+from mmdropit.data.digit_canvas import CLASSES, MASK_THRESHOLD, make_digit_coco
+from mmdropit.data.mnist5k import load_mnist5k
 
 CONFIG = Path(__file__).parents[2] / 'configs' / 'tiny' / '_base_' / 'digit_coco_detection.py'
 SPLIT_SOURCES = {'train': 'train', 'val': 'test'}

@@ -15,7 +15,7 @@ from mmengine.registry import MODELS
 
 from mmdropit.engine.fsdp import (DistributedLaunchError, FullyShardModelWrapper, ShardPolicy,
                                   check_launch)
-from mmdropit.engine.models import TimmClassifier
+from mmdropit.engine.classification import TimmClassifier
 from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, free_port,
                             run_dist_train, run_tool)
 

@@ -8,7 +8,7 @@ from mmengine.dist import get_rank
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from mmdropit.engine.hooks.dropit_hook import unwrap
+from mmdropit.engine.runner_model import unwrap
 
 
 @HOOKS.register_module()

@@ -6,7 +6,7 @@ import json
 import pytest
 from mmengine.config import Config
 
-from mmdropit.engine.parity import ParityJob, job_config, markdown_table, summarize, with_gamma
+from mmdropit.parity import ParityJob, job_config, markdown_table, summarize, with_gamma
 from tests.conftest import ROOT, TINY_VIT, TINY_VIT_DROPIT, run_tool
 
 SUITE_CONFIGS = [

@@ -12,7 +12,7 @@ from mmengine.registry import OPTIM_WRAPPERS
 from mmengine.runner import Runner
 
 import mmdropit  # noqa: F401
-from mmdropit.engine.train_options import enable_amp, enable_auto_scale_lr, set_resume
+from mmdropit.cli.train_options import enable_amp, enable_auto_scale_lr, set_resume
 from mmdropit.errors import ConfigError
 from tests.conftest import (TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
                             run_tool)

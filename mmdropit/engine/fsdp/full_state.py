@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from ...common.parameters import optimizer_params
+
 
 def gather_tensor(value: Any) -> Any:
     """``value`` as a full plain CPU tensor if it is a tensor (a collective for a DTensor)."""
@@ -40,11 +42,6 @@ def shard_model_state(module: nn.Module, state_dict: dict, prefix: str = '') -> 
         if (isinstance(tensor, DTensor) and isinstance(value, torch.Tensor)
                 and not isinstance(value, DTensor)):
             state_dict[prefix + name] = shard_like(value, tensor)
-
-
-def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """The optimizer's parameters in ``Optimizer.state_dict`` index order."""
-    return [param for group in optimizer.param_groups for param in group['params']]
 
 
 def gather_optimizer_state(optimizer: torch.optim.Optimizer) -> dict:

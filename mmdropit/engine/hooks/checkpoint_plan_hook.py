@@ -19,9 +19,11 @@ from mmengine.dist import broadcast_object_list, get_rank, is_distributed
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ...checkpoint import CheckpointPlan, parse_budget, plan_checkpoints
+from ...checkpoint import (BUDGET_HELP, DEFAULT_GRANULARITY, CheckpointPlan,
+                           plan_checkpoints)
+from ...common.budget import parse_budget
 from ...errors import ConfigError
-from .dropit_hook import unwrap
+from ..runner_model import batch_loss, unwrap
 
 ShapeKey = tuple[int, ...]
 
@@ -71,9 +73,9 @@ class CheckpointPlanHook(Hook):
 
     priority = 'HIGH'  # after DropITHook (VERY_HIGH): plans the converted model
 
-    def __init__(self, budget: float | int | str | None = None, granularity: int = 48,
-                 bucket: int = 128) -> None:
-        self.budget = parse_budget(budget)
+    def __init__(self, budget: float | int | str | None = None,
+                 granularity: int = DEFAULT_GRANULARITY, bucket: int = 128) -> None:
+        self.budget = parse_budget(budget, BUDGET_HELP)
         if not isinstance(granularity, int) or granularity < 1:
             raise ConfigError(f'CheckpointPlanHook granularity must be an int >= 1, '
                               f'got {granularity!r}')
@@ -103,13 +105,7 @@ class CheckpointPlanHook(Hook):
 
     def _plan(self, runner, model: torch.nn.Module, data_batch: dict,
               key: ShapeKey) -> CheckpointPlan | None:
-        def step() -> torch.Tensor:
-            data = model.data_preprocessor(data_batch, training=True)
-            with runner.optim_wrapper.optim_context(model):
-                losses = model(**data, mode='loss') if isinstance(data, dict) else \
-                    model(*data, mode='loss')
-            return model.parse_losses(losses)[0]
-
+        step = batch_loss(model, data_batch, lambda: runner.optim_wrapper.optim_context(model))
         where = 'x'.join(map(str, key)) or 'any'
         try:
             plan = plan_checkpoints(model, step, self.budget, self.granularity)

@@ -14,17 +14,12 @@ from collections.abc import Mapping, Sequence
 
 import torch
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 from ...dropit import (ConversionReport, audit, check_gammas, check_strategy, convert, keep_ratio,
                       set_gamma_scale)
 from ...errors import ConfigError
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a DDP / FSDP / MMEngine wrapper (the model itself if not wrapped)."""
-    return model.module if is_model_wrapper(model) else model
+from ..runner_model import batch_loss, unwrap
 
 
 @HOOKS.register_module()
@@ -93,16 +88,7 @@ class DropITHook(Hook):
             return
         model = unwrap(runner.model)
         batch = next(iter(runner.train_dataloader))
-
-        def forward() -> torch.Tensor:
-            data = model.data_preprocessor(batch, training=True)
-            if isinstance(data, dict):
-                losses = model(**data, mode='loss')
-            else:
-                losses = model(*data, mode='loss')
-            return model.parse_losses(losses)[0]
-
-        report = audit(model, forward)
+        report = audit(model, batch_loss(model, batch))
         keep_ratio(model, reset=True)  # the audit's forward is not training
         runner.logger.info(f'DropIT audit (one forward pass of the first batch):\n{report}')
 

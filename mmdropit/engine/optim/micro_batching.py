@@ -23,16 +23,14 @@ from typing import Callable
 import torch
 from mmengine.dist import all_reduce
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from ...common.budget import Budget, parse_budget
+from ...common.parameters import optimizer_params
 from ...errors import ConfigError
-from ...checkpoint.budget import parse_budget
-from ...memory.micro_batches import (BUDGET_HELP, SplitDecision, micro_batch_sizes,
-                                     smallest_split)
-from ...memory.trial_peak import trial_peak
-from ..fsdp.full_state import optimizer_params
+from ...microbatch import BUDGET_HELP, SplitDecision, micro_batch_sizes, search_split
+from ..runner_model import unwrap
 from .batch_split import batch_size_of, merge_log_vars, split_batch
 
 _OUT_OF_MEMORY = 2**62  # stands for a trial that ran out of memory in a cross-rank maximum
@@ -49,7 +47,7 @@ class MicroBatching:
     """
 
     micro_batches: int | None
-    memory_budget: object
+    memory_budget: Budget
     split_decision: SplitDecision | None
 
     def configure_micro_batching(self, micro_batches: int | None = None,
@@ -66,10 +64,8 @@ class MicroBatching:
                                           or not isinstance(micro_batches, int)
                                           or micro_batches < 1):
             raise ConfigError(f'micro_batches must be a positive integer, got {micro_batches!r}')
-        if memory_budget is not None:
-            parse_budget(memory_budget, BUDGET_HELP)  # a typo fails at build time, not later
         self.micro_batches = micro_batches
-        self.memory_budget = memory_budget
+        self.memory_budget = parse_budget(memory_budget, BUDGET_HELP)  # a typo fails now
         self.split_decision = None
         self._partial_pass = False
         self._loss_weight = 1.0
@@ -199,18 +195,15 @@ class MicroBatchTrainStep:
 
     def _search(self, data: dict, batch_size: int) -> SplitDecision:
         """Measure trial passes of a few micro-batch sizes on this batch and pick the split."""
-        module = self.model.module if is_model_wrapper(self.model) else self.model
+        module = unwrap(self.model)
 
         def run(size: int) -> None:
             part = split_batch(data, [size, batch_size - size])[0] if size < batch_size else data
             with self.wrapper.micro_batch(size / batch_size, last=False):
                 self.train_step(part, self.wrapper)
 
-        def measure(size: int) -> int | None:
-            peak = trial_peak(lambda: run(size), module, self.wrapper.optimizer)
-            return _max_over_ranks(peak)
-
-        return smallest_split(batch_size, measure, self.wrapper.memory_budget)
+        return search_split(batch_size, run, module, self.wrapper.optimizer,
+                            self.wrapper.memory_budget, agree=_max_over_ranks)
 
 
 def _max_over_ranks(peak: int | None) -> int | None:

@@ -1,8 +1,13 @@
-"""Memory budgets for checkpoint plans: ``None``, a fraction of the baseline, or a size.
+"""Memory budgets as users write them: ``None``, a fraction of a measured baseline, or a size.
+
+Every technique that takes a budget (checkpoint plans, micro-batching) parses it here, once, with
+its own sentence saying what its baseline is, and resolves it to bytes once the baseline is
+measured.
 
 Example:
-    >>> parse_budget(None), parse_budget(0.5), parse_budget('4GB'), parse_budget('512 MiB')
-    (None, 0.5, 4000000000, 536870912)
+    >>> what = 'a budget is a fraction such as 0.5 or a size such as 4GB'
+    >>> [parse_budget(b, what) for b in (None, 0.5, "4GB", "512 MiB")]
+    [None, 0.5, 4000000000, 536870912]
     >>> resolve_budget(0.5, baseline_bytes=1000), resolve_budget(300, baseline_bytes=1000)
     (500, 300)
 """
@@ -13,22 +18,22 @@ import re
 from ..errors import ConfigError
 
 Budget = float | int | None
-"""``None`` (least memory), a fraction in ``(0, 1]`` of the baseline activation peak (float), or
-a number of bytes (int)."""
+"""``None`` (the least memory), a fraction in ``(0, 1]`` of a measured baseline (float), or a
+number of bytes (int)."""
 
 _UNITS = {'': 1, 'B': 1, 'KB': 10**3, 'MB': 10**6, 'GB': 10**9, 'TB': 10**12,
           'KIB': 2**10, 'MIB': 2**20, 'GIB': 2**30, 'TIB': 2**40}
 _SIZE = re.compile(r'^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$')
-_HELP = ("a checkpoint budget is None (least memory), a fraction of the baseline activation peak "
-         "such as 0.5, or a size such as '4GB' or '512MiB'")
 
 
-def parse_budget(budget: object, what: str = _HELP) -> Budget:
+def parse_budget(budget: object, what: str) -> Budget:
     """Check ``budget`` and return it as ``None``, a fraction (float) or bytes (int).
 
     Args:
         budget: The value from the user.
-        what: What a valid budget is, for the error message.
+        what: What a valid budget is for the caller, for the error message, e.g. ``"a
+            checkpoint budget is None, a fraction of the unplanned activation peak such as 0.5,
+            or a size such as '4GB'"``.
 
     Raises:
         ConfigError: If it is none of those (e.g. ``'half'``, ``0``, ``1.5``, ``'4 parsecs'``).

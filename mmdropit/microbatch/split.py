@@ -22,8 +22,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..checkpoint.budget import parse_budget, resolve_budget
+import torch
+from torch import nn
+
+from ..common.budget import Budget, resolve_budget
 from ..errors import ConfigError
+from ..memory.trial_peak import trial_peak
 
 BUDGET_HELP = ("a micro-batch memory_budget is a fraction of the undivided step's measured peak "
                "such as 0.5, or a size such as '6GB' or '512MiB'")
@@ -79,7 +83,7 @@ def _fewest_parts(batch_size: int, largest: int) -> int:
 
 
 def smallest_split(batch_size: int, measure: Callable[[int], int | None],
-                   budget: object) -> SplitDecision:
+                   budget: Budget) -> SplitDecision:
     """The fewest micro-batches whose measured peak fits ``budget``.
 
     Args:
@@ -87,17 +91,16 @@ def smallest_split(batch_size: int, measure: Callable[[int], int | None],
         measure: Runs a training forward and backward of that many samples and returns the
             peak in bytes, or ``None`` when it ran out of memory. Called a few times (each size
             at most once), in the same order on every process when the answers agree.
-        budget: A fraction of the undivided batch's peak (float in (0, 1]) or bytes (int, or
-            a size string such as ``'6GB'``).
+        budget: A fraction of the undivided batch's peak (float in (0, 1]) or bytes (int), as
+            :func:`~mmdropit.common.parse_budget` returns them (with :data:`BUDGET_HELP`).
 
     Returns:
         The decision, with every measurement made.
 
     Raises:
-        ConfigError: The budget is not valid, is a fraction while the undivided batch ran out of
+        ConfigError: The budget is ``None``, is a fraction while the undivided batch ran out of
             memory, or is below the peak of a single sample (the message gives that peak).
     """
-    budget = parse_budget(budget, BUDGET_HELP)
     if budget is None:
         raise ConfigError(f'{BUDGET_HELP}; got None')
     measured: dict[int, int | None] = {}
@@ -132,6 +135,36 @@ def smallest_split(batch_size: int, measure: Callable[[int], int | None],
             break
         size = _largest_part(batch_size, fewer)
     return _decision(batch_size, _fewest_parts(batch_size, size), measured, budget_bytes)
+
+
+def search_split(batch_size: int, run_part: Callable[[int], object], model: nn.Module,
+                 optimizer: torch.optim.Optimizer | None, budget: Budget,
+                 agree: Callable[[int | None], int | None] | None = None) -> SplitDecision:
+    """The fewest micro-batches whose trial peak, measured with
+    :func:`~mmdropit.memory.trial_peak.trial_peak`, fits ``budget``.
+
+    The one search behind ``MicroBatchOptimWrapper(memory_budget=...)`` and the benchmark's
+    ``micro-budget`` variant.
+
+    Args:
+        batch_size: Samples in the loaded batch.
+        run_part: ``run_part(size)`` runs the forward and backward pass of the batch's first
+            ``size`` samples, its loss weighted by ``size / batch_size`` (no optimizer step).
+        model: The trained model (unwrapped): its gradients, buffers and RNG are restored after
+            each trial.
+        optimizer: Its optimizer (its state counts in the peak).
+        budget: As for :func:`smallest_split`.
+        agree: Turns this process's measured peak into the one every process uses (e.g. the
+            largest over all ranks, so that all take the same decision); ``None``: as measured.
+
+    Returns:
+        The decision, with every measurement made.
+    """
+    def measure(size: int) -> int | None:
+        peak = trial_peak(lambda: run_part(size), model, optimizer)
+        return peak if agree is None else agree(peak)
+
+    return smallest_split(batch_size, measure, budget)
 
 
 def _predicted_size(batch_size: int, one: int, full: int | None, budget_bytes: int) -> int:

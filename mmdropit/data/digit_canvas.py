@@ -1,6 +1,6 @@
 """Digits on canvas: an offline COCO-format detection and instance-segmentation set.
 
-Real MNIST-5k digits (see :mod:`.mnist5k_source`) are scaled, coloured and pasted, without
+Real MNIST-5k digits (see :mod:`.mnist5k`) are scaled, coloured and pasted, without
 overlapping, onto textured canvases. Every pasted digit becomes one COCO annotation: its class,
 the tight box of its strokes and the strokes themselves as an RLE mask. Train images use only
 the MNIST-5k ``'train'`` digits and val images only the ``'test'`` digits, so no digit is in both.
@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 from pycocotools import mask as mask_utils
 
-from .mnist5k_source import load_mnist5k
+from .mnist5k import load_mnist5k
 
 GENERATOR_VERSION = 1
 CLASSES = tuple(str(digit) for digit in range(10))

@@ -23,14 +23,14 @@ class ClsDataPreprocessor(ImgDataPreprocessor):
     mmcv's ``LoadImageFromFile`` and our array datasets produce); labels stay in the
     data samples. Defaults are the ImageNet mean/std in RGB order; a single-channel set
     (MNIST) passes one value each. Images that a pipeline already normalised
-    (:class:`~mmdropit.engine.datasets.TimmTransform`) take ``mean=None, std=None,
+    (:class:`~mmdropit.engine.classification.TimmTransform`) take ``mean=None, std=None,
     bgr_to_rgb=False``.
 
     Args:
         mean: per-channel mean, on the 0-255 scale; ``None`` leaves the values as they are.
         std: per-channel standard deviation, on the 0-255 scale.
         bgr_to_rgb: swap BGR to RGB (three-channel images only).
-        mixup: arguments of :class:`~mmdropit.engine.models.batch_mixup.BatchMixup`
+        mixup: arguments of :class:`~mmdropit.engine.classification.batch_mixup.BatchMixup`
             (timm's Mixup / CutMix), applied to training batches only.
         **kwargs: passed to :class:`mmengine.model.ImgDataPreprocessor`.
     """

@@ -58,7 +58,7 @@ def build_runner(cfg: Config):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
-    from .fsdp import check_launch
+    from ..engine.fsdp import check_launch
 
     check_launch(cfg)
     if 'runner_type' in cfg:

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ...errors import DataNotFoundError
+from ..errors import DataNotFoundError
 
 SPLITS = ('train', 'test')
 TEST_PER_CLASS = 50

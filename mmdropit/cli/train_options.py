@@ -14,7 +14,7 @@ from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS, DefaultScope
 
 from ..errors import ConfigError
-from .optim import MicroBatchOptimWrapper, MixedPrecisionOptimWrapper
+from ..engine.optim import MicroBatchOptimWrapper, MixedPrecisionOptimWrapper
 
 
 def enable_amp(cfg: Config) -> None:

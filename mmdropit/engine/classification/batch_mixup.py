@@ -21,7 +21,7 @@ class BatchMixup:
     """Mix a batch with timm's :class:`~timm.data.Mixup` and store each sample's soft target.
 
     The mixed target of every sample goes to its data sample as ``gt_score`` (a probability
-    vector), which :class:`~mmdropit.engine.models.TimmClassifier` trains on with a
+    vector), which :class:`~mmdropit.engine.classification.TimmClassifier` trains on with a
     soft-target cross-entropy. The batch size must be even (timm mixes a batch with its flip).
 
     Args:

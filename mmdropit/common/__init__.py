@@ -1,0 +1,14 @@
+"""Helpers shared by the core packages and the engine (pure PyTorch, one copy each).
+
+- :mod:`.budget`: a memory budget as the user writes it (``None``, ``0.5``, ``'4GB'``) parsed
+  once, and resolved to bytes against a measured baseline;
+- :mod:`.training_state`: buffers, RNG streams and tensor values restored after a pass that
+  must leave no trace;
+- :mod:`.parameters`: the local part of a sharded tensor, and an optimizer's parameter order.
+"""
+from .budget import Budget, parse_budget, resolve_budget
+from .parameters import local_part, optimizer_params
+from .training_state import preserved_training_state, values_restored
+
+__all__ = ['Budget', 'local_part', 'optimizer_params', 'parse_budget',
+           'preserved_training_state', 'resolve_budget', 'values_restored']

@@ -1,0 +1,26 @@
+"""Parameters as one process holds them: the local part of a sharded tensor, and the order in
+which an optimizer numbers its parameters.
+
+Example:
+    >>> from torch import nn
+    >>> net = nn.Linear(4, 2)
+    >>> optimizer = torch.optim.SGD([{'params': [net.bias]}, {'params': [net.weight]}], lr=0.1)
+    >>> [tuple(p.shape) for p in optimizer_params(optimizer)]
+    [(2,), (2, 4)]
+    >>> local_part(net.weight) is net.weight   # not sharded: the tensor itself
+    True
+"""
+from __future__ import annotations
+
+import torch
+from torch.distributed.tensor import DTensor
+
+
+def local_part(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a tensor: the local shard of an FSDP2 ``DTensor`` parameter."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer's parameters in ``Optimizer.state_dict`` index order."""
+    return [param for group in optimizer.param_groups for param in group['params']]

@@ -1,3 +1,0 @@
-from .accuracy import TopKAccuracy
-
-__all__ = ['TopKAccuracy']
