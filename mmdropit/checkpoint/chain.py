@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from torch import nn
 
 from .record import ModuleCall, StepRecord
+from .targets import ModuleTarget, RunTarget, Target
 
 DEFAULT_GRANULARITY = 48
 """A call is split into its children when it saves more than ``1 / DEFAULT_GRANULARITY`` of the
@@ -61,8 +62,9 @@ class Segment:
     Attributes:
         start: First item.
         stop: One past the last item.
-        target: What to checkpoint: ``('module', name)`` or ``('run', sequential_name, first,
-            last)`` (children ``first..last`` inclusive of that ``nn.Sequential``).
+        target: Where the checkpoint is put (:mod:`.targets`); whether it is selective and
+            what is nested in it are this segment's ``selective`` and ``inner``
+            (:attr:`plan_target` is the target with both).
         inputs: Storage ids of the segment's inputs (kept alive by the checkpoint).
         seconds: Recompute time: the segment's forward time (less its costly ops' if selective).
         selective: Whether the checkpoint keeps the outputs of its costly ops.
@@ -73,12 +75,19 @@ class Segment:
 
     start: int
     stop: int
-    target: tuple
+    target: Target
     inputs: tuple[int, ...]
     seconds: float
     selective: bool = False
     cached: tuple[int, ...] = ()
     inner: tuple[Segment, ...] = ()
+
+    @property
+    def plan_target(self) -> Target:
+        """The plan's target for this segment: ``target``, selective or not, with the targets
+        of the segments nested in it."""
+        return replace(self.target, selective=self.selective,
+                       inner=tuple(segment.plan_target for segment in self.inner))
 
 
 @dataclass
@@ -151,7 +160,7 @@ def build_chain(record: StepRecord, model: nn.Module,
             continue
         if record.times_called.get(call.name) != 1:
             continue
-        segments.append(Segment(start, stop, ('module', call.name), call.inputs, call.seconds))
+        segments.append(Segment(start, stop, ModuleTarget(call.name), call.inputs, call.seconds))
         module = modules.get(call.name)
         expanded = stop - start > 1 or items[start].call != index
         if (expanded and isinstance(module, nn.Sequential)
@@ -188,5 +197,5 @@ def _sequential_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tup
             if first == 0 and final == len(children) - 1 or stop >= last:
                 continue  # the whole Sequential is its module segment; never the last item
             runs.append(Segment(ranges[head.index][0], stop,
-                                ('run', call.name, first, final), head.inputs, seconds))
+                                RunTarget(call.name, first, final), head.inputs, seconds))
     return runs

@@ -16,14 +16,15 @@ nested variants like any other segment.
 Example:
     >>> from .cost import ChainCosts, SegmentCost
     >>> from .chain import Segment
+    >>> from .targets import ModuleTarget
     >>> costs = ChainCosts(keep=[4, 4, 4, 1], keep_after_cut=[4, 4, 4, 1], transient=[0] * 4,
     ...                    segments=[SegmentCost(0, 1, 1, 1, 0.1, 4),
     ...                              SegmentCost(0, 3, 1, 1, 0.3, 12)])
-    >>> segments = [Segment(0, 1, ('module', 'a'), (), 0.1),
-    ...             Segment(0, 3, ('module', 'b'), (), 0.3)]
+    >>> segments = [Segment(0, 1, ModuleTarget('b.a'), (), 0.1),
+    ...             Segment(0, 3, ModuleTarget('b'), (), 0.3)]
     >>> segments, costs = with_nested(segments, costs)
-    >>> [(s.target, [t.target for t in s.inner], s.seconds) for s in segments[2:]]
-    [(('module', 'b'), [('module', 'a')], 0.4)]
+    >>> [(s.target.where, [t.target.where for t in s.inner], s.seconds) for s in segments[2:]]
+    [('b', ['b.a'], 0.4)]
     >>> costs.segments[2].recompute  # the inner plan's peak, instead of 12
     9
 """
@@ -41,7 +42,7 @@ def _may_nest(inner: Segment, outer: Segment) -> bool:
     another module (one module holds one kind of checkpoint)."""
     return (outer.start <= inner.start and inner.stop <= outer.stop
             and inner.stop - inner.start < outer.stop - outer.start
-            and inner.target[1] != outer.target[1])
+            and inner.target.module != outer.target.module)
 
 
 def _inner_costs(costs: ChainCosts, outer: SegmentCost, inner: list[SegmentCost]) -> ChainCosts:

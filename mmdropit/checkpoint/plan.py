@@ -23,28 +23,30 @@ from pathlib import Path
 
 from torch import nn
 
+from ..common.budget import Budget, parse_budget, resolve_budget
 from ..errors import ConfigError
 from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpoint
-from .budget import Budget, parse_budget, resolve_budget
 from .chain import DEFAULT_GRANULARITY, Chain, Segment, build_chain
 from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
 from .nested import with_nested
 from .record import record_step
 from .solver import least_ogc_cost, least_peak, least_time
+from .targets import ModuleTarget, Target, targets_from_json, targets_to_json, walk
 
 BISECTION_STEPS = 6
 """Steps from the additive model's limit to the exact budget (the last one is within 1/64)."""
 
 OBJECTIVES = ('peak', 'ogc')
 
+BUDGET_HELP = ("a checkpoint budget is None (least memory), a fraction of the baseline activation "
+               "peak such as 0.5, or a size such as '4GB' or '512MiB'")
+"""What a valid checkpoint budget is (the error message of a malformed one)."""
+
 LEAST_MEMORY_TOLERANCE = 32
 """A least-memory plan is the fastest plan whose predicted peak is within
 ``1 / LEAST_MEMORY_TOLERANCE`` of the least reachable one: the last bytes can cost much time
 (DenseNet-121, batch 16: the plan at the least predicted peak measured 1.58x the unplanned step
 time, a single-level plan at the same measured peak 1.26x)."""
-
-SELECTIVE = 'selective'
-"""Last field of a plan target whose checkpoint keeps the outputs of its costly ops."""
 
 
 def _mib(nbytes: int) -> str:
@@ -56,10 +58,10 @@ class CheckpointPlan:
     """Which modules to checkpoint, and what the cost model expects of it.
 
     Attributes:
-        targets: ``['module', name]`` (every call of that module is one checkpoint) or
-            ``['run', sequential_name, first, last]`` (children ``first..last`` of an
-            ``nn.Sequential`` as one checkpoint); with ``'selective'`` appended, the checkpoint
-            keeps the outputs of its costly ops (:mod:`.selective`).
+        targets: The checkpoints (:mod:`.targets`): a module (every call of it is one
+            checkpoint) or a run of children of an ``nn.Sequential``, each maybe selective
+            (:mod:`.selective`); checkpoints nested in one are in its ``inner``. The JSON form
+            (:meth:`to_dict`) is the flat list of earlier versions.
         budget: The budget asked for (``None``: least memory).
         baseline: Prediction for the step without checkpoints.
         planned: Prediction for the step with this plan.
@@ -67,7 +69,7 @@ class CheckpointPlan:
         planning_seconds: Time spent recording and searching.
     """
 
-    targets: list[list] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
     budget: Budget = None
     baseline: Prediction | None = None
     planned: Prediction | None = None
@@ -77,15 +79,17 @@ class CheckpointPlan:
     def apply(self, model: nn.Module) -> nn.Module:
         """Checkpoint the planned modules of ``model`` in place; returns ``model``."""
         modules = dict(model.named_modules())
-        missing = [t[1] for t in self.targets if t[1] not in modules]
+        targets = [target for _, target in walk(self.targets)]
+        missing = [t.module for t in targets if t.module not in modules]
         if missing:
             raise ConfigError(f'this checkpoint plan names modules the model does not have: '
                               f'{", ".join(missing)}; plan again for this model')
-        for target in self.targets:
-            if target[0] == 'module':
-                checkpoint_module(modules[target[1]], _is_selective(target))
+        for target in targets:
+            module = modules[target.module]
+            if isinstance(target, ModuleTarget):
+                checkpoint_module(module, target.selective)
             else:
-                checkpoint_run(modules[target[1]], target[2], target[3], _is_selective(target))
+                checkpoint_run(module, target.first, target.last, target.selective)
         return model
 
     def remove(self, model: nn.Module) -> nn.Module:
@@ -96,16 +100,14 @@ class CheckpointPlan:
         return model
 
     def __str__(self) -> str:
-        count = len(self.targets)
+        targets = list(walk(self.targets))
+        count = len(targets)
         lines = [f'Checkpoint plan ({count} checkpoint{"" if count == 1 else "s"}, budget '
                  f'{"least memory" if self.budget is None else self.budget}):']
-        for k, target in enumerate(self.targets):
-            where = target[1] if target[0] == 'module' else \
-                f'{target[1]}[{target[2]}:{target[3] + 1}]'
+        for depth, target in targets:
             how = ' (selective: keeps matmul / conv / attention outputs)' \
-                if _is_selective(target) else ''
-            depth = sum(_inside(target, outer) for outer in self.targets[:k])
-            lines.append(f'  {"  " * depth}checkpoint {where}{how}')
+                if target.selective else ''
+            lines.append(f'  {"  " * depth}checkpoint {target.where}{how}')
         if self.baseline and self.planned:
             base, plan = self.baseline, self.planned
             share = plan.recompute_seconds / max(self.forward_seconds, 1e-9)
@@ -117,13 +119,20 @@ class CheckpointPlan:
         return '\n'.join(lines)
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict (:meth:`from_dict` reads it back)."""
-        return asdict(self)
+        """A JSON-ready dict (:meth:`from_dict` reads it back); ``targets`` in the flat list
+        form of :func:`~.targets.targets_to_json`."""
+        return {**asdict(self), 'targets': targets_to_json(self.targets)}
 
     @classmethod
     def from_dict(cls, data: dict) -> CheckpointPlan:
-        """Read a dict written by :meth:`to_dict`."""
+        """Read a dict written by :meth:`to_dict` (or by an earlier version).
+
+        Raises:
+            ConfigError: If a target is not one this version reads.
+        """
         data = dict(data)
+        if 'targets' in data:
+            data['targets'] = targets_from_json(data['targets'])
         for key in ('baseline', 'planned'):
             if data.get(key) is not None:
                 data[key] = Prediction(**data[key])
@@ -135,30 +144,8 @@ class CheckpointPlan:
 
     @classmethod
     def load(cls, path: str | Path) -> CheckpointPlan:
-        """Read a plan written by :meth:`save`."""
+        """Read a plan written by :meth:`save` (or by an earlier version)."""
         return cls.from_dict(json.loads(Path(path).read_text()))
-
-
-def _targets(segments: list[Segment] | tuple[Segment, ...]) -> list[list]:
-    """Plan targets of ``segments``, each followed by those of the segments nested in it."""
-    targets = []
-    for segment in segments:
-        targets.append([*segment.target, SELECTIVE] if segment.selective
-                       else list(segment.target))
-        targets += _targets(segment.inner)
-    return targets
-
-
-def _inside(target: list, outer: list) -> bool:
-    """Whether ``target``'s modules lie inside ``outer``'s (a checkpoint nested in it)."""
-    if outer[0] == 'module':
-        return target[1].startswith(f'{outer[1]}.')
-    children = [f'{outer[1]}.{k}' for k in range(outer[2], outer[3] + 1)]
-    return any(target[1] == child or target[1].startswith(f'{child}.') for child in children)
-
-
-def _is_selective(target: list) -> bool:
-    return len(target) > (2 if target[0] == 'module' else 4) and target[-1] == SELECTIVE
 
 
 class _SearchSpace:
@@ -200,7 +187,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
     Budgeted plans are searched among single-level checkpoints (plain and selective) when one
     of those fits, and among nested ones too only when none does: nested variants multiply the
     search, and they pay off only where memory is tightest."""
-    budget = parse_budget(budget)
+    budget = parse_budget(budget, BUDGET_HELP)
     if objective not in OBJECTIVES:
         raise ConfigError(f'unknown checkpoint objective {objective!r}: use one of {OBJECTIVES}')
     baseline = predict(chain, [])
@@ -216,7 +203,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
         ogc = {id(cost) for cost in least_ogc_cost(flat_costs)}
         chosen = [segment for segment, cost in zip(chain.segments, flat_costs.segments)
                   if id(cost) in ogc]
-        plan.targets = _targets(chosen)
+        plan.targets = [segment.plan_target for segment in chosen]
         plan.planned = predict(chain, chosen)
         return plan
     target = resolve_budget(budget, baseline.activation_peak)
@@ -239,7 +226,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None,
             if space.lowest.activation_peak > target:
                 space = nested
         chosen = space.fastest_fitting(target)
-    plan.targets = _targets(chosen)
+    plan.targets = [segment.plan_target for segment in chosen]
     plan.planned = predict(chain, chosen)
     return plan
 
@@ -269,7 +256,7 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
         ConfigError: If the budget is malformed or below what any plan reaches (the message
             gives the least reachable peak).
     """
-    budget = parse_budget(budget)
+    budget = parse_budget(budget, BUDGET_HELP)
     started = time.perf_counter()
     if any(is_checkpointed(m) for m in model.modules()):
         raise ConfigError('the model already has checkpoints from a plan; call '

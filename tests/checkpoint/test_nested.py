@@ -6,8 +6,8 @@ import timm
 import torch
 from torch import nn
 
-from mmdropit.checkpoint import (CheckpointPlan, build_chain, chain_costs, least_peak,
-                                 plan_for_chain, record_step)
+from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, build_chain,
+                                 chain_costs, least_peak, plan_for_chain, record_step)
 from mmdropit.memory import StepPeakMeter
 from tests.checkpoint.test_plan import _assert_same_step
 
@@ -16,8 +16,10 @@ def test_resnet_stage_with_checkpointed_blocks_inside_gives_the_same_step():
     torch.manual_seed(0)
     model = timm.create_model('resnet18', num_classes=5, drop_rate=0.2)
     x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 5, (4,))
-    plan = CheckpointPlan([['module', 'layer2'], ['module', 'layer2.0'],
-                           ['module', 'layer2.1', 'selective'], ['run', 'layer3', 0, 1]])
+    plan = CheckpointPlan([
+        ModuleTarget('layer2', inner=(ModuleTarget('layer2.0'),
+                                      ModuleTarget('layer2.1', selective=True))),
+        RunTarget('layer3', 0, 1)])
     _assert_same_step(model, plan, x, y)  # BN statistics once, though recomputed twice
 
 
@@ -26,9 +28,12 @@ def test_deit_three_levels_with_dropout_gives_the_same_step():
     model = timm.create_model('deit_tiny_patch16_224', img_size=64, num_classes=5,
                               attn_drop_rate=0.1, proj_drop_rate=0.1, drop_path_rate=0.1)
     x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 5, (4,))
-    plan = CheckpointPlan([['run', 'blocks', 0, 3], ['module', 'blocks.0'],
-                           ['module', 'blocks.1'], ['module', 'blocks.1.attn'],
-                           ['module', 'blocks.1.mlp', 'selective'], ['run', 'blocks', 5, 8]])
+    plan = CheckpointPlan([
+        RunTarget('blocks', 0, 3, inner=(
+            ModuleTarget('blocks.0'),
+            ModuleTarget('blocks.1', inner=(ModuleTarget('blocks.1.attn'),
+                                            ModuleTarget('blocks.1.mlp', selective=True))))),
+        RunTarget('blocks', 5, 8)])
     lines = str(plan).splitlines()
     assert lines[1:4] == ['  checkpoint blocks[0:4]', '    checkpoint blocks.0',
                           '    checkpoint blocks.1']

@@ -10,7 +10,10 @@ import torch
 from torch import nn
 
 from mmdropit import ConfigError, plan_checkpoints, to_dropit
-from mmdropit.checkpoint import CheckpointPlan, is_checkpointed, parse_budget
+from mmdropit.checkpoint import (BUDGET_HELP, CheckpointPlan, ModuleTarget, RunTarget, Target,
+                                 is_checkpointed)
+from mmdropit.checkpoint.targets import walk
+from mmdropit.common.budget import parse_budget
 from mmdropit.memory import StepPeakMeter
 
 
@@ -51,6 +54,11 @@ def _train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, seed: int = 
     return loss.detach(), grads
 
 
+def _all_targets(plan: CheckpointPlan) -> list[Target]:
+    """The plan's targets and those nested in them."""
+    return [target for _, target in walk(plan.targets)]
+
+
 def _assert_same_step(model: nn.Module, plan: CheckpointPlan, x, y) -> None:
     plain = copy.deepcopy(model)
     plan.apply(model)
@@ -68,8 +76,8 @@ def test_bn_dropout_kwargs_plan_gives_the_same_step():
     torch.manual_seed(0)
     model, x, y = _Net(), torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))
     plan = plan_checkpoints(model, lambda: nn.functional.cross_entropy(model(x), y))
-    assert plan.targets and all(t[1].startswith('blocks.') for t in plan.targets)
-    assert not any(t[1] == 'blocks.5' for t in plan.targets)  # never the last segment
+    assert plan.targets and all(t.module.startswith('blocks.') for t in _all_targets(plan))
+    assert not any(t.module == 'blocks.5' for t in _all_targets(plan))  # never the last segment
     _assert_same_step(model, plan, x, y)
     assert plan.planned.activation_peak < plan.baseline.activation_peak
 
@@ -113,9 +121,9 @@ def test_no_checkpoint_starts_at_an_input_changed_in_place():
     model = _InPlaceAfter()
     x, y = torch.randn(32, 16, requires_grad=True), torch.randint(0, 5, (32,))
     plan = plan_checkpoints(model, lambda: nn.functional.cross_entropy(model(x), y))
-    assert not any(t[1] == 'first' or (t[0] == 'run' and t[1] == 'first' and t[2] == 0)
-                   for t in plan.targets)
-    assert any(t[1].startswith('second') for t in plan.targets)
+    assert not any(t.module == 'first' or (isinstance(t, RunTarget) and t.module == 'first'
+                                           and t.first == 0) for t in _all_targets(plan))
+    assert any(t.module.startswith('second') for t in _all_targets(plan))
     _assert_same_step(model, plan, x, y)
 
 
@@ -157,7 +165,7 @@ def test_densenet_layers_fed_a_growing_list_recompute_what_they_saw():
     x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 5, (2,))
     layers = [f'features.denseblock{block}.denselayer{layer}' for block in (1, 2)
               for layer in (1, 2, 5)]
-    _assert_same_step(model, CheckpointPlan([['module', name] for name in layers]), x, y)
+    _assert_same_step(model, CheckpointPlan([ModuleTarget(name) for name in layers]), x, y)
 
 
 def test_dropit_layers_are_planned_with_their_compact_bytes():
@@ -190,7 +198,7 @@ def test_impossible_budget_names_the_least_reachable_peak():
 @pytest.mark.parametrize('budget', ['half', 0, 1.5, '4 parsecs', True, -3])
 def test_malformed_budgets_are_clear_errors(budget):
     with pytest.raises(ConfigError, match='checkpoint budget is None'):
-        parse_budget(budget)
+        parse_budget(budget, BUDGET_HELP)
 
 
 def test_a_model_without_checkpointable_units_warns_and_plans_nothing():

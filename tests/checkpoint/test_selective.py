@@ -8,8 +8,9 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmdropit.checkpoint import (CheckpointPlan, build_chain, plan_for_chain, predict,
-                                 record_step)
+from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, build_chain,
+                                 plan_for_chain, predict, record_step)
+from mmdropit.checkpoint.targets import walk
 from mmdropit.memory import StepPeakMeter
 
 from tests.checkpoint.test_plan import _assert_same_step, _Net
@@ -37,8 +38,7 @@ def test_selective_checkpoints_run_each_convolution_once(selective, recomputed):
     torch.manual_seed(0)
     model, x, y = _Net(), torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))
     plain = _convolutions_in_a_step(model, x)
-    kind = ['selective'] if selective else []
-    plan = CheckpointPlan([['module', f'blocks.{i}', *kind] for i in range(5)])
+    plan = CheckpointPlan([ModuleTarget(f'blocks.{i}', selective) for i in range(5)])
     plan.apply(model)
     assert _convolutions_in_a_step(model, x) == plain + recomputed
     plan.remove(model)
@@ -50,8 +50,8 @@ def test_selective_deit_with_attention_dropout_gives_the_same_step():
     model = timm.create_model('deit_tiny_patch16_224', img_size=64, num_classes=5,
                               attn_drop_rate=0.1, proj_drop_rate=0.1, drop_path_rate=0.1)
     x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 5, (4,))
-    plan = CheckpointPlan([['run', 'blocks', 0, 5, 'selective'],
-                           ['module', 'blocks.7', 'selective'], ['module', 'blocks.9']])
+    plan = CheckpointPlan([RunTarget('blocks', 0, 5, selective=True),
+                           ModuleTarget('blocks.7', selective=True), ModuleTarget('blocks.9')])
     assert 'blocks[0:6] (selective' in str(plan)
     _assert_same_step(model, plan, x, y)
 
@@ -74,10 +74,10 @@ def test_an_output_changed_in_place_gets_no_selective_checkpoint():
     x = torch.randn(8, 16)
     chain = build_chain(record_step(model, lambda: model(x).sum()), model)
     covering = {(s.target, s.selective) for s in chain.segments}
-    assert (('module', '1'), True) in covering
-    assert (('module', '2'), False) in covering and (('module', '2'), True) not in covering
+    assert (ModuleTarget('1'), True) in covering
+    assert (ModuleTarget('2'), False) in covering and (ModuleTarget('2'), True) not in covering
     assert not any(s.selective and s.start <= 3 < s.stop for s in chain.segments)
-    CheckpointPlan([['module', '2', 'selective']]).apply(model)
+    CheckpointPlan([ModuleTarget('2', selective=True)]).apply(model)
     with pytest.raises(RuntimeError, match='mutated'):  # what the rule prevents
         model(x).sum().backward()
 
@@ -92,14 +92,14 @@ def test_selective_plan_predicted_peak_close_to_measured():
 
     chain = build_chain(record_step(model, step), model)
     least = plan_for_chain(chain)
-    planned = {tuple(t[:2 if t[0] == 'module' else 4]) for t in least.targets}
-    chosen = [s for s in chain.segments if s.selective and s.target in planned]
+    planned = {t.where for _, t in walk(least.targets)}
+    chosen = [s for s in chain.segments if s.selective and s.target.where in planned]
     assert chosen
     plain = predict(chain, [])
     predicted = predict(chain, chosen)
     assert least.planned.activation_peak < predicted.activation_peak < plain.activation_peak
     assert predicted.recompute_seconds < least.planned.recompute_seconds
-    plan = CheckpointPlan([[*s.target, 'selective'] for s in chosen])
+    plan = CheckpointPlan([s.plan_target for s in chosen])
     plan.apply(model)
     with StepPeakMeter(model) as meter:
         step().backward()

@@ -1,0 +1,207 @@
+"""What a checkpoint is put on: one module, or a run of children of an ``nn.Sequential``.
+
+A :class:`ModuleTarget` makes every call of one module a checkpoint; a :class:`RunTarget` makes
+children ``first..last`` (inclusive) of an ``nn.Sequential`` one checkpoint. Either may be
+*selective* (:mod:`.selective`: it keeps the outputs of its costly ops) and may hold, in
+``inner``, the targets checkpointed inside it (:mod:`.nested`).
+
+Plan files keep the flat JSON form of earlier versions: one list per target, ``['module',
+name]`` or ``['run', sequential, first, last]``, with ``'selective'`` appended for a selective
+checkpoint; a nested target is followed by the targets inside it (recursively), and reading
+rebuilds the nesting from that order: a target that follows another and lies inside it is
+nested in it.
+
+Example:
+    >>> plan = [RunTarget('blocks', 0, 2, inner=(ModuleTarget('blocks.1', selective=True),)),
+    ...         ModuleTarget('head')]
+    >>> flat = targets_to_json(plan); flat
+    [['run', 'blocks', 0, 2], ['module', 'blocks.1', 'selective'], ['module', 'head']]
+    >>> targets_from_json(flat) == plan
+    True
+    >>> [(depth, target.where, target.module) for depth, target in walk(plan)]
+    [(0, 'blocks[0:3]', 'blocks'), (1, 'blocks.1', 'blocks.1'), (0, 'head', 'head')]
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from ..errors import ConfigError
+
+SELECTIVE = 'selective'
+"""Last field of a plan-file entry whose checkpoint keeps the outputs of its costly ops."""
+
+
+def _below(name: str, parent: str) -> str | None:
+    """``name`` relative to ``parent`` when it lies strictly below it (``''`` is the model
+    itself), else ``None``."""
+    if not parent:
+        return name or None
+    return name[len(parent) + 1:] if name.startswith(f'{parent}.') else None
+
+
+class _Target(ABC):
+    """What both kinds of target do alike (the dataclasses below hold the fields)."""
+
+    selective: bool
+
+    @property
+    @abstractmethod
+    def module(self) -> str:
+        """Name of the module the checkpoint is put on."""
+
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """What the checkpoint covers, as plans print it."""
+
+    @abstractmethod
+    def covers(self, name: str) -> bool:
+        """Whether module ``name`` runs inside this checkpoint, as another module than the one
+        it is put on."""
+
+    @abstractmethod
+    def _head(self) -> list:
+        """The plan-file entry without the selective mark."""
+
+    def lies_inside(self, outer: Target) -> bool:
+        """Whether this checkpoint lies inside ``outer`` (may be nested in it)."""
+        return outer.covers(self.module)
+
+    def to_json(self) -> list:
+        """This target's entry in a plan file (each ``inner`` target has an entry of its own)."""
+        return [*self._head(), *([SELECTIVE] if self.selective else [])]
+
+
+@dataclass(frozen=True)
+class ModuleTarget(_Target):
+    """Every call of one module is one checkpoint.
+
+    Attributes:
+        name: The module's name in ``model.named_modules()``.
+        selective: Whether the checkpoint keeps the outputs of its costly ops.
+        inner: Targets checkpointed inside this one (modules below ``name``).
+    """
+
+    name: str
+    selective: bool = False
+    inner: tuple[Target, ...] = ()
+
+    @property
+    def module(self) -> str:
+        """Name of the module the checkpoint is put on."""
+        return self.name
+
+    @property
+    def where(self) -> str:
+        """What the checkpoint covers, as plans print it (the module's name)."""
+        return self.name
+
+    def covers(self, name: str) -> bool:
+        """Whether module ``name`` runs inside this checkpoint as another module than the one
+        it is put on (a module below ``self.name``)."""
+        return _below(name, self.name) is not None
+
+    def _head(self) -> list:
+        return ['module', self.name]
+
+
+@dataclass(frozen=True)
+class RunTarget(_Target):
+    """Children ``first..last`` (inclusive) of an ``nn.Sequential`` are one checkpoint.
+
+    Attributes:
+        sequential: The ``nn.Sequential``'s name in ``model.named_modules()``.
+        first: Index of the first child in the run.
+        last: Index of the last child in the run.
+        selective: Whether the checkpoint keeps the outputs of its costly ops.
+        inner: Targets checkpointed inside this one (modules of the run's children).
+    """
+
+    sequential: str
+    first: int
+    last: int
+    selective: bool = False
+    inner: tuple[Target, ...] = ()
+
+    @property
+    def module(self) -> str:
+        """Name of the module the checkpoint is put on (the ``nn.Sequential``)."""
+        return self.sequential
+
+    @property
+    def where(self) -> str:
+        """What the checkpoint covers, as plans print it (``blocks[0:3]``: children 0 to 2)."""
+        return f'{self.sequential}[{self.first}:{self.last + 1}]'
+
+    def covers(self, name: str) -> bool:
+        """Whether module ``name`` runs inside this checkpoint (one of the run's children, or a
+        module below one)."""
+        relative = _below(name, self.sequential)
+        child = relative.split('.')[0] if relative else ''
+        return child.isdigit() and self.first <= int(child) <= self.last
+
+    def _head(self) -> list:
+        return ['run', self.sequential, self.first, self.last]
+
+
+Target = ModuleTarget | RunTarget
+"""What one checkpoint of a plan is put on."""
+
+
+def walk(targets: Iterable[Target], depth: int = 0) -> Iterator[tuple[int, Target]]:
+    """Each target, then the targets nested in it (recursively), with its nesting depth
+    (``depth`` for ``targets`` themselves)."""
+    for target in targets:
+        yield depth, target
+        yield from walk(target.inner, depth + 1)
+
+
+def targets_to_json(targets: Iterable[Target]) -> list[list]:
+    """The plan-file form of ``targets``: each target's entry followed by those nested in it."""
+    return [target.to_json() for _, target in walk(targets)]
+
+
+def _unreadable(what: str, value: object) -> ConfigError:
+    return ConfigError(f'this checkpoint plan file is not one this version of mmdropit reads '
+                       f'({what} {value!r}); plan again to write a new one')
+
+
+def target_from_json(entry: object) -> Target:
+    """One plan-file entry as a target (with nothing nested in it).
+
+    Raises:
+        ConfigError: If ``entry`` is not a target this version writes.
+    """
+    match entry:
+        case ['module', str() as name, *rest] if rest in ([], [SELECTIVE]):
+            return ModuleTarget(name, bool(rest))
+        case ['run', str() as sequential, int() as first, int() as last, *rest] if (
+                rest in ([], [SELECTIVE]) and 0 <= first <= last):
+            return RunTarget(sequential, first, last, bool(rest))
+    raise _unreadable('target', entry)
+
+
+def targets_from_json(entries: object) -> list[Target]:
+    """Read the plan-file form (:func:`targets_to_json`, or a plan file of an earlier version)
+    back into targets, nesting each target in the one before it that it lies inside.
+
+    Raises:
+        ConfigError: If ``entries`` is not a list of targets this version writes.
+    """
+    if not isinstance(entries, list):
+        raise _unreadable('targets', entries)
+    flat = [target_from_json(entry) for entry in entries]
+
+    def nest(start: int, outer: Target | None) -> tuple[list[Target], int]:
+        """The targets from ``flat[start]`` on that lie inside ``outer`` (all when ``None``),
+        nested, and the index after them."""
+        nested, i = [], start
+        while i < len(flat) and (outer is None or flat[i].lies_inside(outer)):
+            inner, after = nest(i + 1, flat[i])
+            nested.append(replace(flat[i], inner=tuple(inner)))
+            i = after
+        return nested, i
+
+    return nest(0, None)[0]
