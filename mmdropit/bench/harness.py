@@ -10,10 +10,10 @@ import time
 
 import torch
 
-from .peak import StepPeakMeter
+from ..memory import SavedTensorMeter, StepPeakMeter
 from .report import Measurement
-from .saved import SavedTensorMeter
-from .variants import BASELINE, Variant, Workload
+from .variants import BASELINE, Variant
+from .workload import Workload
 
 
 def _train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer) -> None:

@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .peak import StepPeak
-from .saved import SavedActivations
+from ..memory import SavedActivations, StepPeak
 
 MIB = 2**20
 
@@ -165,3 +164,24 @@ def write_json(measurements: Sequence[Measurement], path: str | Path,
     path.write_text(json.dumps({'meta': meta or {}, 'baseline': baseline, 'rows': rows},
                                indent=2) + '\n')
     return path
+
+
+def progress_line(row: dict[str, Any]) -> str:
+    """One row of :func:`compare` as the line printed while a benchmark runs.
+
+    Example:
+        >>> base = Measurement('m', 'baseline', SavedActivations(MIB), StepPeak('cpu', 4 * MIB),
+        ...                    2.0)
+        >>> progress_line(compare([base])[0]).split()[:5]
+        ['m', 'baseline', 'saved', '1.0', 'MiB']
+    """
+    def mib(key: str) -> str:
+        return 'n/a' if row[key] is None else f'{row[key] / MIB:.1f} MiB'
+
+    def times(key: str) -> str:
+        return 'n/a' if row[key] is None else f'x{row[key]:.2f}'
+
+    return (f"  {row['model']:<12} {row['variant']:<14} saved {mib('saved_bytes')} "
+            f"({times('saved_ratio')})  peak {mib('peak_bytes')} ({times('peak_ratio')})  "
+            f"activation peak {mib('activation_peak_bytes')} ({times('activation_peak_ratio')})  "
+            f"step {row['step_seconds']:.3f} s ({times('time_ratio')})")

@@ -1,63 +1,50 @@
-"""Memory techniques to compare with a baseline, applied to a training workload.
+"""The variants a benchmark compares with the baseline: one memory technique (or a combination)
+each, built fresh for every run.
 
-A :class:`Workload` is a model with a fixed batch; a :class:`Variant` is a technique (a context
-manager that applies it to the workload and undoes it). Later techniques (DropIT, checkpoint plans)
-join the table with :func:`register_variant`.
+A :class:`Variant` is a name and two context-manager factories: ``prepare`` applies the technique
+to a workload around each measured step (outside the timer) and undoes it, ``forward`` is entered
+around the forward pass only (autocast). :func:`catalogue` lists them all in table order; the
+groups say which a run measures by default, for the checkpoint curve and for micro-batching. A
+new technique is one more :class:`Variant` in :func:`catalogue` (its preparation in
+:mod:`.techniques`).
+
+Example:
+    >>> variants = catalogue()
+    >>> list(variants)[:3]
+    ['baseline', 'grad-ckpt', 'bf16-autocast']
+    >>> set(DEFAULT_VARIANTS) <= set(variants) and BASELINE not in DEFAULT_VARIANTS
+    True
 """
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ContextManager
 
-import torch
-from torch import nn
-
-from .micro_batches import micro_batch_sizes
+from .techniques import (bf16_autocast, checkpoint_plan, dropit, grad_checkpointing,
+                         micro_batches, mmengine_checkpointing, uniform_sqrt)
+from .workload import Workload
 
 BASELINE = 'baseline'
+CURVE_BUDGETS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+"""Budgets of the planner on the memory-vs-time curve of checkpointing."""
+MICRO_BATCHES = 4
+MICRO_BUDGET = 0.5
+
+DEFAULT_VARIANTS = ('grad-ckpt', 'bf16-autocast', 'dropit-mink', 'dropit-approx',
+                    'dropit-no-lean', 'ckpt-plan-min', 'ckpt-plan-0.5', 'dropit+ckpt-plan-min')
+"""What a run measures unless told otherwise (besides the baseline)."""
+CURVE_VARIANTS = ('grad-ckpt', 'ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc', 'ckpt-plan-min',
+                  *(f'ckpt-budget-{budget}' for budget in CURVE_BUDGETS))
+"""The memory-vs-time curve of checkpointing: hand-made plans and the planner at budgets."""
+MICRO_VARIANTS = (f'micro-{MICRO_BATCHES}', f'micro-budget-{MICRO_BUDGET}',
+                  f'dropit+ckpt-plan-min+bf16+micro-{MICRO_BATCHES}')
+"""Micro-batching: a fixed number of parts, the fewest under a budget, and every technique."""
 
 
-@dataclass
-class Workload:
-    """A model and a fixed batch: everything one training step needs.
-
-    Attributes:
-        name: Short model name used in the table, e.g. ``'deit_tiny'``.
-        model: The model, on the measured device, in train mode.
-        loss: Runs the forward pass on the fixed batch and returns the scalar loss.
-        set_grad_checkpointing: Switches the library's own activation checkpointing on or off.
-        batch_size: Samples in the fixed batch.
-        part_loss: ``part_loss(first, size)``: the loss of samples ``first .. first+size-1``
-            weighted by their share of the batch (the parts' losses add up to the batch loss);
-            ``None`` when the workload cannot be split.
-        micro_batches: How many parts a training step runs the batch as (one forward and
-            backward each, then one optimizer step); variants may change it.
-        optimizer: The optimizer of the measured steps (set by the benchmark).
-    """
-
-    name: str
-    model: nn.Module
-    loss: Callable[[], torch.Tensor]
-    set_grad_checkpointing: Callable[[bool], None]
-    batch_size: int = 1
-    part_loss: Callable[[int, int], torch.Tensor] | None = None
-    micro_batches: int = 1
-    optimizer: torch.optim.Optimizer | None = None
-
-    def losses(self) -> Iterator[Callable[[], torch.Tensor]]:
-        """One closure per micro-batch, each returning its weighted loss."""
-        if self.micro_batches == 1:
-            yield self.loss
-            return
-        if self.part_loss is None:
-            raise NotImplementedError(f'{self.name} cannot be split into micro-batches')
-        first = 0
-        for size in micro_batch_sizes(self.batch_size, self.micro_batches):
-            yield functools.partial(self.part_loss, first, size)
-            first += size
+def _nothing(work: Workload) -> ContextManager[None]:
+    return contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -72,61 +59,32 @@ class Variant:
     """
 
     name: str
-    prepare: Callable[[Workload], ContextManager[None]]
-    forward: Callable[[Workload], ContextManager[None]]
+    prepare: Callable[[Workload], ContextManager[None]] = _nothing
+    forward: Callable[[Workload], ContextManager[None]] = _nothing
 
 
-VARIANTS: dict[str, Variant] = {}
-
-
-def _nothing(work: Workload) -> ContextManager[None]:
-    return contextlib.nullcontext()
-
-
-def register_variant(name: str, prepare: Callable[[Workload], ContextManager[None]] = _nothing,
-                     forward: Callable[[Workload], ContextManager[None]] = _nothing) -> Variant:
-    """Add a variant to :data:`VARIANTS` (in table order) and return it.
-
-    Args:
-        name: Name in the table and for ``--variants``.
-        prepare: Context manager factory that applies the technique to the model and undoes it.
-        forward: Context manager factory entered around the forward pass.
-
-    Returns:
-        The registered :class:`Variant`.
-
-    Example:
-        >>> @contextlib.contextmanager
-        ... def channels_last(work):
-        ...     work.model.to(memory_format=torch.channels_last)
-        ...     try:
-        ...         yield
-        ...     finally:
-        ...         work.model.to(memory_format=torch.contiguous_format)
-        >>> register_variant('channels-last', prepare=channels_last).name
-        'channels-last'
-        >>> del VARIANTS['channels-last']  # the example leaves the table as it was
-    """
-    if name in VARIANTS:
-        raise ValueError(f'variant {name!r} is already registered')
-    VARIANTS[name] = Variant(name, prepare, forward)
-    return VARIANTS[name]
-
-
-@contextlib.contextmanager
-def _grad_checkpointing(work: Workload) -> Iterator[None]:
-    work.set_grad_checkpointing(True)
-    try:
-        yield
-    finally:
-        work.set_grad_checkpointing(False)
-
-
-def _bf16_autocast(work: Workload) -> ContextManager[None]:
-    device_type = next(work.model.parameters()).device.type
-    return torch.autocast(device_type, dtype=torch.bfloat16)
-
-
-register_variant(BASELINE)
-register_variant('grad-ckpt', prepare=_grad_checkpointing)
-register_variant('bf16-autocast', forward=_bf16_autocast)
+def catalogue() -> dict[str, Variant]:
+    """Every variant by name, in table order."""
+    variants = [
+        Variant(BASELINE),
+        Variant('grad-ckpt', prepare=grad_checkpointing),
+        Variant('bf16-autocast', forward=bf16_autocast),
+        Variant('dropit-mink', prepare=dropit('mink')),
+        Variant('dropit-approx', prepare=dropit('mink_approx')),
+        Variant('dropit-no-lean', prepare=dropit('mink', lean_activations=False)),
+        Variant('ckpt-plan-min', prepare=checkpoint_plan(None)),
+        Variant('ckpt-plan-0.5', prepare=checkpoint_plan(0.5)),
+        Variant('dropit+ckpt-plan-min', prepare=checkpoint_plan(None, with_dropit=True)),
+        Variant('ckpt-mmengine', prepare=mmengine_checkpointing),
+        Variant('ckpt-sqrt', prepare=uniform_sqrt),
+        Variant('ckpt-ogc', prepare=checkpoint_plan(None, objective='ogc')),
+        *(Variant(f'ckpt-budget-{budget}', prepare=checkpoint_plan(budget))
+          for budget in CURVE_BUDGETS),
+        Variant(f'micro-{MICRO_BATCHES}', prepare=micro_batches(MICRO_BATCHES)),
+        Variant(f'micro-budget-{MICRO_BUDGET}', prepare=micro_batches(budget=MICRO_BUDGET)),
+        Variant(f'dropit+ckpt-plan-min+bf16+micro-{MICRO_BATCHES}',
+                prepare=micro_batches(MICRO_BATCHES,
+                                      inner=checkpoint_plan(None, with_dropit=True)),
+                forward=bf16_autocast),
+    ]
+    return {variant.name: variant for variant in variants}

@@ -1,0 +1,151 @@
+"""A benchmark run: models x variants measured side by side, then written as a table, JSON and
+plots.
+
+Example::
+
+    settings = SuiteSettings(batch_size=4, det_batch_size=2, steps=1, device=torch.device('cpu'))
+    results = run_suite(['deit_tiny'], [], [catalogue()[name] for name in ('baseline',
+                                                                           'grad-ckpt')], settings)
+    write_results(results, settings, Path('work_dirs/benchmark'))
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..microbatch import SplitDecision
+from ..reporting import progress_bar, provenance, provenance_markdown
+from .harness import benchmark_workload
+from .models import DET_IMAGE_SIZE, DETECTION_MODELS, IMAGE_SIZE, MODELS, config_workload
+from .plot import plot_ratios, plot_tradeoff
+from .report import Measurement, compare, markdown_table, progress_line, write_json
+from .variants import BASELINE, CURVE_BUDGETS, Variant
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    """How every workload of a run is measured.
+
+    Attributes:
+        batch_size: Images per step for the classification models.
+        det_batch_size: Images per step for detection.
+        steps: Timed rounds after the measured steps.
+        device: Where the models run.
+        seed: Seeds torch before each model is built.
+    """
+
+    batch_size: int
+    det_batch_size: int
+    steps: int
+    device: torch.device
+    seed: int = 0
+
+
+@dataclass
+class SuiteResults:
+    """What a run measured.
+
+    Attributes:
+        measurements: One per (workload, variant) that ran, workloads in order.
+        skipped: One line per variant that failed on a workload.
+        split_decisions: Micro-batch splits searched, by ``'<workload> / <budget>'``.
+    """
+
+    measurements: list[Measurement] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    split_decisions: dict[str, SplitDecision] = field(default_factory=dict)
+
+
+def run_suite(models: list[str], configs: list[str], variants: list[Variant],
+              settings: SuiteSettings) -> SuiteResults:
+    """Measure every named model of :data:`~.models.MODELS` and every config's model under
+    ``variants`` (the baseline first), printing each row as it is measured.
+
+    Args:
+        models: Names from :data:`~.models.MODELS`.
+        configs: Paths of MMEngine configs (their model on the first batch of their train
+            dataloader).
+        variants: The variants, :data:`~.variants.BASELINE` first.
+        settings: Batch sizes, timed rounds, device and seed.
+    """
+    results = SuiteResults()
+    jobs = [*models, *configs]
+    device_name = settings.device.type
+    with progress_bar() as progress:
+        task = progress.add_task('models', total=len(jobs))
+        for index, name in enumerate(jobs, start=1):
+            torch.manual_seed(settings.seed)
+            if name in MODELS:
+                batch_size = (settings.det_batch_size if name in DETECTION_MODELS
+                              else settings.batch_size)
+                print(f'[{index}/{len(jobs)}] {name}, batch {batch_size}, {device_name}',
+                      flush=True)
+                work = MODELS[name](name, batch_size, settings.device)
+            else:
+                print(f'[{index}/{len(jobs)}] {name} (its train batch), {device_name}',
+                      flush=True)
+                work = config_workload(name, settings.device)
+            measured, failed = benchmark_workload(work, variants, settings.steps,
+                                                  settings.device)
+            for row in compare(measured, BASELINE):
+                print(progress_line(row), flush=True)
+            for line in failed:
+                print(f'  skipped {line}', flush=True)
+            results.measurements.extend(measured)
+            results.skipped.extend(failed)
+            results.split_decisions.update(
+                {f'{work.name} / {budget}': decision
+                 for budget, decision in work.split_decisions.items()})
+            del work
+            progress.advance(task)
+    return results
+
+
+def _markdown(table: str, meta: dict) -> str:
+    on_cuda = meta['device'] == 'cuda'
+    peak_source = 'torch.cuda.max_memory_allocated' if on_cuda else 'MemTracker'
+    activation = ('not known on CUDA' if on_cuda else
+                  'highest activation + temporary bytes at any moment of the step')
+    skipped = ''.join(f'- {line}\n' for line in meta['skipped'])
+    return (
+        '# Memory benchmark\n\n' + provenance_markdown(meta['provenance']) + '\n'
+        f"Device: {meta['device']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
+        f"(detection: {meta['det_batch_size']} at {DET_IMAGE_SIZE[1]}x{DET_IMAGE_SIZE[0]}), random "
+        'weights, synthetic data.\n\n'
+        'One step = forward, backward, SGD (momentum) step, zero_grad. *saved*: bytes autograd '
+        'keeps for backward during the forward pass, each storage once, parameters excluded. '
+        f'*peak*: peak of the step ({peak_source}). *activation peak*: {activation}. '
+        f"*step*: median of {meta['timed_rounds']} timed round(s) after the measured steps; its "
+        'ratio is the median of per-round ratios, baseline and variants alternated in one '
+        'process.\n\n' + table
+        + (f'\nSkipped (the variant failed on this model):\n{skipped}' if skipped else ''))
+
+
+def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
+                  curve: bool = False) -> str:
+    """Write ``benchmark.md``, ``benchmark.json`` and ``benchmark.png`` into ``out`` (and
+    ``checkpoint_curve.png`` with ``curve``); return the markdown table."""
+    table = markdown_table(results.measurements, BASELINE)
+    meta = {
+        'provenance': provenance(),
+        'device': settings.device.type,
+        'batch_size': settings.batch_size,
+        'det_batch_size': settings.det_batch_size,
+        'image_size': IMAGE_SIZE,
+        'det_image_size': DET_IMAGE_SIZE,
+        'timed_rounds': settings.steps,
+        'seed': settings.seed,
+        'skipped': results.skipped,
+        'micro_batch_decisions': {key: dict(dataclasses.asdict(decision), text=str(decision))
+                                  for key, decision in results.split_decisions.items()},
+    }
+    (out / 'benchmark.md').write_text(_markdown(table, meta))
+    write_json(results.measurements, out / 'benchmark.json', BASELINE, meta)
+    plot_ratios(results.measurements, out / 'benchmark.png', BASELINE)
+    if curve:
+        plot_tradeoff(results.measurements, out / 'checkpoint_curve.png', BASELINE,
+                      curve=('ckpt-plan-min', *(f'ckpt-budget-{b}' for b in CURVE_BUDGETS)))
+    return table

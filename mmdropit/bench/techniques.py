@@ -1,0 +1,186 @@
+"""Memory techniques applied to a :class:`~.workload.Workload` and undone afterwards.
+
+Each function here returns (or is) a context-manager factory ``prepare(workload)`` for a
+:class:`~.variants.Variant`: entering it applies the technique to the workload's model, leaving
+it undoes it. What a technique searches (a checkpoint plan, a micro-batch split) is searched once
+per workload, outside the timer, and kept on the workload.
+
+Example:
+    >>> from torch import nn
+    >>> from .workload import Workload
+    >>> net = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.GELU()) for _ in range(9)])
+    >>> work = Workload('mlp', net, lambda: net(torch.randn(4, 8)).sum(), lambda on: None)
+    >>> with uniform_sqrt(work):
+    ...     print(type(net).__name__)
+    CheckpointedSequential
+    >>> type(net).__name__
+    'Sequential'
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import ContextManager
+
+import torch
+from torch import nn
+
+from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
+from ..dropit import from_dropit, to_dropit
+from ..errors import ConfigError
+from ..microbatch import SplitDecision, search_split
+from .workload import Workload
+
+Prepare = Callable[[Workload], ContextManager[None]]
+"""Applies a technique to a workload on entry and undoes it on exit."""
+
+DROPIT_GAMMA = 0.9
+"""Gamma of the DropIT variants (default exclusions: first layer and classifier / predictors)."""
+
+
+@contextlib.contextmanager
+def grad_checkpointing(work: Workload) -> Iterator[None]:
+    """The model library's own checkpointing switch (timm's, mmdet's ``with_cp``)."""
+    work.set_grad_checkpointing(True)
+    try:
+        yield
+    finally:
+        work.set_grad_checkpointing(False)
+
+
+def bf16_autocast(work: Workload) -> ContextManager[None]:
+    """bfloat16 autocast on the model's device (entered around the forward pass)."""
+    device_type = next(work.model.parameters()).device.type
+    return torch.autocast(device_type, dtype=torch.bfloat16)
+
+
+def dropit(strategy: str, lean_activations: bool = True) -> Prepare:
+    """DropIT at :data:`DROPIT_GAMMA` with ``strategy``."""
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        to_dropit(work.model, DROPIT_GAMMA, strategy, lean_activations=lean_activations)
+        try:
+            yield
+        finally:
+            from_dropit(work.model)
+    return prepare
+
+
+@contextlib.contextmanager
+def applied(plan: CheckpointPlan, model: nn.Module) -> Iterator[None]:
+    """``plan`` applied to ``model`` inside the block."""
+    plan.apply(model)
+    try:
+        yield
+    finally:
+        plan.remove(model)
+
+
+def checkpoint_plan(budget: float | None, with_dropit: bool = False,
+                    objective: str = 'peak') -> Prepare:
+    """The planner's plan for ``budget`` (``None``: least memory), searched once per workload
+    (on the DropIT model when ``with_dropit``) and printed."""
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        if with_dropit:
+            to_dropit(work.model, DROPIT_GAMMA, 'mink')
+        key = f'{budget}-{with_dropit}-{objective}'
+        try:
+            if key not in work.plans:
+                try:
+                    work.plans[key] = plan_checkpoints(work.model, work.loss, budget,
+                                                       objective=objective)
+                except ConfigError as error:  # a budget below the least reachable peak
+                    raise RuntimeError(str(error)) from error
+                print(f'  {work.name}: {work.plans[key]}'.replace('\n', '\n  '), flush=True)
+            with applied(work.plans[key], work.model):
+                yield
+        finally:
+            if with_dropit:
+                from_dropit(work.model)
+    return prepare
+
+
+def block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
+    """The outermost ``nn.Sequential`` modules made of two or more blocks of one class (timm's
+    ``blocks``, ResNet stages ``layer1``..``layer4``, mmdet's ``ResLayer``)."""
+    found: list[tuple[str, nn.Sequential]] = []
+    for name, module in model.named_modules():
+        children = list(module.children())
+        if (isinstance(module, nn.Sequential) and len(children) >= 2
+                and len({type(child) for child in children}) == 1
+                and any(True for _ in children[0].parameters())
+                and not any(name.startswith(f'{outer}.') for outer, _ in found)):
+            found.append((name, module))
+    return found
+
+
+@contextlib.contextmanager
+def mmengine_checkpointing(work: Workload) -> Iterator[None]:
+    """MMEngine's own ``activation_checkpointing`` (reentrant checkpoint per listed module),
+    listing every block of every block sequence."""
+    from mmengine.runner.activation_checkpointing import turn_on_activation_checkpointing
+
+    names = [f'{name}.{index}' if name else str(index)
+             for name, sequence in block_sequences(work.model) for index in range(len(sequence))]
+    if not names:
+        raise RuntimeError('no nn.Sequential of blocks to list')
+    turn_on_activation_checkpointing(work.model, names)
+    modules = dict(work.model.named_modules())
+    try:
+        yield
+    finally:
+        for name in names:
+            del modules[name].forward  # the instance attribute MMEngine set
+
+
+@contextlib.contextmanager
+def uniform_sqrt(work: Workload) -> Iterator[None]:
+    """Checkpoints of about sqrt(n) consecutive blocks (n blocks in all), within each block
+    sequence."""
+    sequences = block_sequences(work.model)
+    if not sequences:
+        raise RuntimeError('no nn.Sequential of blocks to split')
+    length = max(1, round(sum(len(seq) for _, seq in sequences) ** 0.5))
+    targets = []
+    for name, sequence in sequences:
+        for first in range(0, len(sequence), length):
+            last = min(first + length, len(sequence)) - 1
+            targets.append(RunTarget(name, first, last) if first < last
+                           else ModuleTarget(f'{name}.{first}'))
+    with applied(CheckpointPlan(targets=targets), work.model):
+        yield
+
+
+def micro_batches(parts: int | None = None, *, budget: float | None = None,
+                  inner: Prepare | None = None) -> Prepare:
+    """The batch as ``parts`` micro-batches, or as the fewest whose measured peak fits
+    ``budget`` (:func:`~mmdropit.microbatch.search_split`, the search that
+    ``MicroBatchOptimWrapper(memory_budget=...)`` runs), inside ``inner``'s preparation."""
+    if (parts is None) == (budget is None):
+        raise ValueError('give either parts or budget')
+
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        if parts is not None and parts > work.batch_size:
+            raise RuntimeError(f'a batch of {work.batch_size} cannot run as {parts} micro-batches')
+        with inner(work) if inner else contextlib.nullcontext():
+            if parts is None and budget not in work.split_decisions:
+                work.split_decisions[budget] = _search_split(work, budget)
+                print(f'  {work.name}: {work.split_decisions[budget]}', flush=True)
+            work.micro_batches = parts or work.split_decisions[budget].micro_batches
+            try:
+                yield
+            finally:
+                work.micro_batches = 1
+    return prepare
+
+
+def _search_split(work: Workload, budget: float) -> SplitDecision:
+    if work.part_loss is None:
+        raise RuntimeError(f'{work.name} cannot be split into micro-batches')
+    try:
+        return search_split(work.batch_size, lambda size: work.part_loss(0, size).backward(),
+                            work.model, work.optimizer, budget)
+    except ConfigError as error:  # a budget below one sample's peak
+        raise RuntimeError(str(error)) from error

@@ -1,0 +1,54 @@
+"""The benchmark library on a small real workload: variants built per run, searches kept per
+workload, the micro-batch split found by the same search as the optim wrapper."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmdropit.bench import BASELINE, Workload, benchmark_workload, catalogue, compare
+from mmdropit.bench.variants import MICRO_BUDGET
+
+BATCH = 256
+
+
+def _workload(name: str, seed: int) -> Workload:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(32, 64), *[nn.Sequential(nn.Linear(64, 64), nn.GELU())
+                                               for _ in range(8)], nn.Linear(64, 10))
+    images, labels = torch.randn(BATCH, 32), torch.randint(0, 10, (BATCH,))
+
+    def part_loss(first: int, size: int) -> torch.Tensor:
+        part = slice(first, first + size)
+        return F.cross_entropy(model(images[part]), labels[part]) * (size / BATCH)
+
+    def no_switch(enable: bool) -> None:
+        raise NotImplementedError('no checkpointing switch')
+
+    return Workload(name, model, lambda: F.cross_entropy(model(images), labels), no_switch,
+                    BATCH, part_loss)
+
+
+def test_variants_measure_and_keep_their_searches_on_the_workload():
+    variants = catalogue()
+    chosen = [variants[name] for name in
+              (BASELINE, 'ckpt-plan-min', f'micro-budget-{MICRO_BUDGET}', 'grad-ckpt')]
+    first, second = _workload('first', 0), _workload('second', 1)
+    measured, skipped = benchmark_workload(first, chosen, steps=1, device=torch.device('cpu'))
+    rows = {row['variant']: row for row in compare(measured)}
+
+    assert list(rows) == [BASELINE, 'ckpt-plan-min', f'micro-budget-{MICRO_BUDGET}']
+    assert skipped == ['first / grad-ckpt: no checkpointing switch']
+    assert rows[BASELINE]['activation_peak_ratio'] == 1.0
+    assert rows['ckpt-plan-min']['activation_peak_ratio'] < 0.6
+    decision = first.split_decisions[MICRO_BUDGET]
+    assert decision.micro_batches > 1
+    micro = next(m for m in measured if m.variant == f'micro-budget-{MICRO_BUDGET}')
+    assert micro.peak.peak_bytes <= decision.budget_bytes
+    assert list(first.plans) and first.micro_batches == 1
+
+    # The same catalogue on another workload searches again: nothing is cached across workloads.
+    benchmark_workload(second, chosen[:2], steps=1, device=torch.device('cpu'))
+    assert list(second.plans) == list(first.plans)
+    assert second.plans[next(iter(second.plans))] is not first.plans[next(iter(first.plans))]
+    assert not second.split_decisions
