@@ -41,10 +41,17 @@ def _below(name: str, parent: str) -> str | None:
     return name[len(parent) + 1:] if name.startswith(f'{parent}.') else None
 
 
+@dataclass(frozen=True, kw_only=True)
 class _Target(ABC):
-    """What both kinds of target do alike (the dataclasses below hold the fields)."""
+    """What both kinds of target hold and do alike.
 
-    selective: bool
+    Attributes:
+        selective: Whether the checkpoint keeps the outputs of its costly ops.
+        inner: Targets checkpointed inside this one.
+    """
+
+    selective: bool = False
+    inner: tuple[Target, ...] = ()
 
     @property
     @abstractmethod
@@ -76,31 +83,19 @@ class _Target(ABC):
 
 @dataclass(frozen=True)
 class ModuleTarget(_Target):
-    """Every call of one module is one checkpoint.
+    """Every call of one module is one checkpoint (``selective`` and ``inner`` as keywords).
 
     Attributes:
-        name: The module's name in ``model.named_modules()``.
-        selective: Whether the checkpoint keeps the outputs of its costly ops.
-        inner: Targets checkpointed inside this one (modules below ``name``).
+        name: The module's name in ``model.named_modules()``; it is also where the checkpoint
+            is put and what plans print.
     """
 
     name: str
-    selective: bool = False
-    inner: tuple[Target, ...] = ()
 
-    @property
-    def module(self) -> str:
-        """Name of the module the checkpoint is put on."""
-        return self.name
-
-    @property
-    def where(self) -> str:
-        """What the checkpoint covers, as plans print it (the module's name)."""
-        return self.name
+    module = where = property(lambda self: self.name)
 
     def covers(self, name: str) -> bool:
-        """Whether module ``name`` runs inside this checkpoint as another module than the one
-        it is put on (a module below ``self.name``)."""
+        """Whether module ``name`` lies below ``self.name``."""
         return _below(name, self.name) is not None
 
     def _head(self) -> list:
@@ -109,26 +104,20 @@ class ModuleTarget(_Target):
 
 @dataclass(frozen=True)
 class RunTarget(_Target):
-    """Children ``first..last`` (inclusive) of an ``nn.Sequential`` are one checkpoint.
+    """Children ``first..last`` (inclusive) of an ``nn.Sequential`` are one checkpoint
+    (``selective`` and ``inner`` as keywords); it is put on the ``nn.Sequential``.
 
     Attributes:
         sequential: The ``nn.Sequential``'s name in ``model.named_modules()``.
         first: Index of the first child in the run.
         last: Index of the last child in the run.
-        selective: Whether the checkpoint keeps the outputs of its costly ops.
-        inner: Targets checkpointed inside this one (modules of the run's children).
     """
 
     sequential: str
     first: int
     last: int
-    selective: bool = False
-    inner: tuple[Target, ...] = ()
 
-    @property
-    def module(self) -> str:
-        """Name of the module the checkpoint is put on (the ``nn.Sequential``)."""
-        return self.sequential
+    module = property(lambda self: self.sequential)
 
     @property
     def where(self) -> str:
@@ -136,8 +125,7 @@ class RunTarget(_Target):
         return f'{self.sequential}[{self.first}:{self.last + 1}]'
 
     def covers(self, name: str) -> bool:
-        """Whether module ``name`` runs inside this checkpoint (one of the run's children, or a
-        module below one)."""
+        """Whether module ``name`` is one of the run's children, or lies below one."""
         relative = _below(name, self.sequential)
         child = relative.split('.')[0] if relative else ''
         return child.isdigit() and self.first <= int(child) <= self.last
@@ -176,10 +164,10 @@ def target_from_json(entry: object) -> Target:
     """
     match entry:
         case ['module', str() as name, *rest] if rest in ([], [SELECTIVE]):
-            return ModuleTarget(name, bool(rest))
+            return ModuleTarget(name, selective=bool(rest))
         case ['run', str() as sequential, int() as first, int() as last, *rest] if (
                 rest in ([], [SELECTIVE]) and 0 <= first <= last):
-            return RunTarget(sequential, first, last, bool(rest))
+            return RunTarget(sequential, first, last, selective=bool(rest))
     raise _unreadable('target', entry)
 
 
