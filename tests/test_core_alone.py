@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = ('common', 'dropit', 'checkpoint', 'memory', 'microbatch')
+CORE = ('common', 'dropit', 'checkpoint', 'memory', 'microbatch', 'planner')
 REFUSED = ('mmengine', 'mmdet', 'mmcv', 'timm', 'cv2', 'pycocotools')
 
 # Runs in a fresh interpreter whose import system refuses the OpenMMLab stack, timm and OpenCV,

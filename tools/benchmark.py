@@ -15,6 +15,7 @@ Example:
     python tools/benchmark.py --quick                         # deit_tiny + resnet50, batch 4
     python tools/benchmark.py --models deit_small,faster_rcnn --steps 5 --device cuda
     python tools/benchmark.py --micro --models deit_small --batch-size 64   # micro-batching
+    python tools/benchmark.py --budget --models deit_small --batch-size 64  # one memory budget
 
 The measuring is done by :mod:`mmdropit.bench`; a new memory technique is one more variant in
 :func:`mmdropit.bench.variants.catalogue`.
@@ -28,8 +29,9 @@ from pathlib import Path
 
 import torch
 
-from mmdropit.bench import (BASELINE, CURVE_VARIANTS, DEFAULT_VARIANTS, MICRO_VARIANTS,
-                            Measurement, SuiteSettings, catalogue, run_suite, write_results)
+from mmdropit.bench import (BASELINE, BUDGET_VARIANTS, CURVE_VARIANTS, DEFAULT_VARIANTS,
+                            MICRO_VARIANTS, Measurement, SuiteSettings, catalogue, run_suite,
+                            write_results)
 from mmdropit.bench.fsdp import FSDP_RANKS, run_fsdp
 from mmdropit.bench.models import DET_IMAGE_SIZE, MODELS
 
@@ -64,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f'{", ".join(CURVE_VARIANTS)}; also writes checkpoint_curve.png')
     parser.add_argument('--micro', action='store_true',
                         help='measure micro-batching instead: ' + ', '.join(MICRO_VARIANTS))
+    parser.add_argument('--budget', action='store_true',
+                        help='measure the memory-budget planner (MemoryBudgetHook) instead, '
+                        'beside each technique alone: ' + ', '.join(BUDGET_VARIANTS))
     parser.add_argument('--fsdp', action='store_true',
                         help='measure the bytes each of %d gloo processes holds under DDP and '
                         'FSDP2 instead (parameters, gradients, AdamW state)' % FSDP_RANKS)
@@ -88,7 +93,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     missing = [path for path in args.config if not os.path.isfile(path)]
     if missing:
         raise SystemExit(f'config file(s) not found: {", ".join(missing)}')
-    if args.curve or args.micro:
+    if args.budget:
+        args.variants = [*BUDGET_VARIANTS, 'ckpt-plan-min', 'ckpt-plan-0.5', *MICRO_VARIANTS[:2],
+                         'bf16-autocast', 'dropit-mink']
+    elif args.curve or args.micro:
         args.variants = list(CURVE_VARIANTS if args.curve else MICRO_VARIANTS)
     else:
         args.variants = _names(args.variants, variants, 'variant')

@@ -14,10 +14,10 @@ only when a model that needs them is built.
 from .harness import benchmark_workload
 from .report import Measurement, compare, markdown_table, write_json
 from .suite import SuiteResults, SuiteSettings, run_suite, write_results
-from .variants import (BASELINE, CURVE_VARIANTS, DEFAULT_VARIANTS, MICRO_VARIANTS, Variant,
-                       catalogue)
+from .variants import (BASELINE, BUDGET_VARIANTS, CURVE_VARIANTS, DEFAULT_VARIANTS,
+                       MICRO_VARIANTS, Variant, catalogue)
 from .workload import Workload
 
-__all__ = ['BASELINE', 'CURVE_VARIANTS', 'DEFAULT_VARIANTS', 'MICRO_VARIANTS', 'Measurement',
+__all__ = ['BASELINE', 'BUDGET_VARIANTS', 'CURVE_VARIANTS', 'DEFAULT_VARIANTS', 'MICRO_VARIANTS', 'Measurement',
            'SuiteResults', 'SuiteSettings', 'Variant', 'Workload', 'benchmark_workload',
            'catalogue', 'compare', 'markdown_table', 'run_suite', 'write_json', 'write_results']

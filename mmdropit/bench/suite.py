@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..microbatch import SplitDecision
+from ..planner import BudgetOutcome
 from ..reporting import progress_bar, provenance, provenance_markdown
 from .harness import benchmark_workload
 from .models import DET_IMAGE_SIZE, DETECTION_MODELS, IMAGE_SIZE, MODELS, config_workload
@@ -52,11 +53,13 @@ class SuiteResults:
         measurements: One per (workload, variant) that ran, workloads in order.
         skipped: One line per variant that failed on a workload.
         split_decisions: Micro-batch splits searched, by ``'<workload> / <budget>'``.
+        budget_outcomes: Memory-budget decisions, by ``'<workload> / <budget>-<lossy>'``.
     """
 
     measurements: list[Measurement] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     split_decisions: dict[str, SplitDecision] = field(default_factory=dict)
+    budget_outcomes: dict[str, BudgetOutcome] = field(default_factory=dict)
 
 
 def run_suite(models: list[str], configs: list[str], variants: list[Variant],
@@ -99,6 +102,8 @@ def run_suite(models: list[str], configs: list[str], variants: list[Variant],
             results.split_decisions.update(
                 {f'{work.name} / {budget}': decision
                  for budget, decision in work.split_decisions.items()})
+            results.budget_outcomes.update(
+                {f'{work.name} / {key}': outcome for key, outcome in work.budget_outcomes.items()})
             del work
             progress.advance(task)
     return results
@@ -141,6 +146,14 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
         'skipped': results.skipped,
         'micro_batch_decisions': {key: dict(dataclasses.asdict(decision), text=str(decision))
                                   for key, decision in results.split_decisions.items()},
+        'budget_decisions': {key: dict(budget_bytes=outcome.decision.budget_bytes,
+                                       unplanned_peak_bytes=outcome.unplanned_peak,
+                                       fixed_bytes=outcome.fixed_bytes,
+                                       measured_peak_bytes=outcome.decision.measured_bytes,
+                                       chosen=outcome.decision.chosen.summary,
+                                       predicted_time_ratio=outcome.decision.chosen.time_ratio,
+                                       table=outcome.decision.table().splitlines())
+                             for key, outcome in results.budget_outcomes.items()},
     }
     (out / 'benchmark.md').write_text(_markdown(table, meta))
     write_json(results.measurements, out / 'benchmark.json', BASELINE, meta)

@@ -29,6 +29,8 @@ from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoin
 from ..dropit import from_dropit, to_dropit
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
+from ..planner import (StepProbe, Switch, dropit_switch, plan_within_budget, put_in_effect,
+                       remove_all)
 from .workload import Workload
 
 Prepare = Callable[[Workload], ContextManager[None]]
@@ -52,6 +54,13 @@ def bf16_autocast(work: Workload) -> ContextManager[None]:
     """bfloat16 autocast on the model's device (entered around the forward pass)."""
     device_type = next(work.model.parameters()).device.type
     return torch.autocast(device_type, dtype=torch.bfloat16)
+
+
+def decided_autocast(work: Workload) -> ContextManager[None]:
+    """Autocast to the workload's ``autocast_dtype`` when a budget decision set it."""
+    if work.autocast_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(next(work.model.parameters()).device.type, dtype=work.autocast_dtype)
 
 
 def dropit(strategy: str, lean_activations: bool = True) -> Prepare:
@@ -184,3 +193,43 @@ def _search_split(work: Workload, budget: float) -> SplitDecision:
                             work.model, work.optimizer, budget)
     except ConfigError as error:  # a budget below one sample's peak
         raise RuntimeError(str(error)) from error
+
+
+def memory_budget(budget: float, lossy: bool = False) -> Prepare:
+    """The combination of techniques that ``MemoryBudgetHook`` would choose for ``budget`` (a
+    fraction of the measured step peak), decided once per workload
+    (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, bf16 autocast
+    and DropIT are tried too."""
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        key = f'{budget}-{lossy}'
+        if key not in work.budget_outcomes:
+            if work.part_loss is None:
+                raise RuntimeError(f'{work.name} cannot be split into micro-batches')
+
+            def run_part(size: int) -> None:
+                with decided_autocast(work):
+                    loss = work.part_loss(0, size)
+                loss.backward()
+
+            def forward_loss() -> torch.Tensor:
+                with decided_autocast(work):
+                    return work.loss()
+
+            switches = [dropit_switch(work.model),
+                        Switch('bf16', (torch.bfloat16,), lambda dtype: 'bf16 autocast',
+                               lambda dtype: setattr(work, 'autocast_dtype', dtype),
+                               lambda: setattr(work, 'autocast_dtype', None))] if lossy else []
+            probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_loss)
+            try:
+                work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches)
+            except ConfigError as error:  # a budget below what the techniques reach
+                raise RuntimeError(str(error)) from error
+            print(f'  {work.name}: {work.budget_outcomes[key]}'.replace('\n', '\n  '), flush=True)
+        outcome = work.budget_outcomes[key]
+        put_in_effect(outcome.decision.chosen, outcome.techniques, work)
+        try:
+            yield
+        finally:
+            remove_all(outcome.techniques, work)
+    return prepare

@@ -14,6 +14,8 @@ Example:
     ['baseline', 'grad-ckpt', 'bf16-autocast']
     >>> set(DEFAULT_VARIANTS) <= set(variants) and BASELINE not in DEFAULT_VARIANTS
     True
+    >>> set(CURVE_VARIANTS + MICRO_VARIANTS + BUDGET_VARIANTS) <= set(variants)
+    True
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ContextManager
 
-from .techniques import (bf16_autocast, checkpoint_plan, dropit, grad_checkpointing,
-                         micro_batches, mmengine_checkpointing, uniform_sqrt)
+from .techniques import (bf16_autocast, checkpoint_plan, decided_autocast, dropit,
+                         grad_checkpointing, memory_budget, micro_batches, mmengine_checkpointing,
+                         uniform_sqrt)
 from .workload import Workload
 
 BASELINE = 'baseline'
@@ -41,6 +44,11 @@ CURVE_VARIANTS = ('grad-ckpt', 'ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc', 'ckpt-p
 MICRO_VARIANTS = (f'micro-{MICRO_BATCHES}', f'micro-budget-{MICRO_BUDGET}',
                   f'dropit+ckpt-plan-min+bf16+micro-{MICRO_BATCHES}')
 """Micro-batching: a fixed number of parts, the fewest under a budget, and every technique."""
+BUDGETS = (0.5, 0.25)
+"""Budgets (fractions of the measured step peak) of the memory-budget planner."""
+BUDGET_VARIANTS = (*(f'budget-{budget}' for budget in BUDGETS),
+                   *(f'budget-{budget}-lossy' for budget in BUDGETS))
+"""The memory-budget planner (``MemoryBudgetHook``'s decision), exact and lossy."""
 
 
 def _nothing(work: Workload) -> ContextManager[None]:
@@ -86,5 +94,8 @@ def catalogue() -> dict[str, Variant]:
                 prepare=micro_batches(MICRO_BATCHES,
                                       inner=checkpoint_plan(None, with_dropit=True)),
                 forward=bf16_autocast),
+        *(Variant(f'budget-{budget}', prepare=memory_budget(budget)) for budget in BUDGETS),
+        *(Variant(f'budget-{budget}-lossy', prepare=memory_budget(budget, lossy=True),
+                  forward=decided_autocast) for budget in BUDGETS),
     ]
     return {variant.name: variant for variant in variants}

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..checkpoint import CheckpointPlan
 from ..microbatch import SplitDecision, micro_batch_sizes
+from ..planner import BudgetOutcome
 
 
 @dataclass
@@ -45,6 +46,9 @@ class Workload:
         plans: Checkpoint plans searched for this workload (once, outside the timer), by the
             settings of the variant that searched them.
         split_decisions: Micro-batch splits searched for this workload, by memory budget.
+        budget_outcomes: Memory-budget decisions made for this workload, by variant name.
+        autocast_dtype: Autocast dtype of the forward passes when a budget decision turned it
+            on (``None``: off).
     """
 
     name: str
@@ -57,6 +61,12 @@ class Workload:
     optimizer: torch.optim.Optimizer | None = None
     plans: dict[str, CheckpointPlan] = field(default_factory=dict)
     split_decisions: dict[float | int, SplitDecision] = field(default_factory=dict)
+    budget_outcomes: dict[str, BudgetOutcome] = field(default_factory=dict)
+    autocast_dtype: torch.dtype | None = None
+
+    def set_micro_batches(self, count: int) -> None:
+        """Run the batch as ``count`` micro-batches (what a memory-budget decision sets)."""
+        self.micro_batches = count
 
     def losses(self) -> Iterator[Callable[[], torch.Tensor]]:
         """One closure per micro-batch, each returning its weighted loss."""

@@ -3,7 +3,8 @@
 - :class:`SavedTensorMeter`: the bytes autograd keeps for backward, each storage once;
 - :class:`StepPeakMeter`: the peak of a training step, by category (MemTracker on CPU, the
   allocator's counters on CUDA);
-- :func:`trial_peak`: the peak of a trial forward and backward pass, training state put back.
+- :func:`trial_peak` and :func:`trial_seconds`: the peak and the time of a trial forward and
+  backward pass, training state put back.
 
 Example:
     >>> import torch
@@ -17,9 +18,10 @@ Example:
 """
 from .peak import CATEGORIES, StepPeak, StepPeakMeter
 from .saved import SavedActivations, SavedTensorMeter, measure_saved_activations
-from .trial_peak import pending_optimizer_state_bytes, trial_peak
+from .trial_peak import pending_optimizer_state_bytes, state_bytes, trial_peak, trial_seconds
 
 __all__ = [
     'CATEGORIES', 'SavedActivations', 'SavedTensorMeter', 'StepPeak', 'StepPeakMeter',
-    'measure_saved_activations', 'pending_optimizer_state_bytes', 'trial_peak',
+    'measure_saved_activations', 'pending_optimizer_state_bytes', 'state_bytes', 'trial_peak',
+    'trial_seconds',
 ]

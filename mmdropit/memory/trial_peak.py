@@ -1,4 +1,5 @@
-"""Measure the peak of a trial forward and backward pass, then put training state back.
+"""Measure the peak (or the time) of a trial forward and backward pass, then put training state
+back.
 
 A trial stands for one micro-batch in the middle of an accumulation window: every trainable
 parameter already holds a gradient, the optimizer state is as large as it will be after the first
@@ -18,12 +19,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Callable
 
 import torch
 from torch import nn
 
+from ..common.parameters import local_part
 from ..common.training_state import preserved_training_state
 from .peak import StepPeakMeter
 
@@ -54,6 +57,27 @@ def pending_optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> in
         total += moments * sum(p.numel() * p.element_size() for p in group['params']
                                if p.requires_grad)
     return total
+
+
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
+    """Bytes of what a training step holds whatever its activations: parameters, a gradient
+    for every trainable parameter, buffers and optimizer state (including what its first
+    ``step()`` will create). This process's shards only, under FSDP2.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Linear(10, 10)   # 110 float32 parameters
+        >>> state_bytes(net, torch.optim.AdamW(net.parameters()))  # + gradients, two moments
+        1760
+    """
+    def size(tensors) -> int:
+        return sum(local_part(t).numel() * t.element_size() for t in tensors)
+
+    params = list(model.parameters())
+    optimizer_state = [value for state in (optimizer.state.values() if optimizer else ())
+                       for value in state.values() if isinstance(value, torch.Tensor)]
+    return (size(params) + size(p for p in params if p.requires_grad) + size(model.buffers())
+            + size(optimizer_state) + pending_optimizer_state_bytes(optimizer))
 
 
 @contextlib.contextmanager
@@ -95,3 +119,17 @@ def trial_peak(run: Callable[[], object], model: nn.Module,
         torch.cuda.empty_cache()
         return None
     return meter.result.peak_bytes + pending_optimizer_state_bytes(optimizer)
+
+
+def trial_seconds(run: Callable[[], object], model: nn.Module) -> float:
+    """The wall time of ``run()`` (a forward and backward pass of ``model``), with the model's
+    gradients, buffers and RNG restored afterwards as in :func:`trial_peak` (no meter runs, so
+    the time is that of training)."""
+    synchronize = torch.cuda.synchronize if any(p.is_cuda for p in model.parameters()) \
+        else (lambda: None)
+    with preserved_training_state(model), _gradients_held_then_restored(model):
+        synchronize()
+        started = time.perf_counter()
+        run()
+        synchronize()
+        return time.perf_counter() - started

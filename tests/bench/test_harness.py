@@ -2,6 +2,7 @@
 workload, the micro-batch split found by the same search as the optim wrapper."""
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -52,3 +53,19 @@ def test_variants_measure_and_keep_their_searches_on_the_workload():
     assert list(second.plans) == list(first.plans)
     assert second.plans[next(iter(second.plans))] is not first.plans[next(iter(first.plans))]
     assert not second.split_decisions
+
+
+@pytest.mark.parametrize('variant', ['budget-0.5', 'budget-0.5-lossy'])
+def test_the_budget_planner_fits_its_measured_step(variant):
+    work = _workload('mlp', 2)
+    variants = catalogue()
+    measured, skipped = benchmark_workload(work, [variants[BASELINE], variants[variant]], steps=1,
+                                           device=torch.device('cpu'))
+    assert not skipped
+    outcome = next(iter(work.budget_outcomes.values()))
+    planned = next(m for m in measured if m.variant == variant)
+    base = next(m for m in measured if m.variant == BASELINE)
+    assert outcome.decision.measured_bytes <= outcome.decision.budget_bytes
+    # the whole measured training step (optimizer step included) fits the budget too
+    assert planned.peak.peak_bytes <= outcome.decision.budget_bytes < base.peak.peak_bytes
+    assert work.micro_batches == 1 and work.autocast_dtype is None  # undone after the step

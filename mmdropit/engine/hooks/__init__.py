@@ -1,5 +1,6 @@
 from .checkpoint_plan_hook import CheckpointPlanHook
 from .dropit_hook import DropITHook
+from .memory_budget_hook import MemoryBudgetHook
 from .memory_report_hook import MemoryReportHook
 
-__all__ = ['CheckpointPlanHook', 'DropITHook', 'MemoryReportHook']
+__all__ = ['CheckpointPlanHook', 'DropITHook', 'MemoryBudgetHook', 'MemoryReportHook']

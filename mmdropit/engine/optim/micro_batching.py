@@ -195,18 +195,22 @@ class MicroBatchTrainStep:
 
     def _search(self, data: dict, batch_size: int) -> SplitDecision:
         """Measure trial passes of a few micro-batch sizes on this batch and pick the split."""
-        module = unwrap(self.model)
+        return search_split(batch_size, lambda size: self.run_part(data, size),
+                            unwrap(self.model), self.wrapper.optimizer,
+                            self.wrapper.memory_budget, agree=max_over_ranks)
 
-        def run(size: int) -> None:
-            part = split_batch(data, [size, batch_size - size])[0] if size < batch_size else data
-            with self.wrapper.micro_batch(size / batch_size, last=False):
-                self.train_step(part, self.wrapper)
+    def run_part(self, data: dict, size: int) -> None:
+        """A trial pass: forward and backward of the first ``size`` samples of ``data``, the
+        loss weighted by their share, with no gradient sync, no step and no iteration counted
+        (gradients accumulate: callers restore them, see
+        :func:`~mmdropit.memory.trial_peak.trial_peak`)."""
+        batch_size = batch_size_of(data)
+        part = split_batch(data, [size, batch_size - size])[0] if size < batch_size else data
+        with self.wrapper.micro_batch(size / batch_size, last=False):
+            self.train_step(part, self.wrapper)
 
-        return search_split(batch_size, run, module, self.wrapper.optimizer,
-                            self.wrapper.memory_budget, agree=_max_over_ranks)
 
-
-def _max_over_ranks(peak: int | None) -> int | None:
+def max_over_ranks(peak: int | None) -> int | None:
     """The largest peak of all processes (``None`` if any ran out of memory), so that every
     process takes the same decision."""
     value = torch.tensor([_OUT_OF_MEMORY if peak is None else peak], dtype=torch.float64)

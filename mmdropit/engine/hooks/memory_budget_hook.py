@@ -1,0 +1,223 @@
+"""Train within one memory budget: the hook measures the step, combines the memory techniques,
+and proves the fit with a measurement.
+
+Example config::
+
+    custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
+    custom_hooks = [dict(type='MemoryBudgetHook', budget='11GB')]   # or a fraction, e.g. 0.5
+    # lossy techniques too: dict(type='MemoryBudgetHook', budget=0.25, lossy=True)
+    #                   or: dict(type='MemoryBudgetHook', budget=0.25, allow=['bf16'])
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from mmengine.dist import all_reduce, broadcast_object_list, get_rank, is_distributed
+from mmengine.hooks import Hook
+from mmengine.optim import AmpOptimWrapper, OptimWrapper, OptimWrapperDict
+from mmengine.registry import HOOKS
+from torch import nn
+
+from ...checkpoint.chain import Chain
+from ...common.budget import parse_budget
+from ...dropit import dropit_layers
+from ...errors import ConfigError
+from ...planner import (BudgetOutcome, StepProbe, Switch, dropit_switch, plan_within_budget,
+                        put_in_effect, remove_all)
+from ...planner.budget import LOWER
+from ..optim.autocast_switch import AutocastSwitch
+from ..optim.batch_split import batch_size_of
+from ..optim.micro_batching import MicroBatching, MicroBatchTrainStep, max_over_ranks
+from ..runner_model import batch_loss, unwrap
+from .checkpoint_plan_hook import CheckpointPlanHook, ShapeKey, shape_key
+
+BUDGET_HELP = ("a MemoryBudgetHook budget is the peak of a whole training step, a size such as "
+               "'11GB' or '512MiB' or a fraction of the measured unplanned step peak such as 0.5")
+LOSSY = ('bf16', 'dropit')
+"""Techniques that change the computed gradients, tried only with ``lossy`` or ``allow``."""
+
+_WRAPPER_CLASSES: dict[tuple[type, ...], type] = {}
+
+
+class _RunnerTarget:
+    """What the techniques are applied to in a run: the unwrapped model and the optim wrapper
+    that splits batches."""
+
+    def __init__(self, model: nn.Module, wrapper: MicroBatching) -> None:
+        self.model = model
+        self.wrapper = wrapper
+
+    def set_micro_batches(self, count: int) -> None:
+        self.wrapper.micro_batches = count
+
+
+def _prepared(wrapper: OptimWrapper, autocast: bool) -> MicroBatching:
+    """``wrapper``, made able to split batches (and, with ``autocast``, to switch bfloat16
+    autocast): its class gains the mixins it lacks, in place, so the optimizer, its state and
+    the wrapper's settings are kept. It splits nothing yet."""
+    if not isinstance(wrapper, OptimWrapper) or isinstance(wrapper, OptimWrapperDict):
+        raise ConfigError(f'MemoryBudgetHook needs one OptimWrapper; got '
+                          f'{type(wrapper).__name__} (several optimizers are not supported)')
+    if isinstance(wrapper, MicroBatching) and wrapper.micro_batching:
+        raise ConfigError('MemoryBudgetHook chooses the micro-batches itself: remove '
+                          'micro_batches / memory_budget from the optim_wrapper config')
+    mixins = tuple(mixin for mixin, wanted in ((MicroBatching, True), (AutocastSwitch, autocast))
+                   if wanted and not isinstance(wrapper, mixin))
+    if mixins:
+        key = (*mixins, type(wrapper))
+        if key not in _WRAPPER_CLASSES:
+            _WRAPPER_CLASSES[key] = type(type(wrapper).__name__, key,
+                                         {'__module__': type(wrapper).__module__})
+        wrapper.__class__ = _WRAPPER_CLASSES[key]
+    wrapper.configure_micro_batching(micro_batches=1)
+    return wrapper
+
+
+def _rank0_chain(chain: Chain) -> Chain:
+    """Rank 0's recorded step on every rank, so that all find the same checkpoint plans."""
+    if not is_distributed():
+        return chain
+    shared = [chain]
+    broadcast_object_list(shared, src=0)
+    return shared[0]
+
+
+def _max_over_ranks_seconds(seconds: float) -> float:
+    """The longest of the processes' times, so that every process predicts the same."""
+    value = torch.tensor([seconds], dtype=torch.float64)
+    all_reduce(value, op='max')
+    return float(value.item())
+
+
+@HOOKS.register_module()
+class MemoryBudgetHook(Hook):
+    """Keep the peak of every training step within ``budget``, as fast as the techniques allow.
+
+    Before the first iteration of each new input-shape bucket (as ``CheckpointPlanHook``), the
+    hook measures the step on that batch: its peak with nothing applied (a trial pass whose
+    gradients, buffers and RNG are put back), the bytes of the model's state, the time of
+    passes of a few micro-batch sizes, one recorded forward pass for checkpoint plans, and,
+    when lossy techniques are allowed, the peak and time under each of their settings. It
+    predicts the peak and time of every combination, takes the fastest whose predicted peak
+    is within the budget less 5%, applies it, and measures one micro-batch pass with it. If
+    the measured peak is over the budget, the prediction is scaled by the overshoot and the
+    search runs again (at most three measured combinations). The decision table is logged and
+    written to ``{work_dir}/memory_plan.json``.
+
+    Techniques: micro-batches (1, 2, 4, ... and one per sample) and the fastest checkpoint
+    plan that fits what they leave, which keep the gradients of the whole batch (BatchNorm
+    layers in training mode see micro-batches: warned); with ``lossy`` or ``allow``, bfloat16
+    autocast (``'bf16'``) and DropIT at gamma 0.5 / 0.7 / 0.9 (``'dropit'``). ``DropITHook``
+    and mixed precision set in the config are kept and planned around (then not offered
+    again); ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` /
+    ``memory_budget`` are errors, as this hook chooses those. Under DDP every rank measures,
+    the largest peak and the longest time count, so all ranks take the same decision.
+
+    Args:
+        budget: The peak of a whole training step (parameters, gradients, optimizer state,
+            activations, temporaries): a size (``'11GB'``, ``'11GiB'``, bytes as int) or a
+            fraction of the measured step peak with nothing applied (``0.5``). On CUDA the
+            peak is ``max_memory_allocated``; on CPU PyTorch's MemTracker.
+        lossy: Also try every lossy technique (:data:`LOSSY`).
+        allow: Lossy techniques to try, by name (instead of ``lossy=True``).
+        bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
+
+    Raises:
+        ConfigError: A malformed budget or an unknown technique (at build time); lossy
+            techniques asked for when none can be added (before training); a budget below
+            what the techniques reach (the message gives the least predicted peak).
+    """
+
+    priority = 'HIGH'  # after DropITHook (VERY_HIGH): plans the converted model
+
+    def __init__(self, budget: float | int | str, lossy: bool = False,
+                 allow: Sequence[str] | None = None, bucket: int = 128) -> None:
+        self.budget = parse_budget(budget, BUDGET_HELP)
+        if self.budget is None:
+            raise ConfigError(f'{BUDGET_HELP}; got None')
+        if isinstance(allow, str) or (allow is not None and not set(allow) <= set(LOSSY)):
+            raise ConfigError(f'MemoryBudgetHook allow takes a list of lossy techniques from '
+                              f'{list(LOSSY)}, got {allow!r}')
+        if not isinstance(bucket, int) or bucket < 1:
+            raise ConfigError(f'MemoryBudgetHook bucket must be an int >= 1, got {bucket!r}')
+        self.lossy = tuple(LOSSY if lossy else allow or ())
+        self.bucket = bucket
+        self.decisions: dict[ShapeKey, BudgetOutcome] = {}
+        self.current: ShapeKey | None = None
+        self._target: _RunnerTarget | None = None
+
+    def before_run(self, runner) -> None:
+        if any(isinstance(hook, CheckpointPlanHook) for hook in runner.hooks):
+            raise ConfigError('MemoryBudgetHook chooses the checkpoint plan itself: remove '
+                              'CheckpointPlanHook from custom_hooks')
+        model = unwrap(runner.model)
+        kept = {'bf16': isinstance(runner.optim_wrapper, AmpOptimWrapper),
+                'dropit': bool(dropit_layers(model))}
+        if self.lossy and all(kept[name] for name in self.lossy):
+            raise ConfigError(f'MemoryBudgetHook: no lossy technique left to add '
+                              f'({", ".join(self.lossy)} already set in the config); drop '
+                              'lossy / allow, or the settings in the config')
+        self.lossy = tuple(name for name in self.lossy if not kept[name])
+        wrapper = _prepared(runner.optim_wrapper, autocast='bf16' in self.lossy)
+        self._target = _RunnerTarget(model, wrapper)
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if not isinstance(data_batch, dict):
+            return
+        key = shape_key(data_batch.get('inputs'), self.bucket)
+        if key == self.current:
+            return
+        if self.current is not None:
+            remove_all(self.decisions[self.current].techniques, self._target)
+        if key not in self.decisions:
+            self.decisions[key] = self._decide(runner, data_batch, key)
+        outcome = self.decisions[key]
+        put_in_effect(outcome.decision.chosen, outcome.techniques, self._target)
+        self.current = key
+
+    def _decide(self, runner, data: dict, key: ShapeKey) -> BudgetOutcome:
+        target, model = self._target, self._target.model
+        wrapper = target.wrapper
+        step = runner.model.__dict__.get('train_step')
+        if not isinstance(step, MicroBatchTrainStep):
+            raise ConfigError('MemoryBudgetHook found no micro-batching train_step on the model: '
+                              'keep the runner\'s default train loop')
+        probe = StepProbe(model, wrapper.optimizer, batch_size_of(data),
+                          run_part=lambda size: step.run_part(data, size),
+                          forward_loss=batch_loss(model, data,
+                                                  lambda: wrapper.optim_context(model)),
+                          agree_peak=max_over_ranks, agree_seconds=_max_over_ranks_seconds,
+                          share_chain=_rank0_chain)
+        switches = [dropit_switch(model)] if 'dropit' in self.lossy else []
+        if 'bf16' in self.lossy:
+            switches.append(Switch('bf16', (torch.bfloat16,), lambda dtype: 'bf16 autocast',
+                                   functools.partial(setattr, wrapper, 'autocast_dtype'),
+                                   functools.partial(setattr, wrapper, 'autocast_dtype', None)))
+        lower = ('lossy techniques (lossy=True), or ' if set(self.lossy) != set(LOSSY) else '') \
+            + LOWER
+        outcome = plan_within_budget(probe, self.budget, target, switches, lower)
+        where = 'x'.join(map(str, key)) or 'any'
+        runner.logger.info(f'MemoryBudgetHook for inputs {where}: {outcome}')
+        if get_rank() == 0:
+            self._write(runner, where, outcome)
+        return outcome
+
+    def _write(self, runner, where: str, outcome: BudgetOutcome) -> None:
+        """Add this bucket's decision to ``{work_dir}/memory_plan.json``."""
+        path = Path(runner.work_dir) / 'memory_plan.json'
+        saved = json.loads(path.read_text()) if path.is_file() else {}
+        chosen = outcome.decision.chosen
+        plan = chosen.setting('checkpoint-plan')
+        saved[where] = dict(
+            budget_bytes=outcome.decision.budget_bytes, unplanned_peak_bytes=outcome.unplanned_peak,
+            fixed_bytes=outcome.fixed_bytes, measured_peak_bytes=outcome.decision.measured_bytes,
+            predicted_peak_bytes=chosen.peak_bytes, predicted_time_ratio=chosen.time_ratio,
+            chosen=chosen.summary, micro_batches=chosen.setting('micro-batches', 1),
+            dropit_gamma=chosen.setting('dropit'), bf16=chosen.setting('bf16') is not None,
+            checkpoint_plan=None if plan is None else plan.to_dict(),
+            table=outcome.decision.table().splitlines())
+        path.write_text(json.dumps(saved, indent=1))

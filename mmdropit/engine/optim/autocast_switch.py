@@ -1,0 +1,31 @@
+"""A switch for autocast on any optim wrapper, so that a hook can turn bfloat16 on and off.
+
+``MemoryBudgetHook`` adds :class:`AutocastSwitch` to the class of the runner's optim wrapper
+(in place, keeping its optimizer and settings) when it may try bfloat16 autocast, and sets
+:attr:`~AutocastSwitch.autocast_dtype` when its decision takes it. bfloat16 needs no loss
+scaling; float16 is left to :class:`~.MixedPrecisionOptimWrapper`, which scales the loss.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+
+class AutocastSwitch:
+    """Mixin for an ``OptimWrapper`` subclass: ``optim_context`` also enters autocast to
+    :attr:`autocast_dtype` when it is set (``None``: off, the default)."""
+
+    autocast_dtype: torch.dtype | None = None
+
+    @contextlib.contextmanager
+    def optim_context(self, model: nn.Module) -> Iterator[None]:
+        with super().optim_context(model):
+            if self.autocast_dtype is None:
+                yield
+                return
+            device_type = next(model.parameters()).device.type
+            with torch.autocast(device_type, dtype=self.autocast_dtype):
+                yield

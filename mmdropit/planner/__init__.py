@@ -1,0 +1,25 @@
+"""One memory budget for every technique (pure PyTorch): predict each combination's peak and
+time, take the fastest that fits, and prove it with a measurement.
+
+- :mod:`.estimate`: a predicted step (the bytes that stay, the activations, the time);
+- :mod:`.techniques`: one entry per technique (micro-batches, checkpoint plans, measured
+  settings such as bf16 or DropIT) behind :class:`Technique`;
+- :mod:`.search`: the combinations, the choice under a margin, and the measured check;
+- :mod:`.budget`: a step measured through a :class:`StepProbe`, the techniques built from the
+  measurements, and the decision put in effect (:func:`plan_within_budget`).
+
+The engine's ``MemoryBudgetHook`` measures a training step, builds the techniques and applies
+the decision.
+"""
+from .budget import (DROPIT_GAMMAS, BudgetOutcome, StepProbe, Switch, dropit_switch,
+                     plan_within_budget)
+from .estimate import Choice, Estimate
+from .search import (ATTEMPTS, MARGIN, Decision, combinations, decide, fastest_fitting,
+                     put_in_effect, remove_all)
+from .techniques import (CheckpointPlans, Effect, MeasuredSettings, MicroBatches, Target,
+                         Technique)
+
+__all__ = ['ATTEMPTS', 'BudgetOutcome', 'CheckpointPlans', 'Choice', 'DROPIT_GAMMAS', 'Decision',
+           'Effect', 'Estimate', 'MARGIN', 'MeasuredSettings', 'MicroBatches', 'StepProbe',
+           'Switch', 'Target', 'Technique', 'combinations', 'decide', 'dropit_switch',
+           'fastest_fitting', 'plan_within_budget', 'put_in_effect', 'remove_all']

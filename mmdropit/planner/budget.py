@@ -1,0 +1,209 @@
+"""Plan a training step within a memory budget: measure the step, build the techniques, decide.
+
+What a step is, is given as a :class:`StepProbe` (how to run a trial pass of part of the batch,
+how to run the forward pass for recording), so the same planning serves MMEngine runs
+(``MemoryBudgetHook``) and the benchmark's workloads.
+
+Example:
+    >>> from torch import nn
+    >>> from mmdropit.microbatch import micro_batch_sizes
+    >>> net = nn.Sequential(nn.Linear(32, 64), *[nn.Sequential(nn.Linear(64, 64), nn.GELU())
+    ...                                          for _ in range(6)], nn.Linear(64, 10))
+    >>> x, y = torch.randn(512, 32), torch.randint(0, 10, (512,))
+    >>> def loss(size=512):
+    ...     return nn.functional.cross_entropy(net(x[:size]), y[:size]) * size / 512
+    >>> class Split:                      # what the techniques are applied to
+    ...     model, micro_batches = net, 1
+    ...     def set_micro_batches(self, count):
+    ...         self.micro_batches = count
+    >>> probe = StepProbe(net, None, 512, run_part=lambda size: loss(size).backward(),
+    ...                   forward_loss=loss)
+    >>> outcome = plan_within_budget(probe, 0.5, Split())
+    >>> outcome.decision.measured_bytes <= outcome.decision.budget_bytes
+    True
+    >>> outcome.decision.chosen.summary != 'nothing'
+    True
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..checkpoint import build_chain, record_step
+from ..checkpoint.chain import Chain
+from ..common.budget import Budget, resolve_budget
+from ..dropit import convert, from_dropit
+from ..errors import ConfigError
+from ..memory import state_bytes, trial_peak, trial_seconds
+from ..microbatch import micro_batch_sizes
+from .estimate import Estimate
+from .search import Decision, decide, put_in_effect
+from .techniques import CheckpointPlans, Effect, MeasuredSettings, MicroBatches, Target, Technique
+
+DROPIT_GAMMAS = (0.5, 0.7, 0.9)
+"""The gammas DropIT is tried at when lossy techniques are allowed."""
+
+LOWER = 'sharding the model state with FSDP over several processes'
+
+
+def _same(value):
+    return value
+
+
+@dataclass
+class StepProbe:
+    """How to measure one training step of a fixed batch.
+
+    Attributes:
+        model: The trained model (unwrapped): trials restore its gradients, buffers and RNG.
+        optimizer: Its optimizer (its state, and what its first step creates, count).
+        batch_size: Samples in the batch.
+        run_part: ``run_part(size)``: the forward and backward pass of the batch's first
+            ``size`` samples, the loss weighted by ``size / batch_size``, no optimizer step.
+        forward_loss: The forward pass of the whole batch, returning the loss (recorded for
+            checkpoint plans).
+        agree_peak: Turns this process's measured peak (``None``: out of memory) into the one
+            all processes use (e.g. the largest over ranks).
+        agree_seconds: The same for a measured time.
+        share_chain: The same for the recorded step (e.g. rank 0's, broadcast).
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    batch_size: int
+    run_part: Callable[[int], object]
+    forward_loss: Callable[[], torch.Tensor]
+    agree_peak: Callable[[int | None], int | None] = _same
+    agree_seconds: Callable[[float], float] = _same
+    share_chain: Callable[[Chain], Chain] = _same
+
+    def peak(self, size: int) -> int | None:
+        """The agreed peak of a trial pass of ``size`` samples (``None``: out of memory)."""
+        return self.agree_peak(trial_peak(lambda: self.run_part(size), self.model,
+                                          self.optimizer))
+
+    def seconds(self, size: int) -> float:
+        """The agreed time of a trial pass of ``size`` samples: the faster of two passes (the
+        first may be cold)."""
+        return self.agree_seconds(min(trial_seconds(lambda: self.run_part(size), self.model)
+                                      for _ in range(2)))
+
+    def chain(self) -> Chain:
+        """The recorded forward pass, cut into the chain checkpoint plans are searched on."""
+        return self.share_chain(build_chain(record_step(self.model, self.forward_loss),
+                                            self.model))
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A lossy technique: its settings, and how to put one in effect and take it away.
+
+    Attributes:
+        name: The technique's name (``'bf16'``, ``'dropit'``).
+        settings: The settings to try.
+        text: How the decision table names a setting.
+        apply: Puts a setting in effect.
+        remove: Takes it away.
+    """
+
+    name: str
+    settings: tuple
+    text: Callable[[object], str]
+    apply: Callable[[object], None]
+    remove: Callable[[], None]
+
+
+def dropit_switch(model: nn.Module, gammas: Sequence[float] = DROPIT_GAMMAS) -> Switch:
+    """DropIT on ``model`` (default layers and exclusions) at each of ``gammas``."""
+    return Switch('dropit', tuple(gammas), lambda gamma: f'DropIT gamma {gamma}',
+                  lambda gamma: convert(model, gamma), lambda: from_dropit(model))
+
+
+@dataclass
+class BudgetOutcome:
+    """What :func:`plan_within_budget` measured and decided.
+
+    Attributes:
+        decision: The decision (its combination is in effect).
+        techniques: The techniques it chose among (to apply or remove the decision again).
+        unplanned_peak: The measured step peak with nothing applied.
+        fixed_bytes: Parameters, gradients, buffers and optimizer state.
+    """
+
+    decision: Decision
+    techniques: list[Technique] = field(default_factory=list)
+    unplanned_peak: int = 0
+    fixed_bytes: int = 0
+
+    def __str__(self) -> str:
+        mib = 2**20
+        decision = self.decision
+        return (f'budget {decision.budget_bytes / mib:.1f} MiB (step peak with nothing applied '
+                f'{self.unplanned_peak / mib:.1f} MiB, of which parameters, gradients, buffers '
+                f'and optimizer state {self.fixed_bytes / mib:.1f} MiB); chosen: '
+                f'{decision.chosen.summary}, measured peak {decision.measured_bytes / mib:.1f} '
+                f'MiB\n{decision.table()}')
+
+
+def _measured(probe: StepProbe, switch: Switch, fixed: int, whole: int,
+              seconds: float) -> MeasuredSettings:
+    """``switch`` as a technique, each setting's peak and time measured on the whole batch (a
+    setting under which the batch runs out of memory is not offered)."""
+    effects = {}
+    for setting in switch.settings:
+        switch.apply(setting)
+        try:
+            peak, time = probe.peak(probe.batch_size), probe.seconds(probe.batch_size)
+        finally:
+            switch.remove()
+        if peak is not None:
+            effects[setting] = Effect(max(peak - fixed, 0) / max(whole - fixed, 1),
+                                      time / seconds)
+    return MeasuredSettings(switch.name, effects, switch.text, switch.apply, switch.remove)
+
+
+def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
+                       switches: Sequence[Switch] = (), lower: str = LOWER) -> BudgetOutcome:
+    """Measure the step, and put in effect the fastest combination of techniques whose measured
+    peak fits ``budget``.
+
+    Techniques, in the order they are applied: the ``switches`` (lossy ones), micro-batches,
+    and the fastest checkpoint plan that fits what they leave.
+
+    Args:
+        probe: How to measure the step.
+        budget: A fraction of the measured step peak with nothing applied, or bytes
+            (as :func:`~mmdropit.common.parse_budget` returns them).
+        target: What the techniques are applied to.
+        switches: Lossy techniques to try too.
+        lower: What would go lower than these techniques, for the error message.
+
+    Raises:
+        ConfigError: The batch runs out of memory with nothing applied, or no combination
+            fits (see :func:`~.search.decide`).
+    """
+    fixed = state_bytes(probe.model, probe.optimizer)
+    whole = probe.peak(probe.batch_size)
+    if whole is None:
+        raise ConfigError('the batch ran out of memory with nothing applied: lower the batch '
+                          'size')
+    budget_bytes = resolve_budget(budget, whole)
+    seconds_of = functools.cache(probe.seconds)
+    techniques = [*(_measured(probe, switch, fixed, whole, seconds_of(probe.batch_size))
+                    for switch in switches),
+                  MicroBatches(probe.batch_size, seconds_of),
+                  CheckpointPlans(probe.chain(), seconds_of(probe.batch_size))]
+
+    def measure(estimate: Estimate) -> int:
+        put_in_effect(estimate, techniques, target)
+        size = micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1))[0]
+        peak = probe.peak(size)
+        return 2 * budget_bytes if peak is None else peak  # out of memory: halve the target
+
+    decision = decide(Estimate(fixed, max(whole - fixed, 0)), techniques, budget_bytes, measure,
+                      lower)
+    return BudgetOutcome(decision, techniques, whole, fixed)

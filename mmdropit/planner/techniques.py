@@ -1,0 +1,223 @@
+"""The techniques a memory budget combines, one entry each behind :class:`Technique`.
+
+An entry offers its candidate settings on top of an :class:`~.estimate.Estimate` (the step as
+the techniques before it left it), each with its predicted activations and time, and applies or
+removes a setting on a :class:`Target` (the model and whatever runs the training step). A new
+technique is a new entry; the search (:mod:`.search`) does not change.
+
+- :class:`MicroBatches`: the batch as ``m`` micro-batches; activations scale with the largest
+  part, time with the measured time of its passes.
+- :class:`CheckpointPlans`: the fastest checkpoint plan whose predicted activations fit what the
+  budget leaves, from a recorded step (:mod:`mmdropit.checkpoint`);
+- :class:`MeasuredSettings`: a technique whose few settings were each measured on the step
+  (bf16 autocast, DropIT at a few gammas): activations and time scale by the measured ratios.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from torch import nn
+
+from ..checkpoint import CheckpointPlan, plan_for_chain
+from ..checkpoint.chain import Chain
+from ..errors import ConfigError
+from ..microbatch import micro_batch_sizes
+from .estimate import Choice, Estimate
+
+
+class Target(Protocol):
+    """What the techniques are applied to: the unwrapped model, and the split of the batch."""
+
+    model: nn.Module
+
+    def set_micro_batches(self, count: int) -> None:
+        """Run every following batch as ``count`` micro-batches."""
+
+
+class Technique(ABC):
+    """One memory technique: its candidate settings and how to apply and remove one."""
+
+    name: str
+
+    @abstractmethod
+    def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
+        """``estimate`` under each setting worth trying for ``budget_bytes`` (leaving the
+        technique out, when that is a candidate, yields ``estimate`` itself)."""
+
+    @abstractmethod
+    def apply(self, setting: object, target: Target) -> None:
+        """Put ``setting`` in effect on ``target``."""
+
+    @abstractmethod
+    def remove(self, target: Target) -> None:
+        """Undo :meth:`apply` (a no-op when nothing is applied)."""
+
+
+class MicroBatches(Technique):
+    """Run the batch as 1, 2, 4, ... micro-batches (and one per sample).
+
+    Activations are predicted to scale with the largest part's share of the batch; the time of
+    ``m`` micro-batches is the measured time of their passes over that of the whole batch. A
+    count whose passes fail (BatchNorm cannot train on a single sample) is not offered.
+
+    Args:
+        batch_size: Samples in the batch.
+        seconds_of: ``seconds_of(size)``: the measured time of a forward and backward pass of
+            ``size`` samples (called for every candidate: memoize it).
+
+    Example:
+        >>> technique = MicroBatches(8, seconds_of=lambda size: 1.0 + size)
+        >>> [(e.activation_bytes, round(e.time_ratio, 2)) for e in
+        ...  technique.candidates(Estimate(100, 800), budget_bytes=600)]
+        [(800, 1.0), (400, 1.11), (200, 1.33), (100, 1.78)]
+    """
+
+    name = 'micro-batches'
+
+    def __init__(self, batch_size: int, seconds_of: Callable[[int], float]) -> None:
+        self.batch_size = batch_size
+        self.seconds_of = seconds_of
+
+    def counts(self) -> list[int]:
+        """The micro-batch counts offered: powers of two below the batch size, and one per
+        sample."""
+        counts = [2**k for k in range(int(math.log2(self.batch_size)) + 1)]
+        return sorted({*counts, self.batch_size})
+
+    def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
+        whole = self.seconds_of(self.batch_size)
+        for count in self.counts():
+            if count == 1:
+                yield estimate
+                continue
+            parts = micro_batch_sizes(self.batch_size, count)
+            largest = parts[0]
+            try:
+                seconds = sum(self.seconds_of(size) for size in parts)
+            except (RuntimeError, ValueError):  # e.g. BatchNorm cannot train on one sample
+                continue
+            choice = Choice(self.name, count, f'{count} micro-batches of at most {largest}')
+            yield estimate.choose(choice, estimate.activation_bytes * largest // self.batch_size,
+                                  estimate.time_ratio * seconds / whole)
+
+    def apply(self, setting: object, target: Target) -> None:
+        target.set_micro_batches(int(setting))
+
+    def remove(self, target: Target) -> None:
+        target.set_micro_batches(1)
+
+
+class CheckpointPlans(Technique):
+    """The fastest checkpoint plan whose predicted activations fit what the budget leaves.
+
+    The cost model's activation peak is relative: a plan predicted at a share ``r`` of the
+    recorded step's activation peak is predicted to leave ``r`` of the estimate's activations.
+    Its recompute time adds ``recompute_seconds / step_seconds`` to the time ratio.
+
+    Args:
+        chain: The recorded step (:func:`~mmdropit.checkpoint.chain.build_chain`).
+        step_seconds: Measured time of the step's forward and backward pass.
+    """
+
+    name = 'checkpoint-plan'
+
+    def __init__(self, chain: Chain, step_seconds: float) -> None:
+        self.chain = chain
+        self.step_seconds = step_seconds
+        self._plans: dict[float | None, CheckpointPlan] = {}
+
+    def _plan(self, share: float) -> CheckpointPlan:
+        """The fastest plan within ``share`` of the unplanned activations, or the least-memory
+        plan when no plan reaches that share; shares are rounded down to 1/256 so that
+        near-equal searches are made once."""
+        share = math.floor(share * 256) / 256
+        if share not in self._plans:
+            try:
+                self._plans[share] = plan_for_chain(self.chain, budget=share) if share > 0 \
+                    else self._least()
+            except ConfigError:  # below what any plan reaches
+                self._plans[share] = self._least()
+        return self._plans[share]
+
+    def _least(self) -> CheckpointPlan:
+        if None not in self._plans:
+            self._plans[None] = plan_for_chain(self.chain, budget=None)
+        return self._plans[None]
+
+    def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
+        yield estimate
+        if estimate.peak_bytes <= budget_bytes or not estimate.activation_bytes:
+            return
+        plan = self._plan((budget_bytes - estimate.fixed_bytes) / estimate.activation_bytes)
+        if not plan.targets:
+            return
+        share = plan.planned.activation_peak / max(plan.baseline.activation_peak, 1)
+        count = len(plan.targets)
+        choice = Choice(self.name, plan, f'checkpoint plan ({count} top-level checkpoint'
+                        f'{"" if count == 1 else "s"}, {share:.2f} of the activations)')
+        yield estimate.choose(choice, int(estimate.activation_bytes * share),
+                              estimate.time_ratio
+                              + plan.planned.recompute_seconds / max(self.step_seconds, 1e-9))
+
+    def apply(self, setting: object, target: Target) -> None:
+        setting.apply(target.model)
+
+    def remove(self, target: Target) -> None:
+        CheckpointPlan().remove(target.model)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What one setting did to a measured step, as ratios to the step without it.
+
+    Attributes:
+        activation_ratio: Activations and temporaries at the step's peak.
+        time_ratio: Step time.
+    """
+
+    activation_ratio: float
+    time_ratio: float
+
+
+class MeasuredSettings(Technique):
+    """A technique with a few settings, each measured on the step (e.g. bf16 autocast, DropIT
+    at gammas 0.5 / 0.7 / 0.9): a setting scales the activations and the time by its measured
+    :class:`Effect`.
+
+    Args:
+        name: The technique's name.
+        effects: The measured effect of each setting, in the order offered.
+        text: How the decision table names a setting.
+        apply: Puts a setting in effect.
+        remove: Undoes it.
+
+    Example:
+        >>> bf16 = MeasuredSettings('bf16', {'bf16': Effect(0.6, 0.8)}, str,
+        ...                         apply=lambda setting: None, remove=lambda: None)
+        >>> [(e.summary, e.activation_bytes, e.time_ratio)
+        ...  for e in bf16.candidates(Estimate(100, 500), budget_bytes=400)]
+        [('nothing', 500, 1.0), ('bf16', 300, 0.8)]
+    """
+
+    def __init__(self, name: str, effects: Mapping[object, Effect], text: Callable[[object], str],
+                 apply: Callable[[object], None], remove: Callable[[], None]) -> None:
+        self.name = name
+        self.effects = dict(effects)
+        self._text, self._apply, self._remove = text, apply, remove
+
+    def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
+        yield estimate
+        for setting, effect in self.effects.items():
+            yield estimate.choose(Choice(self.name, setting, self._text(setting)),
+                                  int(estimate.activation_bytes * effect.activation_ratio),
+                                  estimate.time_ratio * effect.time_ratio)
+
+    def apply(self, setting: object, target: Target) -> None:
+        self._apply(setting)
+
+    def remove(self, target: Target) -> None:
+        self._remove()

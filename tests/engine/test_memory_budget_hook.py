@@ -1,0 +1,161 @@
+"""MemoryBudgetHook in real MMEngine runs: measured fits under several budgets (tiny ViT,
+ResNet-18, the digits Faster R-CNN), the baseline's training in exact mode, two ranks that agree,
+and bad input."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+import mmdropit  # noqa: F401
+from mmdropit import ConfigError
+from mmdropit.checkpoint import is_checkpointed
+from mmdropit.dropit import dropit_layers
+from mmdropit.engine.hooks import MemoryBudgetHook, MemoryReportHook
+from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, assert_ranks_identical,
+                            digit_coco_options, log_text, run_tool, train_on_two_ranks,
+                            two_iteration_cfg)
+
+TINY_RESNET = ROOT / 'configs' / 'tiny' / 'resnet18_mnist5k.py'
+MIB = 2**20
+
+
+def _measured_run(cfg: Config) -> tuple[Runner, dict, dict]:
+    """Train ``cfg`` with every iteration measured; return the runner, the last iteration's
+    memory scalars and the written decision of its one input-shape bucket."""
+    cfg.custom_hooks = [hook for hook in cfg.custom_hooks if hook['type'] != 'MemoryReportHook']
+    cfg.custom_hooks.append(dict(type='MemoryReportHook', interval=1))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    report = next(hook for hook in runner.hooks if isinstance(hook, MemoryReportHook))
+    decisions = json.loads((Path(runner.work_dir) / 'memory_plan.json').read_text())
+    assert len(decisions) == 1, decisions
+    return runner, report.last_scalars, next(iter(decisions.values()))
+
+
+def _assert_fits(scalars: dict, decision: dict) -> None:
+    budget = decision['budget_bytes']
+    assert decision['measured_peak_bytes'] <= budget
+    # the step peak of a real training iteration (optimizer step included), as MemoryReportHook
+    # measures it, fits too
+    assert scalars['step_peak_mib'] * MIB <= budget, (scalars, decision['table'])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('budget', [0.6, 0.45])
+def test_tiny_vit_fits_fractional_budgets(tmp_path, budget):
+    runner, scalars, decision = _measured_run(two_iteration_cfg(
+        TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=budget)))
+    assert decision['budget_bytes'] == int(budget * decision['unplanned_peak_bytes'])
+    _assert_fits(scalars, decision)
+    assert decision['chosen'] != 'nothing' and decision['predicted_time_ratio'] >= 1
+    log = log_text(tmp_path)
+    assert 'MemoryBudgetHook for inputs 32x1x128x128: budget' in log
+    assert '| combination | predicted peak MiB' in log
+    assert runner.iter == 2
+
+
+@pytest.mark.slow
+def test_lossy_techniques_are_measured_and_the_choice_is_applied(tmp_path):
+    runner, scalars, decision = _measured_run(two_iteration_cfg(
+        TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=0.45, lossy=True)))
+    _assert_fits(scalars, decision)
+    table = '\n'.join(decision['table'])
+    assert '| bf16 autocast |' in table and '| DropIT gamma 0.9 |' in table
+    model = runner.model
+    assert bool(dropit_layers(model)) == (decision['dropit_gamma'] is not None)
+    assert (runner.optim_wrapper.autocast_dtype == torch.bfloat16) == decision['bf16']
+
+
+@pytest.mark.slow
+def test_resnet18_fits_a_budget_in_bytes_and_warns_about_batch_norm(tmp_path):
+    cfg = two_iteration_cfg(TINY_RESNET, tmp_path)
+    cfg.custom_hooks.append(dict(type='MemoryBudgetHook', budget='140MiB'))  # peak: 148 MiB
+    _, scalars, decision = _measured_run(cfg)
+    assert decision['budget_bytes'] == 140 * MIB < decision['unplanned_peak_bytes']
+    _assert_fits(scalars, decision)
+    if decision['micro_batches'] > 1:
+        assert 'BatchNorm layer(s) in training mode' in log_text(tmp_path)
+
+
+@pytest.mark.slow
+def test_digits_faster_rcnn_fits_a_budget_below_its_peak(tmp_path, digit_coco):
+    cfg = Config.fromfile(TINY_FRCNN)
+    cfg.merge_from_dict(dict(option.split('=', 1) for option in digit_coco_options(digit_coco)))
+    cfg.merge_from_dict({'train_cfg.max_epochs': 1, 'train_dataloader.dataset.indices': 4,
+                         'val_dataloader.dataset.indices': 2, 'default_hooks.logger.interval': 1})
+    # parameters, gradients and optimizer state are about 3/4 of this small detector's peak
+    cfg.custom_hooks = [dict(type='MemoryBudgetHook', budget=0.9)]
+    cfg.work_dir = str(tmp_path)
+    _, scalars, decision = _measured_run(cfg)
+    _assert_fits(scalars, decision)
+
+
+@pytest.mark.slow
+def test_exact_techniques_train_as_the_baseline(tmp_path):
+    """Tiny ViT (LayerNorm): two iterations within half the peak end where the baseline does."""
+    states = []
+    for name, hooks in (('baseline', ()), ('budget', (dict(type='MemoryBudgetHook', budget=0.5),))):
+        torch.manual_seed(0)
+        cfg = two_iteration_cfg(TINY_VIT, tmp_path / name, *hooks)
+        cfg.randomness = dict(seed=0)
+        runner = Runner.from_cfg(cfg)
+        runner.train()
+        states.append({key: value.clone() for key, value in runner.model.state_dict().items()})
+        if name == 'budget':
+            planned = json.loads((tmp_path / name / 'memory_plan.json').read_text())
+            chosen = next(iter(planned.values()))
+            assert chosen['micro_batches'] > 1 or chosen['checkpoint_plan'] is not None
+            assert chosen['checkpoint_plan'] is None or \
+                any(is_checkpointed(m) for m in runner.model.modules())
+    baseline, budgeted = states
+    for key, value in baseline.items():
+        torch.testing.assert_close(budgeted[key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_take_one_decision_and_stay_in_sync(tmp_path):
+    log = train_on_two_ranks(tmp_path, "dict(type='MemoryBudgetHook', budget=0.75)")
+    assert 'Distributed training: True' in log
+    assert 'MemoryBudgetHook for inputs 16x1x128x128: budget' in log
+    assert_ranks_identical(tmp_path)
+    assert (tmp_path / 'memory_plan.json').is_file()
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(budget='half'), 'MemoryBudgetHook budget is the peak of a whole training step'),
+    (dict(budget=None), "got None"),
+    (dict(budget=1.5), r'a fraction must lie in \(0, 1\]'),
+    (dict(budget='4GB', bucket=0), 'bucket must be an int >= 1'),
+    (dict(budget='4GB', allow=['fp8']), r"allow takes a list of lossy techniques from \['bf16'"),
+    (dict(budget='4GB', allow='bf16'), 'allow takes a list'),
+])
+def test_bad_arguments_fail_at_build_time(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        MemoryBudgetHook(**kwargs)
+
+
+@pytest.mark.parametrize('extra,message', [
+    ("custom_hooks = [dict(type='MemoryBudgetHook', budget='1KB')]",
+     'below what these techniques reach: the least predicted step peak is'),
+    ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5), "
+     "dict(type='CheckpointPlanHook')]", 'chooses the checkpoint plan itself'),
+    ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5)]\n"
+     "optim_wrapper = dict(type='MicroBatchOptimWrapper', micro_batches=2)",
+     'chooses the micro-batches itself'),
+    ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5, allow=['bf16'])]\n"
+     "optim_wrapper = dict(type='MixedPrecisionOptimWrapper')",
+     'no lossy technique left to add (bf16 already set in the config)'),
+], ids=['impossible', 'checkpoint-plan-hook', 'micro-batches', 'nothing-lossy-left'])
+def test_conflicts_and_impossible_budgets_are_one_line_through_train_py(tmp_path, extra, message):
+    config = tmp_path / 'config.py'
+    config.write_text(f"_base_ = r'{TINY_VIT}'\n{extra}\n")
+    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path),
+                      '--cfg-options', *TINY_VIT_2_ITERS, check=False)
+    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
+    assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
