@@ -59,6 +59,22 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
     return tensors, layout
 
 
+def _linear_not_a_view(x: torch.Tensor, weight: torch.Tensor,
+                       bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` returned as a tensor of its own, not as a view: for inputs
+    of more than two dimensions ``F.linear`` returns a view of a 2-d product, and a custom
+    Function's output that is a view may not be changed in place (DETR's heads do)."""
+    if x.dim() <= 2:
+        return F.linear(x, weight, bias)
+    out = x.new_empty(*x.shape[:-1], weight.shape[0])
+    flat = x.reshape(-1, x.shape[-1])
+    if bias is None:
+        torch.mm(flat, weight.t(), out=out.view(-1, weight.shape[0]))
+    else:
+        torch.addmm(bias, flat, weight.t(), out=out.view(-1, weight.shape[0]))
+    return out
+
+
 class DropITLinearFunction(torch.autograd.Function):
     """``F.linear`` whose saved input is the compact kept part (see the module docstring)."""
 
@@ -70,7 +86,7 @@ class DropITLinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             saved, ctx.layout = _save_input(x, state)
         ctx.save_for_backward(weight, *saved)
-        return F.linear(x, weight, bias)
+        return _linear_not_a_view(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):

@@ -194,3 +194,24 @@ def test_random_strategy_is_unbiased():
     mean = torch.stack(estimates).mean(0)
     single_error = (estimates[0] - exact).abs().mean()
     assert (mean - exact).abs().mean() < single_error / 10
+
+
+@pytest.mark.parametrize('bias', [True, False])
+def test_linear_output_of_a_3d_input_can_be_changed_in_place(bias):
+    """DETR's heads add to a Linear's output in place; a view returned by a custom Function
+    may not be changed in place, so the output must be a tensor of its own."""
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 16, bias=bias)
+    reference = nn.Linear(8, 16, bias=bias)
+    reference.load_state_dict(layer.state_dict())
+    to_dropit(layer, gamma=0.5, exclude=[])
+    x = torch.randn(2, 5, 8)
+    out = layer(x)
+    assert out._base is None
+    out += 1.0
+    out.pow(2).sum().backward()
+    expected = reference(x) + 1.0
+    expected.pow(2).sum().backward()
+    torch.testing.assert_close(out, expected)
+    if bias:
+        torch.testing.assert_close(layer.bias.grad, reference.bias.grad)
