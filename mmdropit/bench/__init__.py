@@ -18,6 +18,7 @@ from .variants import (BASELINE, BUDGET_VARIANTS, CURVE_VARIANTS, DEFAULT_VARIAN
                        MICRO_VARIANTS, Variant, catalogue)
 from .workload import Workload
 
-__all__ = ['BASELINE', 'BUDGET_VARIANTS', 'CURVE_VARIANTS', 'DEFAULT_VARIANTS', 'MICRO_VARIANTS', 'Measurement',
-           'SuiteResults', 'SuiteSettings', 'Variant', 'Workload', 'benchmark_workload',
-           'catalogue', 'compare', 'markdown_table', 'run_suite', 'write_json', 'write_results']
+__all__ = ['BASELINE', 'BUDGET_VARIANTS', 'CURVE_VARIANTS', 'DEFAULT_VARIANTS', 'MICRO_VARIANTS',
+           'Measurement', 'SuiteResults', 'SuiteSettings', 'Variant', 'Workload',
+           'benchmark_workload', 'catalogue', 'compare', 'markdown_table', 'run_suite',
+           'write_json', 'write_results']

@@ -152,6 +152,7 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
                                        measured_peak_bytes=outcome.decision.measured_bytes,
                                        chosen=outcome.decision.chosen.summary,
                                        predicted_time_ratio=outcome.decision.chosen.time_ratio,
+                                       decided_seconds=outcome.seconds,
                                        table=outcome.decision.table().splitlines())
                              for key, outcome in results.budget_outcomes.items()},
     }

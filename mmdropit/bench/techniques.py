@@ -29,7 +29,7 @@ from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoin
 from ..dropit import from_dropit, to_dropit
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
-from ..planner import (StepProbe, Switch, dropit_switch, plan_within_budget, put_in_effect,
+from ..planner import (StepProbe, bf16_switch, dropit_switch, plan_within_budget, put_in_effect,
                        remove_all)
 from .workload import Workload
 
@@ -216,10 +216,7 @@ def memory_budget(budget: float, lossy: bool = False) -> Prepare:
                 with decided_autocast(work):
                     return work.loss()
 
-            switches = [dropit_switch(work.model),
-                        Switch('bf16', (torch.bfloat16,), lambda dtype: 'bf16 autocast',
-                               lambda dtype: setattr(work, 'autocast_dtype', dtype),
-                               lambda: setattr(work, 'autocast_dtype', None))] if lossy else []
+            switches = [dropit_switch(work.model), bf16_switch(work)] if lossy else []
             probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_loss)
             try:
                 work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches)

@@ -11,8 +11,8 @@ time, take the fastest that fits, and prove it with a measurement.
 The engine's ``MemoryBudgetHook`` measures a training step, builds the techniques and applies
 the decision.
 """
-from .budget import (DROPIT_GAMMAS, BudgetOutcome, StepProbe, Switch, dropit_switch,
-                     plan_within_budget)
+from .budget import (DROPIT_GAMMAS, BudgetOutcome, StepProbe, Switch, bf16_switch,
+                     dropit_switch, plan_within_budget)
 from .estimate import Choice, Estimate
 from .search import (ATTEMPTS, MARGIN, Decision, combinations, decide, fastest_fitting,
                      put_in_effect, remove_all)
@@ -21,5 +21,6 @@ from .techniques import (CheckpointPlans, Effect, MeasuredSettings, MicroBatches
 
 __all__ = ['ATTEMPTS', 'BudgetOutcome', 'CheckpointPlans', 'Choice', 'DROPIT_GAMMAS', 'Decision',
            'Effect', 'Estimate', 'MARGIN', 'MeasuredSettings', 'MicroBatches', 'StepProbe',
-           'Switch', 'Target', 'Technique', 'combinations', 'decide', 'dropit_switch',
-           'fastest_fitting', 'plan_within_budget', 'put_in_effect', 'remove_all']
+           'Switch', 'Target', 'Technique', 'bf16_switch', 'combinations', 'decide',
+           'dropit_switch', 'fastest_fitting', 'plan_within_budget', 'put_in_effect',
+           'remove_all']

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -123,6 +124,14 @@ def dropit_switch(model: nn.Module, gammas: Sequence[float] = DROPIT_GAMMAS) -> 
                   lambda gamma: convert(model, gamma), lambda: from_dropit(model))
 
 
+def bf16_switch(holder: object) -> Switch:
+    """bfloat16 autocast, switched by setting ``holder.autocast_dtype`` (an optim wrapper with
+    :class:`~mmdropit.engine.optim.AutocastSwitch`, a benchmark workload)."""
+    return Switch('bf16', (torch.bfloat16,), lambda dtype: 'bf16 autocast',
+                  lambda dtype: setattr(holder, 'autocast_dtype', dtype),
+                  lambda: setattr(holder, 'autocast_dtype', None))
+
+
 @dataclass
 class BudgetOutcome:
     """What :func:`plan_within_budget` measured and decided.
@@ -132,12 +141,14 @@ class BudgetOutcome:
         techniques: The techniques it chose among (to apply or remove the decision again).
         unplanned_peak: The measured step peak with nothing applied.
         fixed_bytes: Parameters, gradients, buffers and optimizer state.
+        seconds: Time spent measuring, searching and proving the decision.
     """
 
     decision: Decision
     techniques: list[Technique] = field(default_factory=list)
     unplanned_peak: int = 0
     fixed_bytes: int = 0
+    seconds: float = 0.0
 
     def __str__(self) -> str:
         mib = 2**20
@@ -146,7 +157,7 @@ class BudgetOutcome:
                 f'{self.unplanned_peak / mib:.1f} MiB, of which parameters, gradients, buffers '
                 f'and optimizer state {self.fixed_bytes / mib:.1f} MiB); chosen: '
                 f'{decision.chosen.summary}, measured peak {decision.measured_bytes / mib:.1f} '
-                f'MiB\n{decision.table()}')
+                f'MiB; decided in {self.seconds:.1f} s\n{decision.table()}')
 
 
 def _measured(probe: StepProbe, switch: Switch, fixed: int, whole: int,
@@ -157,12 +168,12 @@ def _measured(probe: StepProbe, switch: Switch, fixed: int, whole: int,
     for setting in switch.settings:
         switch.apply(setting)
         try:
-            peak, time = probe.peak(probe.batch_size), probe.seconds(probe.batch_size)
+            peak, duration = probe.peak(probe.batch_size), probe.seconds(probe.batch_size)
         finally:
             switch.remove()
         if peak is not None:
             effects[setting] = Effect(max(peak - fixed, 0) / max(whole - fixed, 1),
-                                      time / seconds)
+                                      duration / seconds)
     return MeasuredSettings(switch.name, effects, switch.text, switch.apply, switch.remove)
 
 
@@ -186,6 +197,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         ConfigError: The batch runs out of memory with nothing applied, or no combination
             fits (see :func:`~.search.decide`).
     """
+    started = time.perf_counter()
     fixed = state_bytes(probe.model, probe.optimizer)
     whole = probe.peak(probe.batch_size)
     if whole is None:
@@ -206,4 +218,4 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
 
     decision = decide(Estimate(fixed, max(whole - fixed, 0)), techniques, budget_bytes, measure,
                       lower)
-    return BudgetOutcome(decision, techniques, whole, fixed)
+    return BudgetOutcome(decision, techniques, whole, fixed, time.perf_counter() - started)

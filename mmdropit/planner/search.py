@@ -62,8 +62,8 @@ class Decision:
     def table(self) -> str:
         """The decision table: every combination, its predicted and measured peak, its
         predicted time, and which was chosen."""
-        lines = ['| combination | predicted peak MiB | measured peak MiB | predicted time | chosen |',
-                 '|---|---:|---:|---:|---|']
+        lines = ['| combination | predicted peak MiB | measured peak MiB | predicted time '
+                 '| chosen |', '|---|---:|---:|---:|---|']
         for estimate in sorted(self.considered, key=lambda e: (e.time_ratio, e.peak_bytes)):
             measured = self.measured.get(estimate.summary)
             lines.append(

@@ -10,7 +10,7 @@ PARTS = [
     (MODELS, 'TimmClassifier'), (MODELS, 'ClsDataPreprocessor'),
     (DATASETS, 'MNIST5kDataset'), (DATASETS, 'CIFAR100Dataset'),
     (DATASETS, 'ImageFolderDataset'), (TRANSFORMS, 'PackClsInputs'),
-    (METRICS, 'TopKAccuracy'), (HOOKS, 'MemoryReportHook'),
+    (METRICS, 'TopKAccuracy'), (HOOKS, 'MemoryReportHook'), (HOOKS, 'MemoryBudgetHook'),
 ]
 
 

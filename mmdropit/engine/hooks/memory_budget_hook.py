@@ -10,7 +10,6 @@ Example config::
 """
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from ...checkpoint.chain import Chain
 from ...common.budget import parse_budget
 from ...dropit import dropit_layers
 from ...errors import ConfigError
-from ...planner import (BudgetOutcome, StepProbe, Switch, dropit_switch, plan_within_budget,
+from ...planner import (BudgetOutcome, StepProbe, bf16_switch, dropit_switch, plan_within_budget,
                         put_in_effect, remove_all)
 from ...planner.budget import LOWER
 from ..optim.autocast_switch import AutocastSwitch
@@ -192,11 +191,8 @@ class MemoryBudgetHook(Hook):
                                                   lambda: wrapper.optim_context(model)),
                           agree_peak=max_over_ranks, agree_seconds=_max_over_ranks_seconds,
                           share_chain=_rank0_chain)
-        switches = [dropit_switch(model)] if 'dropit' in self.lossy else []
-        if 'bf16' in self.lossy:
-            switches.append(Switch('bf16', (torch.bfloat16,), lambda dtype: 'bf16 autocast',
-                                   functools.partial(setattr, wrapper, 'autocast_dtype'),
-                                   functools.partial(setattr, wrapper, 'autocast_dtype', None)))
+        switches = [*([dropit_switch(model)] if 'dropit' in self.lossy else []),
+                    *([bf16_switch(wrapper)] if 'bf16' in self.lossy else [])]
         lower = ('lossy techniques (lossy=True), or ' if set(self.lossy) != set(LOSSY) else '') \
             + LOWER
         outcome = plan_within_budget(probe, self.budget, target, switches, lower)
@@ -216,8 +212,11 @@ class MemoryBudgetHook(Hook):
             budget_bytes=outcome.decision.budget_bytes, unplanned_peak_bytes=outcome.unplanned_peak,
             fixed_bytes=outcome.fixed_bytes, measured_peak_bytes=outcome.decision.measured_bytes,
             predicted_peak_bytes=chosen.peak_bytes, predicted_time_ratio=chosen.time_ratio,
-            chosen=chosen.summary, micro_batches=chosen.setting('micro-batches', 1),
+            chosen=chosen.summary, decided_seconds=outcome.seconds,
+            micro_batches=chosen.setting('micro-batches', 1),
             dropit_gamma=chosen.setting('dropit'), bf16=chosen.setting('bf16') is not None,
             checkpoint_plan=None if plan is None else plan.to_dict(),
             table=outcome.decision.table().splitlines())
-        path.write_text(json.dumps(saved, indent=1))
+        partial = path.with_suffix('.json.part')  # a kill mid-write leaves the old file whole
+        partial.write_text(json.dumps(saved, indent=1))
+        partial.replace(path)
