@@ -146,14 +146,7 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
         'skipped': results.skipped,
         'micro_batch_decisions': {key: dict(dataclasses.asdict(decision), text=str(decision))
                                   for key, decision in results.split_decisions.items()},
-        'budget_decisions': {key: dict(budget_bytes=outcome.decision.budget_bytes,
-                                       unplanned_peak_bytes=outcome.unplanned_peak,
-                                       fixed_bytes=outcome.fixed_bytes,
-                                       measured_peak_bytes=outcome.decision.measured_bytes,
-                                       chosen=outcome.decision.chosen.summary,
-                                       predicted_time_ratio=outcome.decision.chosen.time_ratio,
-                                       decided_seconds=outcome.seconds,
-                                       table=outcome.decision.table().splitlines())
+        'budget_decisions': {key: outcome.to_json()
                              for key, outcome in results.budget_outcomes.items()},
     }
     (out / 'benchmark.md').write_text(_markdown(table, meta))

@@ -81,13 +81,19 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None
 
 
 @contextlib.contextmanager
-def _gradients_held_then_restored(model: nn.Module) -> Iterator[None]:
-    """Give every trainable parameter a gradient (as in an accumulation window) and restore
-    the gradients that existed before on exit."""
+def _gradients_set_then_restored(model: nn.Module, held: bool = True) -> Iterator[None]:
+    """Give every trainable parameter a gradient (``held``: as in an accumulation window) or
+    none (as after ``zero_grad(set_to_none=True)``), and restore the gradients that existed
+    before on exit."""
     params = [param for param in model.parameters() if param.requires_grad]
     before = [param.grad for param in params]
     for param in params:
-        param.grad = torch.zeros_like(param) if param.grad is None else param.grad.clone()
+        if not held:
+            param.grad = None
+        elif param.grad is None:
+            param.grad = torch.zeros_like(param)
+        else:
+            param.grad = param.grad.clone()
     try:
         yield
     finally:
@@ -96,7 +102,8 @@ def _gradients_held_then_restored(model: nn.Module) -> Iterator[None]:
 
 
 def trial_peak(run: Callable[[], object], model: nn.Module,
-               optimizer: torch.optim.Optimizer | None = None) -> int | None:
+               optimizer: torch.optim.Optimizer | None = None,
+               gradients_held: bool = True) -> int | None:
     """The peak in bytes of ``run()`` (a forward and backward pass of ``model``).
 
     Counted: parameters, gradients of every trainable parameter, buffers, optimizer state
@@ -107,13 +114,17 @@ def trial_peak(run: Callable[[], object], model: nn.Module,
         run: The trial; it may call ``backward`` but must not step the optimizer.
         model: The trained model (unwrapped), whose gradients, buffers and RNG are restored.
         optimizer: Its optimizer.
+        gradients_held: Every trainable parameter holds a gradient from the start, as for a
+            micro-batch that is not the first of its accumulation window; ``False``: none does,
+            as for a batch that starts a step.
 
     Returns:
         The peak, or ``None`` when the trial ran out of CUDA memory.
     """
     meter = StepPeakMeter(model, optimizer)
     try:
-        with preserved_training_state(model), _gradients_held_then_restored(model), meter:
+        with preserved_training_state(model), \
+                _gradients_set_then_restored(model, gradients_held), meter:
             run()
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
@@ -127,7 +138,7 @@ def trial_seconds(run: Callable[[], object], model: nn.Module) -> float:
     the time is that of training)."""
     synchronize = torch.cuda.synchronize if any(p.is_cuda for p in model.parameters()) \
         else (lambda: None)
-    with preserved_training_state(model), _gradients_held_then_restored(model):
+    with preserved_training_state(model), _gradients_set_then_restored(model):
         synchronize()
         started = time.perf_counter()
         run()

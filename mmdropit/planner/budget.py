@@ -41,8 +41,8 @@ from ..dropit import convert, from_dropit
 from ..errors import ConfigError
 from ..memory import state_bytes, trial_peak, trial_seconds
 from ..microbatch import micro_batch_sizes
-from .estimate import Estimate
-from .search import Decision, decide, put_in_effect
+from .estimate import Choice, Estimate
+from .search import Decision, decide, put_in_effect, remove_all
 from .techniques import CheckpointPlans, Effect, MeasuredSettings, MicroBatches, Target, Technique
 
 DROPIT_GAMMAS = (0.5, 0.7, 0.9)
@@ -71,6 +71,8 @@ class StepProbe:
             all processes use (e.g. the largest over ranks).
         agree_seconds: The same for a measured time.
         share_chain: The same for the recorded step (e.g. rank 0's, broadcast).
+        accumulates: Gradients are accumulated over several batches (MMEngine's
+            ``accumulative_counts``), so they are held while even an undivided batch runs.
     """
 
     model: nn.Module
@@ -81,11 +83,16 @@ class StepProbe:
     agree_peak: Callable[[int | None], int | None] = _same
     agree_seconds: Callable[[float], float] = _same
     share_chain: Callable[[Chain], Chain] = _same
+    accumulates: bool = False
 
-    def peak(self, size: int) -> int | None:
-        """The agreed peak of a trial pass of ``size`` samples (``None``: out of memory)."""
+    def peak(self, size: int, gradients_held: bool = True) -> int | None:
+        """The agreed peak of a trial pass of ``size`` samples (``None``: out of memory), the
+        parameters holding gradients from the start (as for a micro-batch after the first, and
+        for every batch when gradients accumulate over batches) unless ``gradients_held`` is
+        false."""
+        held = gradients_held or self.accumulates
         return self.agree_peak(trial_peak(lambda: self.run_part(size), self.model,
-                                          self.optimizer))
+                                          self.optimizer, gradients_held=held))
 
     def seconds(self, size: int) -> float:
         """The agreed time of a trial pass of ``size`` samples: the faster of two passes (the
@@ -139,9 +146,11 @@ class BudgetOutcome:
     Attributes:
         decision: The decision (its combination is in effect).
         techniques: The techniques it chose among (to apply or remove the decision again).
-        unplanned_peak: The measured step peak with nothing applied.
+        unplanned_peak: The measured step peak with nothing applied (the parameters hold no
+            gradient when it starts, unless gradients accumulate over batches).
         fixed_bytes: Parameters, gradients, buffers and optimizer state.
         seconds: Time spent measuring, searching and proving the decision.
+        reused: Whether the decision is an earlier run's, measured again and kept.
     """
 
     decision: Decision
@@ -149,10 +158,28 @@ class BudgetOutcome:
     unplanned_peak: int = 0
     fixed_bytes: int = 0
     seconds: float = 0.0
+    reused: bool = False
+
+    def to_json(self) -> dict:
+        """The decision as JSON: what :func:`plan_within_budget` reads back as ``saved``, and
+        the figures and table behind it."""
+        chosen = self.decision.chosen
+        return dict(budget_bytes=self.decision.budget_bytes,
+                    unplanned_peak_bytes=self.unplanned_peak, fixed_bytes=self.fixed_bytes,
+                    measured_peak_bytes=self.decision.measured_bytes,
+                    predicted_peak_bytes=chosen.peak_bytes,
+                    predicted_time_ratio=chosen.time_ratio, chosen=chosen.summary,
+                    choices=encode_choices(chosen, self.techniques),
+                    decided_seconds=self.seconds, reused=self.reused,
+                    table=self.decision.table().splitlines())
 
     def __str__(self) -> str:
         mib = 2**20
         decision = self.decision
+        if self.reused:
+            return (f'budget {decision.budget_bytes / mib:.1f} MiB; the earlier run\'s decision '
+                    f'{decision.chosen.summary} is kept: measured peak '
+                    f'{decision.measured_bytes / mib:.1f} MiB')
         return (f'budget {decision.budget_bytes / mib:.1f} MiB (step peak with nothing applied '
                 f'{self.unplanned_peak / mib:.1f} MiB, of which parameters, gradients, buffers '
                 f'and optimizer state {self.fixed_bytes / mib:.1f} MiB); chosen: '
@@ -160,25 +187,51 @@ class BudgetOutcome:
                 f'MiB; decided in {self.seconds:.1f} s\n{decision.table()}')
 
 
-def _measured(probe: StepProbe, switch: Switch, fixed: int, whole: int,
-              seconds: float) -> MeasuredSettings:
-    """``switch`` as a technique, each setting's peak and time measured on the whole batch (a
-    setting under which the batch runs out of memory is not offered)."""
-    effects = {}
-    for setting in switch.settings:
+def encode_choices(estimate: Estimate, techniques: Sequence[Technique]) -> list[dict]:
+    """``estimate``'s choices as JSON (each technique encodes its own setting)."""
+    by_name = {technique.name: technique for technique in techniques}
+    return [dict(technique=choice.technique, setting=by_name[choice.technique].encode(
+        choice.setting), text=choice.text) for choice in estimate.choices]
+
+
+def decode_choices(rows: Sequence[dict], techniques: Sequence[Technique]) -> tuple[Choice, ...]:
+    """The choices :func:`encode_choices` wrote, for these ``techniques``.
+
+    Raises:
+        ConfigError: A row names a technique that is not among them (the saved decision is
+            for other settings).
+    """
+    by_name = {technique.name: technique for technique in techniques}
+    unknown = [row['technique'] for row in rows if row['technique'] not in by_name]
+    if unknown:
+        raise ConfigError(f'the saved memory decision uses {", ".join(unknown)}, which this '
+                          'run does not allow')
+    return tuple(Choice(row['technique'], by_name[row['technique']].decode(row['setting']),
+                        row['text']) for row in rows)
+
+
+def _measured(probe: StepProbe, switch: Switch, fixed: int, whole: Callable[[], int],
+              seconds: Callable[[], float]) -> MeasuredSettings:
+    """``switch`` as a technique; each setting's peak and time are measured on the whole batch
+    when first needed, as ratios to ``whole()`` (less ``fixed``) and ``seconds()`` (a setting
+    under which the batch runs out of memory is not offered)."""
+    def effect_of(setting: object) -> Effect | None:
         switch.apply(setting)
         try:
             peak, duration = probe.peak(probe.batch_size), probe.seconds(probe.batch_size)
         finally:
             switch.remove()
-        if peak is not None:
-            effects[setting] = Effect(max(peak - fixed, 0) / max(whole - fixed, 1),
-                                      duration / seconds)
-    return MeasuredSettings(switch.name, effects, switch.text, switch.apply, switch.remove)
+        if peak is None:
+            return None
+        return Effect(max(peak - fixed, 0) / max(whole() - fixed, 1), duration / seconds())
+
+    return MeasuredSettings(switch.name, switch.settings, effect_of, switch.text, switch.apply,
+                            switch.remove)
 
 
 def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
-                       switches: Sequence[Switch] = (), lower: str = LOWER) -> BudgetOutcome:
+                       switches: Sequence[Switch] = (), lower: str = LOWER,
+                       saved: dict | None = None) -> BudgetOutcome:
     """Measure the step, and put in effect the fastest combination of techniques whose measured
     peak fits ``budget``.
 
@@ -192,30 +245,55 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         target: What the techniques are applied to.
         switches: Lossy techniques to try too.
         lower: What would go lower than these techniques, for the error message.
+        saved: A decision an earlier run made for this step (:meth:`BudgetOutcome.to_json`):
+            it is put in effect and measured once, and kept if it still fits its budget (a
+            resumed run starts at once); otherwise the step is measured and planned anew.
 
     Raises:
         ConfigError: The batch runs out of memory with nothing applied, or no combination
             fits (see :func:`~.search.decide`).
     """
     started = time.perf_counter()
-    fixed = state_bytes(probe.model, probe.optimizer)
-    whole = probe.peak(probe.batch_size)
-    if whole is None:
-        raise ConfigError('the batch ran out of memory with nothing applied: lower the batch '
-                          'size')
-    budget_bytes = resolve_budget(budget, whole)
     seconds_of = functools.cache(probe.seconds)
-    techniques = [*(_measured(probe, switch, fixed, whole, seconds_of(probe.batch_size))
+    fixed = state_bytes(probe.model, probe.optimizer)
+    whole = budget_bytes = 0  # measured below, before anything is searched
+
+    def step_seconds() -> float:
+        return seconds_of(probe.batch_size)
+
+    micro_batches = MicroBatches(probe.batch_size, seconds_of)
+    techniques = [*(_measured(probe, switch, fixed, lambda: whole, step_seconds)
                     for switch in switches),
-                  MicroBatches(probe.batch_size, seconds_of),
-                  CheckpointPlans(probe.chain(), seconds_of(probe.batch_size))]
+                  micro_batches, CheckpointPlans(probe.chain, step_seconds)]
 
     def measure(estimate: Estimate) -> int:
         put_in_effect(estimate, techniques, target)
         size = micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1))[0]
-        peak = probe.peak(size)
+        peak = probe.peak(size, gradients_held=size < probe.batch_size)
         return 2 * budget_bytes if peak is None else peak  # out of memory: halve the target
 
-    decision = decide(Estimate(fixed, max(whole - fixed, 0)), techniques, budget_bytes, measure,
-                      lower)
-    return BudgetOutcome(decision, techniques, whole, fixed, time.perf_counter() - started)
+    if saved is not None:
+        budget_bytes = saved['budget_bytes']
+        chosen = Estimate(fixed, max(saved['predicted_peak_bytes'] - fixed, 0),
+                          saved['predicted_time_ratio'], decode_choices(saved['choices'],
+                                                                        techniques))
+        peak = measure(chosen)
+        if peak <= budget_bytes:
+            decision = Decision(budget_bytes, chosen, peak, [chosen], {chosen.summary: peak})
+            return BudgetOutcome(decision, techniques, saved['unplanned_peak_bytes'], fixed,
+                                 time.perf_counter() - started, reused=True)
+        remove_all(techniques, target)
+    unplanned = probe.peak(probe.batch_size, gradients_held=False)  # the step as it is
+    whole = probe.peak(probe.batch_size)  # with gradients held, as every later part holds them
+    if unplanned is None or whole is None:
+        raise ConfigError('the batch ran out of memory with nothing applied: lower the batch '
+                          'size')
+    budget_bytes = resolve_budget(budget, unplanned)
+    micro_batches.undivided_saving = max(whole - unplanned, 0)
+    try:
+        decision = decide(Estimate(fixed, max(whole - fixed, 0)), techniques, budget_bytes,
+                          measure, lower)
+    except BaseException:
+        remove_all(techniques, target)  # a failed search leaves the model as it was
+        raise
+    return BudgetOutcome(decision, techniques, unplanned, fixed, time.perf_counter() - started)

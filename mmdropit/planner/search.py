@@ -112,13 +112,16 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
 
     Raises:
         ConfigError: No combination is predicted to fit (the message gives the least predicted
-            peak), or :data:`ATTEMPTS` measured combinations did not fit.
+            peak), or the measured ones did not fit and, corrected by their overshoot, no
+            other is predicted to (at most :data:`ATTEMPTS` are measured).
     """
     limit = int(budget_bytes * (1 - MARGIN))
     measured: dict[str, int] = {}
     for _ in range(ATTEMPTS):
         considered = combinations(start, techniques, limit)
         chosen = fastest_fitting(considered, limit)
+        if chosen is None and measured:
+            break  # the tightened limit is below every prediction
         if chosen is None:
             least = min(considered, key=lambda e: e.peak_bytes)
             raise ConfigError(
@@ -132,6 +135,7 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             return Decision(budget_bytes, chosen, peak, considered, measured)
         limit = int(limit * budget_bytes / peak)  # the prediction was short by peak / budget
     raise ConfigError(
-        f'memory budget {budget_bytes / MIB:.1f} MiB: {ATTEMPTS} combinations predicted to fit '
-        f'measured above it ({", ".join(f"{k}: {v / MIB:.1f} MiB" for k, v in measured.items())}); '
-        'raise the budget')
+        f'memory budget {budget_bytes / MIB:.1f} MiB: the combinations predicted to fit measured '
+        f'above it ({", ".join(f"{k}: {v / MIB:.1f} MiB" for k, v in measured.items())}) and no '
+        f'other is predicted to fit after correcting for that; raise the budget, or go lower '
+        f'with {lower}')

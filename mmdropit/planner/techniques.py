@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from torch import nn
@@ -56,6 +56,14 @@ class Technique(ABC):
     def remove(self, target: Target) -> None:
         """Undo :meth:`apply` (a no-op when nothing is applied)."""
 
+    def encode(self, setting: object) -> object:
+        """``setting`` as JSON (to save a decision)."""
+        return setting
+
+    def decode(self, value: object) -> object:
+        """The setting that :meth:`encode` gave ``value`` for."""
+        return value
+
 
 class MicroBatches(Technique):
     """Run the batch as 1, 2, 4, ... micro-batches (and one per sample).
@@ -68,6 +76,9 @@ class MicroBatches(Technique):
         batch_size: Samples in the batch.
         seconds_of: ``seconds_of(size)``: the measured time of a forward and backward pass of
             ``size`` samples (called for every candidate: memoize it).
+        undivided_saving: Bytes the undivided batch does not hold at its peak that every
+            micro-batch after the first does: the gradients left by the parts before it (the
+            estimates come in with them held; 0 when gradients accumulate over batches anyway).
 
     Example:
         >>> technique = MicroBatches(8, seconds_of=lambda size: 1.0 + size)
@@ -78,9 +89,11 @@ class MicroBatches(Technique):
 
     name = 'micro-batches'
 
-    def __init__(self, batch_size: int, seconds_of: Callable[[int], float]) -> None:
+    def __init__(self, batch_size: int, seconds_of: Callable[[int], float],
+                 undivided_saving: int = 0) -> None:
         self.batch_size = batch_size
         self.seconds_of = seconds_of
+        self.undivided_saving = undivided_saving
 
     def counts(self) -> list[int]:
         """The micro-batch counts offered: powers of two below the batch size, and one per
@@ -92,7 +105,7 @@ class MicroBatches(Technique):
         whole = self.seconds_of(self.batch_size)
         for count in self.counts():
             if count == 1:
-                yield estimate
+                yield replace(estimate, fixed_bytes=estimate.fixed_bytes - self.undivided_saving)
                 continue
             parts = micro_batch_sizes(self.batch_size, count)
             largest = parts[0]
@@ -119,16 +132,26 @@ class CheckpointPlans(Technique):
     Its recompute time adds ``recompute_seconds / step_seconds`` to the time ratio.
 
     Args:
-        chain: The recorded step (:func:`~mmdropit.checkpoint.chain.build_chain`).
-        step_seconds: Measured time of the step's forward and backward pass.
+        record: Records the step (:func:`~mmdropit.checkpoint.chain.build_chain`); called once,
+            when plans are first searched.
+        step_seconds: The measured time of the step's forward and backward pass (called by
+            need, like ``record``).
     """
 
     name = 'checkpoint-plan'
 
-    def __init__(self, chain: Chain, step_seconds: float) -> None:
-        self.chain = chain
+    def __init__(self, record: Callable[[], Chain], step_seconds: Callable[[], float]) -> None:
+        self._record = record
         self.step_seconds = step_seconds
+        self._chain: Chain | None = None
         self._plans: dict[float | None, CheckpointPlan] = {}
+
+    @property
+    def chain(self) -> Chain:
+        """The recorded step (recorded on first use)."""
+        if self._chain is None:
+            self._chain = self._record()
+        return self._chain
 
     def _plan(self, share: float) -> CheckpointPlan:
         """The fastest plan within ``share`` of the unplanned activations, or the least-memory
@@ -161,13 +184,19 @@ class CheckpointPlans(Technique):
                         f'{"" if count == 1 else "s"}, {share:.2f} of the activations)')
         yield estimate.choose(choice, int(estimate.activation_bytes * share),
                               estimate.time_ratio
-                              + plan.planned.recompute_seconds / max(self.step_seconds, 1e-9))
+                              + plan.planned.recompute_seconds / max(self.step_seconds(), 1e-9))
 
     def apply(self, setting: object, target: Target) -> None:
         setting.apply(target.model)
 
     def remove(self, target: Target) -> None:
         CheckpointPlan().remove(target.model)
+
+    def encode(self, setting: object) -> object:
+        return setting.to_dict()
+
+    def decode(self, value: object) -> object:
+        return CheckpointPlan.from_dict(value)
 
 
 @dataclass(frozen=True)
@@ -190,34 +219,51 @@ class MeasuredSettings(Technique):
 
     Args:
         name: The technique's name.
-        effects: The measured effect of each setting, in the order offered.
+        settings: The settings, in the order offered.
+        effect_of: Measures a setting's effect (called once per setting, when the settings are
+            first offered); ``None`` leaves the setting out (it ran out of memory).
         text: How the decision table names a setting.
         apply: Puts a setting in effect.
         remove: Undoes it.
 
     Example:
-        >>> bf16 = MeasuredSettings('bf16', {'bf16': Effect(0.6, 0.8)}, str,
+        >>> bf16 = MeasuredSettings('bf16', ['bf16'], lambda setting: Effect(0.6, 0.8), str,
         ...                         apply=lambda setting: None, remove=lambda: None)
         >>> [(e.summary, e.activation_bytes, e.time_ratio)
         ...  for e in bf16.candidates(Estimate(100, 500), budget_bytes=400)]
         [('nothing', 500, 1.0), ('bf16', 300, 0.8)]
     """
 
-    def __init__(self, name: str, effects: Mapping[object, Effect], text: Callable[[object], str],
+    def __init__(self, name: str, settings: Sequence[object],
+                 effect_of: Callable[[object], Effect | None], text: Callable[[object], str],
                  apply: Callable[[object], None], remove: Callable[[], None]) -> None:
         self.name = name
-        self.effects = dict(effects)
-        self._text, self._apply, self._remove = text, apply, remove
+        self.settings = tuple(settings)
+        self._effect_of, self._text, self._apply, self._remove = effect_of, text, apply, remove
+        self._effects: dict[object, Effect | None] | None = None
+
+    def effects(self) -> dict[object, Effect | None]:
+        """The measured effect of each setting (measured on first use)."""
+        if self._effects is None:
+            self._effects = {setting: self._effect_of(setting) for setting in self.settings}
+        return self._effects
 
     def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
         yield estimate
-        for setting, effect in self.effects.items():
-            yield estimate.choose(Choice(self.name, setting, self._text(setting)),
-                                  int(estimate.activation_bytes * effect.activation_ratio),
-                                  estimate.time_ratio * effect.time_ratio)
+        for setting, effect in self.effects().items():
+            if effect is not None:
+                yield estimate.choose(Choice(self.name, setting, self._text(setting)),
+                                      int(estimate.activation_bytes * effect.activation_ratio),
+                                      estimate.time_ratio * effect.time_ratio)
 
     def apply(self, setting: object, target: Target) -> None:
         self._apply(setting)
 
     def remove(self, target: Target) -> None:
         self._remove()
+
+    def encode(self, setting: object) -> object:
+        return self.settings.index(setting)
+
+    def decode(self, value: object) -> object:
+        return self.settings[value]

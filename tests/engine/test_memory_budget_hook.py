@@ -37,6 +37,12 @@ def _measured_run(cfg: Config) -> tuple[Runner, dict, dict]:
     return runner, report.last_scalars, next(iter(decisions.values()))
 
 
+def _setting(decision: dict, technique: str) -> object:
+    """The saved setting of ``technique`` in a written decision (``None``: not chosen)."""
+    return next((choice['setting'] for choice in decision['choices']
+                 if choice['technique'] == technique), None)
+
+
 def _assert_fits(scalars: dict, decision: dict) -> None:
     budget = decision['budget_bytes']
     assert decision['measured_peak_bytes'] <= budget
@@ -67,18 +73,21 @@ def test_lossy_techniques_are_measured_and_the_choice_is_applied(tmp_path):
     table = '\n'.join(decision['table'])
     assert '| bf16 autocast |' in table and '| DropIT gamma 0.9 |' in table
     model = runner.model
-    assert bool(dropit_layers(model)) == (decision['dropit_gamma'] is not None)
-    assert (runner.optim_wrapper.autocast_dtype == torch.bfloat16) == decision['bf16']
+    assert bool(dropit_layers(model)) == (_setting(decision, 'dropit') is not None)
+    assert (runner.optim_wrapper.autocast_dtype == torch.bfloat16) == \
+        (_setting(decision, 'bf16') is not None)
 
 
 @pytest.mark.slow
-def test_resnet18_fits_a_budget_in_bytes_and_warns_about_batch_norm(tmp_path):
+def test_resnet18_fits_and_warns_about_batch_norm(tmp_path):
+    # batch 256 of 28x28 digits: activations are a third of the step peak, the rest is state
     cfg = two_iteration_cfg(TINY_RESNET, tmp_path)
-    cfg.custom_hooks.append(dict(type='MemoryBudgetHook', budget='140MiB'))  # peak: 148 MiB
+    cfg.train_dataloader.batch_size, cfg.train_dataloader.dataset.indices = 256, 512
+    cfg.custom_hooks.append(dict(type='MemoryBudgetHook', budget=0.8))
     _, scalars, decision = _measured_run(cfg)
-    assert decision['budget_bytes'] == 140 * MIB < decision['unplanned_peak_bytes']
     _assert_fits(scalars, decision)
-    if decision['micro_batches'] > 1:
+    assert decision['chosen'] != 'nothing'
+    if _setting(decision, 'micro-batches'):
         assert 'BatchNorm layer(s) in training mode' in log_text(tmp_path)
 
 
@@ -86,10 +95,11 @@ def test_resnet18_fits_a_budget_in_bytes_and_warns_about_batch_norm(tmp_path):
 def test_digits_faster_rcnn_fits_a_budget_below_its_peak(tmp_path, digit_coco):
     cfg = Config.fromfile(TINY_FRCNN)
     cfg.merge_from_dict(dict(option.split('=', 1) for option in digit_coco_options(digit_coco)))
-    cfg.merge_from_dict({'train_cfg.max_epochs': 1, 'train_dataloader.dataset.indices': 4,
+    cfg.merge_from_dict({'train_cfg.max_epochs': 1, 'train_dataloader.batch_size': 8,
+                         'train_dataloader.dataset.indices': 16,
                          'val_dataloader.dataset.indices': 2, 'default_hooks.logger.interval': 1})
-    # parameters, gradients and optimizer state are about 3/4 of this small detector's peak
-    cfg.custom_hooks = [dict(type='MemoryBudgetHook', budget=0.9)]
+    # batch 8: the state (parameters, gradients, momentum) is still most of the peak
+    cfg.custom_hooks = [dict(type='MemoryBudgetHook', budget=0.8)]
     cfg.work_dir = str(tmp_path)
     _, scalars, decision = _measured_run(cfg)
     _assert_fits(scalars, decision)
@@ -109,12 +119,37 @@ def test_exact_techniques_train_as_the_baseline(tmp_path):
         if name == 'budget':
             planned = json.loads((tmp_path / name / 'memory_plan.json').read_text())
             chosen = next(iter(planned.values()))
-            assert chosen['micro_batches'] > 1 or chosen['checkpoint_plan'] is not None
-            assert chosen['checkpoint_plan'] is None or \
+            assert chosen['choices'], chosen
+            assert (_setting(chosen, 'checkpoint-plan') is None) != \
                 any(is_checkpointed(m) for m in runner.model.modules())
     baseline, budgeted = states
     for key, value in baseline.items():
         torch.testing.assert_close(budgeted[key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_the_saved_decision_once_it_measured_it(tmp_path):
+    hook = dict(type='MemoryBudgetHook', budget=0.5)
+    Runner.from_cfg(two_iteration_cfg(TINY_VIT, tmp_path, hook)).train()
+    first = json.loads((tmp_path / 'memory_plan.json').read_text())['32x1x128x128']
+    assert not first['reused']
+
+    cfg = two_iteration_cfg(TINY_VIT, tmp_path, hook)
+    cfg.train_cfg.max_epochs, cfg.resume = 2, True
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    assert runner.iter == 4
+    second = json.loads((tmp_path / 'memory_plan.json').read_text())['32x1x128x128']
+    assert second['reused'] and second['choices'] == first['choices']
+    assert second['measured_peak_bytes'] <= second['budget_bytes']
+    assert "the earlier run's decision" in log_text(tmp_path)
+
+    # another budget is another decision
+    cfg = two_iteration_cfg(TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=0.6))
+    cfg.train_cfg.max_epochs, cfg.resume = 3, True
+    Runner.from_cfg(cfg).train()
+    third = json.loads((tmp_path / 'memory_plan.json').read_text())['32x1x128x128']
+    assert not third['reused'] and third['fingerprint'] != second['fingerprint']
 
 
 @pytest.mark.slow

@@ -10,12 +10,14 @@ Example config::
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from mmengine.dist import all_reduce, broadcast_object_list, get_rank, is_distributed
+from mmengine.dist import (all_reduce, broadcast_object_list, get_rank, get_world_size,
+                          is_distributed)
 from mmengine.hooks import Hook
 from mmengine.optim import AmpOptimWrapper, OptimWrapper, OptimWrapperDict
 from mmengine.registry import HOOKS
@@ -105,7 +107,10 @@ class MemoryBudgetHook(Hook):
     is within the budget less 5%, applies it, and measures one micro-batch pass with it. If
     the measured peak is over the budget, the prediction is scaled by the overshoot and the
     search runs again (at most three measured combinations). The decision table is logged and
-    written to ``{work_dir}/memory_plan.json``.
+    written to ``{work_dir}/memory_plan.json``. A later run in the same work dir (``--resume``)
+    whose budget, allowed techniques, batch shape, processes, parameters and optimizer are the
+    same puts the saved decision in effect and measures it once instead; it is kept if it
+    still fits.
 
     Techniques: micro-batches (1, 2, 4, ... and one per sample) and the fastest checkpoint
     plan that fits what they leave, which keep the gradients of the whole batch (BatchNorm
@@ -190,33 +195,45 @@ class MemoryBudgetHook(Hook):
                           forward_loss=batch_loss(model, data,
                                                   lambda: wrapper.optim_context(model)),
                           agree_peak=max_over_ranks, agree_seconds=_max_over_ranks_seconds,
-                          share_chain=_rank0_chain)
+                          share_chain=_rank0_chain,
+                          accumulates=wrapper._accumulative_counts > 1)
         switches = [*([dropit_switch(model)] if 'dropit' in self.lossy else []),
                     *([bf16_switch(wrapper)] if 'bf16' in self.lossy else [])]
         lower = ('lossy techniques (lossy=True), or ' if set(self.lossy) != set(LOSSY) else '') \
             + LOWER
-        outcome = plan_within_budget(probe, self.budget, target, switches, lower)
         where = 'x'.join(map(str, key)) or 'any'
+        fingerprint = self._fingerprint(model, wrapper, key)
+        saved = self._saved(runner).get(where)
+        reuse = saved if saved is not None and saved.get('fingerprint') == fingerprint else None
+        outcome = plan_within_budget(probe, self.budget, target, switches, lower, reuse)
         runner.logger.info(f'MemoryBudgetHook for inputs {where}: {outcome}')
         if get_rank() == 0:
-            self._write(runner, where, outcome)
+            self._write(runner, where, dict(outcome.to_json(), fingerprint=fingerprint))
         return outcome
 
-    def _write(self, runner, where: str, outcome: BudgetOutcome) -> None:
-        """Add this bucket's decision to ``{work_dir}/memory_plan.json``."""
+    def _fingerprint(self, model: nn.Module, wrapper: MicroBatching, key: ShapeKey) -> str:
+        """What a saved decision is valid for: the budget and allowed techniques, the batch
+        shape, the number of processes, the model's parameters and the optimizer."""
+        described = [repr(self.budget), sorted(self.lossy), list(key), get_world_size(),
+                     [(name, list(param.shape), str(param.dtype), param.requires_grad)
+                      for name, param in model.named_parameters()],
+                     type(wrapper.optimizer).__name__, sorted(map(str, wrapper.param_groups[0]))]
+        return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
+
+    @staticmethod
+    def _saved(runner) -> dict:
+        """The decisions written to ``{work_dir}/memory_plan.json`` by this or an earlier run."""
         path = Path(runner.work_dir) / 'memory_plan.json'
-        saved = json.loads(path.read_text()) if path.is_file() else {}
-        chosen = outcome.decision.chosen
-        plan = chosen.setting('checkpoint-plan')
-        saved[where] = dict(
-            budget_bytes=outcome.decision.budget_bytes, unplanned_peak_bytes=outcome.unplanned_peak,
-            fixed_bytes=outcome.fixed_bytes, measured_peak_bytes=outcome.decision.measured_bytes,
-            predicted_peak_bytes=chosen.peak_bytes, predicted_time_ratio=chosen.time_ratio,
-            chosen=chosen.summary, decided_seconds=outcome.seconds,
-            micro_batches=chosen.setting('micro-batches', 1),
-            dropit_gamma=chosen.setting('dropit'), bf16=chosen.setting('bf16') is not None,
-            checkpoint_plan=None if plan is None else plan.to_dict(),
-            table=outcome.decision.table().splitlines())
+        try:
+            return json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError):  # unreadable: decided anew (and written again)
+            return {}
+
+    def _write(self, runner, where: str, decision: dict) -> None:
+        """Add this bucket's decision to ``{work_dir}/memory_plan.json``."""
+        saved = self._saved(runner)
+        saved[where] = decision
+        path = Path(runner.work_dir) / 'memory_plan.json'
         partial = path.with_suffix('.json.part')  # a kill mid-write leaves the old file whole
         partial.write_text(json.dumps(saved, indent=1))
         partial.replace(path)
