@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
                              torch.device(args.device), args.seed)
     results = run_suite(args.models, args.config, chosen, settings)
     table = write_results(results, settings, out, curve=args.curve)
-    if args.curve:
-        print(f'wrote {out / "checkpoint_curve.png"}')
+    for plot in ('checkpoint_curve.png', 'budget_curve.png'):
+        if (out / plot).is_file() and (args.curve or args.budget):
+            print(f'wrote {out / plot}')
     print()
     print(table, end='')
     print(f'\nwrote {out / "benchmark.md"}, {out / "benchmark.json"}, {out / "benchmark.png"}')

@@ -70,16 +70,19 @@ def plot_ratios(measurements: Sequence[Measurement], path: str | Path,
 
 
 def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
-                  baseline: str = 'baseline', curve: Sequence[str] = ()) -> Path:
-    """Draw activation peak against step time (both as ratios to the baseline), one panel per
-    model: the variants named in ``curve`` joined as a line (by memory), every other
-    variant as a labelled point.
+                  baseline: str = 'baseline', curve: Sequence[str] = (),
+                  memory: str = 'activation_peak_ratio') -> Path:
+    """Draw memory against step time (both as ratios to the baseline), one panel per model:
+    the variants named in ``curve`` joined as a line (by memory), every other variant as a
+    labelled point.
 
     Args:
         measurements: The measurements to draw.
         path: The PNG file to write; its folder must exist.
         baseline: Name of the variant the ratios divide by (the point at (1, 1)).
         curve: Variants that form the curve (e.g. the planner at several budgets).
+        memory: The memory ratio drawn: ``'activation_peak_ratio'`` or ``'peak_ratio'`` (the
+            whole step's peak).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -98,7 +101,7 @@ def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
     from matplotlib.figure import Figure
 
     rows = [row for row in compare(measurements, baseline)
-            if row['activation_peak_ratio'] is not None and row['time_ratio'] is not None]
+            if row[memory] is not None and row['time_ratio'] is not None]
     models = list(dict.fromkeys(row['model'] for row in rows))
     figure = Figure(figsize=(5.5 * max(1, len(models)), 4.5), layout='constrained')
     FigureCanvasAgg(figure)
@@ -106,21 +109,22 @@ def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
     for ax, model in zip(axes, models):
         mine = [row for row in rows if row['model'] == model]
         line = sorted((row for row in mine if row['variant'] in curve),
-                      key=lambda row: row['activation_peak_ratio'])
+                      key=lambda row: row[memory])
         if line:
-            ax.plot([r['time_ratio'] for r in line], [r['activation_peak_ratio'] for r in line],
+            ax.plot([r['time_ratio'] for r in line], [r[memory] for r in line],
                     'o-', color='tab:blue', label='planner (budgets)')
         for row in mine:
             if row['variant'] in curve:
                 continue
-            ax.plot(row['time_ratio'], row['activation_peak_ratio'], 's', markersize=7)
-            ax.annotate(row['variant'], (row['time_ratio'], row['activation_peak_ratio']),
+            ax.plot(row['time_ratio'], row[memory], 's', markersize=7)
+            ax.annotate(row['variant'], (row['time_ratio'], row[memory]),
                         textcoords='offset points', xytext=(5, 4), fontsize=8)
         ax.set_title(model)
         ax.set_xlabel('step time (x baseline)')
-        ax.set_ylabel('activation peak (x baseline)')
+        ax.set_ylabel(f'{"activation peak" if memory.startswith("activation") else "step peak"} '
+                      '(x baseline)')
         ax.grid(alpha=0.3)
         if line:
-            ax.legend(loc='upper right', fontsize=8)
+            ax.legend(loc='best', fontsize=8)
     figure.savefig(path, dpi=110)
     return Path(path)

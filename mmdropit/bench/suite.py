@@ -23,7 +23,7 @@ from .harness import benchmark_workload
 from .models import DET_IMAGE_SIZE, DETECTION_MODELS, IMAGE_SIZE, MODELS, config_workload
 from .plot import plot_ratios, plot_tradeoff
 from .report import Measurement, compare, markdown_table, progress_line, write_json
-from .variants import BASELINE, CURVE_BUDGETS, Variant
+from .variants import BASELINE, BUDGET_VARIANTS, CURVE_BUDGETS, Variant
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,9 @@ def _markdown(table: str, meta: dict) -> str:
 
 def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
                   curve: bool = False) -> str:
-    """Write ``benchmark.md``, ``benchmark.json`` and ``benchmark.png`` into ``out`` (and
-    ``checkpoint_curve.png`` with ``curve``); return the markdown table."""
+    """Write ``benchmark.md``, ``benchmark.json`` and ``benchmark.png`` into ``out``, with
+    ``curve`` also ``checkpoint_curve.png``, and ``budget_curve.png`` when memory-budget
+    variants ran; return the markdown table."""
     table = markdown_table(results.measurements, BASELINE)
     meta = {
         'provenance': provenance(),
@@ -155,4 +156,8 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
     if curve:
         plot_tradeoff(results.measurements, out / 'checkpoint_curve.png', BASELINE,
                       curve=('ckpt-plan-min', *(f'ckpt-budget-{b}' for b in CURVE_BUDGETS)))
+    if results.budget_outcomes:
+        plot_tradeoff(results.measurements, out / 'budget_curve.png', BASELINE,
+                      curve=[name for name in BUDGET_VARIANTS if 'lossy' not in name],
+                      memory='peak_ratio')
     return table

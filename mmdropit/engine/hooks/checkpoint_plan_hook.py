@@ -10,13 +10,10 @@ Example config::
 """
 from __future__ import annotations
 
-import math
 import os.path as osp
-from collections.abc import Sequence
 
 import torch
 from mmengine.dist import broadcast_object_list, get_rank, is_distributed
-from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...checkpoint import (BUDGET_HELP, DEFAULT_GRANULARITY, CheckpointPlan,
@@ -24,31 +21,10 @@ from ...checkpoint import (BUDGET_HELP, DEFAULT_GRANULARITY, CheckpointPlan,
 from ...common.budget import parse_budget
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
-
-ShapeKey = tuple[int, ...]
-
-
-def shape_key(inputs: object, bucket: int) -> ShapeKey:
-    """Batch size, channels and the spatial sizes rounded up to ``bucket`` of a data batch's
-    inputs (a stacked tensor, or a list of images as mmdet loads them).
-
-    Example:
-        >>> shape_key([torch.zeros(3, 600, 800), torch.zeros(3, 480, 820)], bucket=128)
-        (2, 3, 640, 896)
-    """
-    if isinstance(inputs, torch.Tensor):
-        batch, *shape = inputs.shape
-    elif isinstance(inputs, Sequence) and inputs and all(isinstance(t, torch.Tensor)
-                                                           for t in inputs):
-        batch, shape = len(inputs), [max(sizes) for sizes in zip(*(t.shape for t in inputs))]
-    else:
-        return ()
-    spatial = [bucket * math.ceil(size / bucket) for size in shape[1:]]
-    return (batch, *shape[:1], *spatial)
-
+from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
 @HOOKS.register_module()
-class CheckpointPlanHook(Hook):
+class CheckpointPlanHook(ShapeBucketHook):
     """Record the first training iteration, search a checkpoint plan, and train with it.
 
     Before the first iteration of each new input-shape bucket (multi-scale detection gives
@@ -79,34 +55,29 @@ class CheckpointPlanHook(Hook):
         if not isinstance(granularity, int) or granularity < 1:
             raise ConfigError(f'CheckpointPlanHook granularity must be an int >= 1, '
                               f'got {granularity!r}')
-        if not isinstance(bucket, int) or bucket < 1:
-            raise ConfigError(f'CheckpointPlanHook bucket must be an int >= 1, got {bucket!r}')
+        super().__init__(bucket)
         self.granularity = granularity
-        self.bucket = bucket
-        self.plans: dict[ShapeKey, CheckpointPlan | None] = {}
-        self.current: ShapeKey | None = None
 
-    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
-        if not isinstance(data_batch, dict):
-            return
-        key = shape_key(data_batch.get('inputs'), self.bucket)
-        if key == self.current:
-            return
-        model = unwrap(runner.model)
-        previous = self.plans.get(self.current)
-        if previous is not None:
-            previous.remove(model)  # plans are made, and applied, on the plain model
-        if key not in self.plans:
-            self.plans[key] = self._plan(runner, model, data_batch, key)
-        plan = self.plans[key]
+    @property
+    def plans(self) -> dict[ShapeKey, CheckpointPlan | None]:
+        """The plan of each input-shape bucket (``None``: trained without one)."""
+        return self.decisions
+
+    def decide(self, runner, data_batch: dict, key: ShapeKey) -> CheckpointPlan | None:
+        return self._plan(runner, unwrap(runner.model), data_batch, key)
+
+    def enter(self, runner, plan: CheckpointPlan | None) -> None:
         if plan is not None:
-            plan.apply(model)
-        self.current = key
+            plan.apply(unwrap(runner.model))
+
+    def leave(self, runner, plan: CheckpointPlan | None) -> None:
+        if plan is not None:
+            plan.remove(unwrap(runner.model))  # plans are made, and applied, on the plain model
 
     def _plan(self, runner, model: torch.nn.Module, data_batch: dict,
               key: ShapeKey) -> CheckpointPlan | None:
         step = batch_loss(model, data_batch, lambda: runner.optim_wrapper.optim_context(model))
-        where = 'x'.join(map(str, key)) or 'any'
+        where = shape_text(key)
         try:
             plan = plan_checkpoints(model, step, self.budget, self.granularity)
         except ConfigError:

@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 from mmengine.dist import (all_reduce, broadcast_object_list, get_rank, get_world_size,
                           is_distributed)
-from mmengine.hooks import Hook
 from mmengine.optim import AmpOptimWrapper, OptimWrapper, OptimWrapperDict
 from mmengine.registry import HOOKS
 from torch import nn
@@ -34,7 +33,8 @@ from ..optim.autocast_switch import AutocastSwitch
 from ..optim.batch_split import batch_size_of
 from ..optim.micro_batching import MicroBatching, MicroBatchTrainStep, max_over_ranks
 from ..runner_model import batch_loss, unwrap
-from .checkpoint_plan_hook import CheckpointPlanHook, ShapeKey, shape_key
+from .checkpoint_plan_hook import CheckpointPlanHook
+from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
 BUDGET_HELP = ("a MemoryBudgetHook budget is the peak of a whole training step, a size such as "
                "'11GB' or '512MiB' or a fraction of the measured unplanned step peak such as 0.5")
@@ -95,7 +95,7 @@ def _max_over_ranks_seconds(seconds: float) -> float:
 
 
 @HOOKS.register_module()
-class MemoryBudgetHook(Hook):
+class MemoryBudgetHook(ShapeBucketHook):
     """Keep the peak of every training step within ``budget``, as fast as the techniques allow.
 
     Before the first iteration of each new input-shape bucket (as ``CheckpointPlanHook``), the
@@ -146,12 +146,8 @@ class MemoryBudgetHook(Hook):
         if isinstance(allow, str) or (allow is not None and not set(allow) <= set(LOSSY)):
             raise ConfigError(f'MemoryBudgetHook allow takes a list of lossy techniques from '
                               f'{list(LOSSY)}, got {allow!r}')
-        if not isinstance(bucket, int) or bucket < 1:
-            raise ConfigError(f'MemoryBudgetHook bucket must be an int >= 1, got {bucket!r}')
+        super().__init__(bucket)
         self.lossy = tuple(LOSSY if lossy else allow or ())
-        self.bucket = bucket
-        self.decisions: dict[ShapeKey, BudgetOutcome] = {}
-        self.current: ShapeKey | None = None
         self._target: _RunnerTarget | None = None
 
     def before_run(self, runner) -> None:
@@ -169,21 +165,13 @@ class MemoryBudgetHook(Hook):
         wrapper = _prepared(runner.optim_wrapper, autocast='bf16' in self.lossy)
         self._target = _RunnerTarget(model, wrapper)
 
-    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
-        if not isinstance(data_batch, dict):
-            return
-        key = shape_key(data_batch.get('inputs'), self.bucket)
-        if key == self.current:
-            return
-        if self.current is not None:
-            remove_all(self.decisions[self.current].techniques, self._target)
-        if key not in self.decisions:
-            self.decisions[key] = self._decide(runner, data_batch, key)
-        outcome = self.decisions[key]
+    def enter(self, runner, outcome: BudgetOutcome) -> None:
         put_in_effect(outcome.decision.chosen, outcome.techniques, self._target)
-        self.current = key
 
-    def _decide(self, runner, data: dict, key: ShapeKey) -> BudgetOutcome:
+    def leave(self, runner, outcome: BudgetOutcome) -> None:
+        remove_all(outcome.techniques, self._target)
+
+    def decide(self, runner, data: dict, key: ShapeKey) -> BudgetOutcome:
         target, model = self._target, self._target.model
         wrapper = target.wrapper
         step = runner.model.__dict__.get('train_step')
@@ -201,7 +189,7 @@ class MemoryBudgetHook(Hook):
                     *([bf16_switch(wrapper)] if 'bf16' in self.lossy else [])]
         lower = ('lossy techniques (lossy=True), or ' if set(self.lossy) != set(LOSSY) else '') \
             + LOWER
-        where = 'x'.join(map(str, key)) or 'any'
+        where = shape_text(key)
         fingerprint = self._fingerprint(model, wrapper, key)
         saved = self._saved(runner).get(where)
         reuse = saved if saved is not None and saved.get('fingerprint') == fingerprint else None
