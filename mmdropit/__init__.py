@@ -17,12 +17,14 @@ mmengine 0.10.7 on torch 2.13, so a config needs only::
 """
 from .checkpoint import CheckpointPlan, plan_checkpoints
 from .dropit import audit, from_dropit, to_dropit
-from .errors import ConfigError, DataNotFoundError, EnvironmentProblem, MMDropITError
+from .errors import (ConfigError, DataFormatError, DataNotFoundError, EnvironmentProblem,
+                     MMDropITError)
 
 __version__ = '0.1.0'
 
 __all__ = ['CheckpointPlan', 'audit', 'from_dropit', 'plan_checkpoints', 'to_dropit',
-           'ConfigError', 'DataNotFoundError', 'EnvironmentProblem', 'MMDropITError',
+           'ConfigError', 'DataFormatError', 'DataNotFoundError', 'EnvironmentProblem',
+           'MMDropITError',
            '__version__']
 
 try:

@@ -17,5 +17,9 @@ class DataNotFoundError(MMDropITError, FileNotFoundError):
     """A dataset file or folder that does not exist."""
 
 
+class DataFormatError(MMDropITError, ValueError):
+    """A data file that is not in the format its dataset reads (or holds more than data)."""
+
+
 class EnvironmentProblem(MMDropITError, RuntimeError):
     """A missing or broken installed package (e.g. mmcv without its compiled ops)."""

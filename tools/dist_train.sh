@@ -3,6 +3,10 @@
 # Multi-node: NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 bash tools/dist_train.sh CONFIG 8
 # On machines without CUDA the processes use gloo (mmdropit's shim).
 set -euo pipefail
+if [[ $# -lt 2 || ! "$2" =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: bash tools/dist_train.sh CONFIG NPROC [train.py arguments]  (NPROC: processes per machine, e.g. 8)" >&2
+  exit 2
+fi
 CONFIG=$1
 NPROC=$2
 NNODES=${NNODES:-1}
@@ -11,8 +15,9 @@ PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+# exec: a signal to this script reaches torchrun, which stops the training processes
 PYTHONPATH="$TOOLS_DIR/..${PYTHONPATH:+:$PYTHONPATH}" \
-torchrun \
+exec torchrun \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \
     --master_addr="$MASTER_ADDR" \

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from mmengine.config import Config, DictAction
 
+from ..errors import ConfigError
 from .environment import require_mmcv_ops
 from .friendly_errors import explain
 
@@ -37,7 +38,10 @@ def load_config(args: argparse.Namespace) -> Config:
     if not osp.isfile(args.config):
         raise FileNotFoundError(f'config file {args.config!r} does not exist')
     require_mmcv_ops()
-    cfg = Config.fromfile(args.config)
+    try:
+        cfg = Config.fromfile(args.config)
+    except SyntaxError as exc:
+        raise ConfigError(_syntax_error(exc, args.config)) from exc
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
@@ -46,6 +50,22 @@ def load_config(args: argparse.Namespace) -> Config:
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
     return cfg
+
+
+def _syntax_error(exc: SyntaxError, config: str) -> str:
+    """One line naming the config file (the top one or a ``_base_``) and the line that does not
+    parse: mmengine parses the text without its file name, which the traceback's frames hold
+    (the innermost file being read is the one)."""
+    path = exc.filename if exc.filename and not exc.filename.startswith('<') else None
+    if path is None:
+        read, frame = [], exc.__traceback__
+        while frame is not None:
+            read.append(frame.tb_frame.f_locals.get('filename'))
+            frame = frame.tb_next
+        files = [name for name in read if isinstance(name, str) and osp.isfile(name)]
+        path = osp.normpath(files[-1]) if files else config
+    return f'syntax error in config file {path}' + \
+        (f', line {exc.lineno}' if exc.lineno else '') + f': {exc.msg}'
 
 
 def build_runner(cfg: Config):

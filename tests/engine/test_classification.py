@@ -16,7 +16,7 @@ from mmdropit.engine.classification import (CIFAR100Dataset, ImageFolderDataset,
                                       PackClsInputs)
 from mmdropit.engine.classification import TopKAccuracy
 from mmdropit.engine.classification import TimmClassifier
-from mmdropit.errors import ConfigError, DataNotFoundError
+from mmdropit.errors import ConfigError, DataFormatError, DataNotFoundError
 
 
 def _classifier(**kwargs) -> TimmClassifier:
@@ -121,6 +121,33 @@ def test_cifar100_reads_the_python_pickle_release(tmp_path):
     assert int(item['data_samples'].gt_label) == 4
     # stored BGR, like LoadImageFromFile
     assert torch.equal(item['inputs'], torch.from_numpy(rgb[2][::-1].copy()))
+
+
+class _WritesAFile:
+    """A pickle payload: loading it would create ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, 'w'))
+
+
+@pytest.mark.parametrize('file', ['meta', 'train'])
+def test_cifar100_refuses_a_pickle_that_runs_code(tmp_path, file):
+    folder = tmp_path / 'cifar-100-python'
+    folder.mkdir()
+    marker = tmp_path / 'payload-ran'
+    contents = {'meta': {'fine_label_names': ['a', 'b']},
+                'train': {'data': np.zeros((1, 3072), np.uint8), 'fine_labels': [0]}}
+    contents[file] = {'fine_label_names': _WritesAFile(marker), 'data': _WritesAFile(marker)}
+    for name, value in contents.items():
+        with open(folder / name, 'wb') as stream:
+            pickle.dump(value, stream)
+    with pytest.raises(DataFormatError, match=f'{file} is not a plain data pickle: it calls '
+                       'io.open; refusing to load it'):
+        CIFAR100Dataset(data_root=str(tmp_path), split='train', lazy_init=False)
+    assert not marker.exists()
 
 
 def test_image_folder_matches_files_to_class_folders(tmp_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import textwrap
 
 import pytest
@@ -14,7 +15,7 @@ from mmengine.runner import Runner
 import mmdropit  # noqa: F401
 from mmdropit.cli.train_options import enable_amp, enable_auto_scale_lr, set_resume
 from mmdropit.errors import ConfigError
-from tests.conftest import (TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
+from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
                             run_tool)
 
 
@@ -207,3 +208,27 @@ def test_test_py_evaluates_the_checkpoint_of_train_py(tmp_path):
                       'test_dataloader.dataset.indices=100')
     assert re.search(r'Epoch\(test\) \[1/1\]\s+accuracy/top1: \d+\.\d+', result.stdout +
                      result.stderr)
+
+
+@pytest.mark.parametrize('args', [[], ['configs/tiny/vit-tiny_mnist5k.py'],
+                                  ['configs/tiny/vit-tiny_mnist5k.py', 'two']])
+def test_dist_train_sh_without_a_process_count_prints_its_usage(args):
+    result = subprocess.run(['bash', str(ROOT / 'tools' / 'dist_train.sh'), *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith('usage: bash tools/dist_train.sh CONFIG NPROC')
+    assert 'unbound variable' not in result.stderr
+
+
+@pytest.mark.parametrize('broken', ['top', 'base'])
+def test_a_config_syntax_error_names_the_file_and_line(tmp_path, broken):
+    (tmp_path / 'base.py').write_text("lr = 0.1\nsteps = (1, 2\n" if broken == 'base' else
+                                      "lr = 0.1\n")
+    top = tmp_path / 'top.py'
+    top.write_text("_base_ = ['./base.py']\nx = [1,\n" if broken == 'top' else
+                   "_base_ = ['./base.py']\nx = 1\n")
+    result = run_tool('tools/train.py', str(top), '--work-dir', str(tmp_path), check=False)
+    _one_line_error(result)
+    line = 2
+    assert f'error: syntax error in config file {tmp_path / (broken + ".py")}, line {line}' \
+        in result.stderr, result.stderr

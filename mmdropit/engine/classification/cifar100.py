@@ -10,12 +10,12 @@ Example config::
 from __future__ import annotations
 
 import os.path as osp
-import pickle
 
 import numpy as np
 from mmengine.dataset import BaseDataset
 from mmengine.registry import DATASETS
 
+from ...data.safe_pickle import load_data_pickle
 from ...errors import DataNotFoundError
 
 ARCHIVE_DIR = 'cifar-100-python'
@@ -26,7 +26,9 @@ class CIFAR100Dataset(BaseDataset):
     """CIFAR-100 (50,000 train / 10,000 test images, 32x32, 100 fine classes).
 
     ``data_root`` is the folder that holds ``cifar-100-python/`` (as unpacked from
-    ``cifar-100-python.tar.gz``) or that folder itself. Images are stored BGR, like
+    ``cifar-100-python.tar.gz``) or that folder itself. Its pickles are read without running
+    code (:func:`~mmdropit.data.safe_pickle.load_data_pickle`): a file that names anything but
+    data and numpy arrays is refused. Images are stored BGR, like
     mmcv's ``LoadImageFromFile`` output, so one ``ClsDataPreprocessor`` (``bgr_to_rgb=True``)
     serves image folders and CIFAR alike.
 
@@ -47,14 +49,16 @@ class CIFAR100Dataset(BaseDataset):
                 raise DataNotFoundError(
                     f'CIFAR-100 file {osp.join(self.folder, name)!r} not found: unpack '
                     f'cifar-100-python.tar.gz into {data_root!r} or fix data_root')
-        with open(osp.join(self.folder, 'meta'), 'rb') as stream:
-            classes = tuple(pickle.load(stream, encoding='latin1')['fine_label_names'])
+        meta = osp.join(self.folder, 'meta')
+        with open(meta, 'rb') as stream:
+            classes = tuple(load_data_pickle(stream, meta)['fine_label_names'])
         import mmcv.transforms  # noqa: F401  (registers LoadImageFromFile, Resize, ... at the root)
         super().__init__(data_root=data_root, metainfo=dict(classes=classes), **kwargs)
 
     def load_data_list(self) -> list[dict]:
-        with open(osp.join(self.folder, self.split), 'rb') as stream:
-            entry = pickle.load(stream, encoding='latin1')
+        path = osp.join(self.folder, self.split)
+        with open(path, 'rb') as stream:
+            entry = load_data_pickle(stream, path)
         rgb = np.asarray(entry['data'], dtype=np.uint8).reshape(-1, 3, 32, 32)
         bgr = np.ascontiguousarray(rgb[:, ::-1].transpose(0, 2, 3, 1))
         return [dict(img=image, gt_label=int(label))
