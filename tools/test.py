@@ -10,8 +10,9 @@ import argparse
 import os.path as osp
 
 import mmdropit  # noqa: F401  (shims and registrations before any config is read)
+from mmdropit.cli.checkpoint_files import check_checkpoint
 from mmdropit.cli.run import (add_common_arguments, build_runner, load_config,
-                                 run_reporting_errors)
+                              run_reporting_errors)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,6 +26,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def test(args: argparse.Namespace) -> None:
     if not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint {args.checkpoint!r} does not exist')
+    check_checkpoint(args.checkpoint, 'tools/test.py')
     cfg = load_config(args)
     cfg.load_from = args.checkpoint
     build_runner(cfg).test()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from mmengine.config import Config, DictAction
 
 from ..errors import ConfigError
+from .checkpoint_files import check_checkpoint
 from .environment import require_mmcv_ops
 from .friendly_errors import explain
 
@@ -45,6 +46,8 @@ def load_config(args: argparse.Namespace) -> Config:
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
+    if cfg.get('load_from'):
+        check_checkpoint(cfg.load_from, 'load_from')
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir') is None:

@@ -14,6 +14,7 @@ from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS, DefaultScope
 
 from ..errors import ConfigError
+from .checkpoint_files import check_checkpoint, resume_fallback
 from ..engine.optim import MicroBatchOptimWrapper, MixedPrecisionOptimWrapper
 
 
@@ -75,10 +76,30 @@ def enable_auto_scale_lr(cfg: Config) -> None:
 
 
 def set_resume(cfg: Config, resume: str | None) -> None:
-    """``--resume`` alone resumes from the work dir's latest checkpoint; with a path, from it."""
+    """``--resume`` alone resumes from the work dir's latest checkpoint; with a path, from it.
+
+    When ``{work_dir}/last_checkpoint`` is empty or names a missing or truncated file (a kill
+    while MMEngine wrote it), the newest whole checkpoint of the work dir is resumed instead,
+    and a line says so.
+
+    Raises:
+        ConfigError: The given checkpoint does not exist, or is empty or truncated.
+    """
     if resume is None:
         return
     cfg.resume = True
     cfg.load_from = None if resume == 'auto' else resume
-    if resume != 'auto' and not osp.isfile(resume):
-        raise ConfigError(f'--resume {resume}: no such checkpoint file')
+    if resume != 'auto':
+        if not osp.isfile(resume):
+            raise ConfigError(f'--resume {resume}: no such checkpoint file')
+        check_checkpoint(resume, '--resume')
+        return
+    work_dir = cfg.get('work_dir')
+    fallback, reason = resume_fallback(work_dir) if work_dir and osp.isdir(work_dir) else \
+        (None, None)
+    if reason is not None:
+        cfg.load_from = fallback
+        print(f'resume: {reason}; ' + (f'resuming from {fallback}, the newest whole checkpoint '
+                                       'in the work dir' if fallback else
+                                       'no whole checkpoint in the work dir: training starts '
+                                       'afresh'), flush=True)

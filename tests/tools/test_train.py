@@ -193,7 +193,7 @@ def test_resume_flag_forms(tmp_path):
     set_resume(cfg, 'auto')
     assert cfg.resume is True and cfg.load_from is None
     checkpoint = tmp_path / 'a.pth'
-    checkpoint.write_bytes(b'')
+    torch.save({'meta': {}}, checkpoint)
     set_resume(cfg, str(checkpoint))
     assert cfg.load_from == str(checkpoint)
     with pytest.raises(ConfigError, match='no such checkpoint'):
@@ -232,3 +232,30 @@ def test_a_config_syntax_error_names_the_file_and_line(tmp_path, broken):
     line = 2
     assert f'error: syntax error in config file {tmp_path / (broken + ".py")}, line {line}' \
         in result.stderr, result.stderr
+
+
+def test_resume_with_a_broken_last_checkpoint_takes_the_newest_whole_one(tmp_path):
+    run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
+             '--cfg-options', *TINY_VIT_2_ITERS)
+    (tmp_path / 'last_checkpoint').write_text('')  # killed while MMEngine wrote it
+    (tmp_path / 'epoch_2.pth').write_bytes(b'PK\x03\x04 cut short')  # and a half-written one
+    result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path), '--resume',
+                      '--cfg-options', *TINY_VIT_2_ITERS, 'train_cfg.max_epochs=2')
+    newest = tmp_path / 'epoch_1.pth'
+    assert (f'resume: last_checkpoint is empty; resuming from {newest}, the newest whole '
+            'checkpoint in the work dir') in result.stdout
+    log = result.stdout + result.stderr
+    assert 'Epoch(train) [2][2/2]' in log and 'Epoch(train) [1][' not in log
+
+
+@pytest.mark.parametrize('how', ['resume', 'test', 'load_from'])
+def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path, how):
+    broken = tmp_path / 'epoch_1.pth'
+    broken.write_bytes(b'PK\x03\x04 cut short')
+    tool, extra = {'resume': ('tools/train.py', ['--resume', str(broken)]),
+                   'test': ('tools/test.py', [str(broken)]),
+                   'load_from': ('tools/train.py', ['--cfg-options', f'load_from={broken}'])}[how]
+    result = run_tool(tool, str(TINY_VIT), *extra, '--work-dir', str(tmp_path / 'work'),
+                      check=False)
+    _one_line_error(result)
+    assert f'checkpoint {broken} is truncated or not a PyTorch checkpoint' in result.stderr
