@@ -259,3 +259,16 @@ def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path, how):
                       check=False)
     _one_line_error(result)
     assert f'checkpoint {broken} is truncated or not a PyTorch checkpoint' in result.stderr
+
+
+@pytest.mark.slow
+def test_amp_trains_the_digits_faster_rcnn_on_cpu(tmp_path, digit_coco):
+    """mmcv's nms and roi_align have no bfloat16 kernel: the compat shim runs them in float32."""
+    result = run_tool(
+        'tools/train.py', str(TINY_FRCNN), '--amp', '--work-dir', str(tmp_path), '--cfg-options',
+        *digit_coco_options(digit_coco), 'train_cfg.max_epochs=1',
+        'train_dataloader.dataset.indices=4', 'val_dataloader.dataset.indices=2',
+        'default_hooks.logger.interval=1')
+    log = result.stdout + result.stderr
+    assert "type='MixedPrecisionOptimWrapper'" in log
+    assert re.search(r'Epoch\(train\) \[1\]\[2/2\].*loss: \d+\.\d+', log)

@@ -5,9 +5,11 @@ Nothing under site-packages is edited; each shim patches names at run time and i
 - :mod:`.checkpoint_loading`: ``load_from`` / ``resume`` of MMEngine checkpoints under
   ``torch.load(weights_only=True)``;
 - :mod:`.cpu_distributed`: ``--launcher pytorch`` with gloo on machines without CUDA;
-- :mod:`.installed_packages`: ``mmdet::`` base configs without ``pkg_resources``.
+- :mod:`.installed_packages`: ``mmdet::`` base configs without ``pkg_resources``;
+- :mod:`.mmcv_ops_autocast`: mmcv's ``nms`` and ``roi_align`` in float32 under autocast, so
+  detectors train with bfloat16 autocast on CPUs.
 """
-from . import checkpoint_loading, cpu_distributed, installed_packages
+from . import checkpoint_loading, cpu_distributed, installed_packages, mmcv_ops_autocast
 
 
 def install_all() -> None:
@@ -15,3 +17,4 @@ def install_all() -> None:
     checkpoint_loading.install()
     cpu_distributed.install()
     installed_packages.install()
+    mmcv_ops_autocast.install()
