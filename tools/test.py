@@ -10,9 +10,11 @@ import argparse
 import os.path as osp
 
 import mmdropit  # noqa: F401  (shims and registrations before any config is read)
-from mmdropit.cli.checkpoint_files import check_checkpoint
+from mmdropit import ConfigError
+from mmdropit.cli.checkpoint_files import check_checkpoint, check_matches
 from mmdropit.cli.run import (add_common_arguments, build_runner, load_config,
                               run_reporting_errors)
+from mmdropit.engine.runner_model import unwrap
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,11 +27,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def test(args: argparse.Namespace) -> None:
     if not osp.isfile(args.checkpoint):
-        raise FileNotFoundError(f'checkpoint {args.checkpoint!r} does not exist')
+        raise ConfigError(f'checkpoint {args.checkpoint!r} does not exist')
     check_checkpoint(args.checkpoint, 'tools/test.py')
     cfg = load_config(args)
     cfg.load_from = args.checkpoint
-    build_runner(cfg).test()
+    runner = build_runner(cfg)
+    check_matches(args.checkpoint, unwrap(runner.model))
+    runner.test()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,8 @@ import os
 import os.path as osp
 import zipfile
 
+from torch import nn
+
 from ..errors import ConfigError
 
 LAST = 'last_checkpoint'
@@ -70,3 +72,24 @@ def resume_fallback(work_dir: str) -> tuple[str | None, str | None]:
                   if name.endswith('.pth')]
     whole = [path for path in candidates if is_whole(path)]
     return (max(whole, key=osp.getmtime) if whole else None), reason
+
+
+def check_matches(path: str, model: nn.Module, least: float = 0.5) -> None:
+    """Raise a one-line error when the weights in ``path`` are not this model's: fewer than
+    ``least`` of the model's ``state_dict`` keys are in the checkpoint (MMEngine only warns of
+    missing keys, and the test then scores random weights).
+
+    Raises:
+        ConfigError: The checkpoint holds too few of the model's weights.
+    """
+    import torch
+
+    checkpoint = torch.load(path, map_location='cpu', weights_only=True)
+    state = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else {}
+    held = {key.removeprefix('module.') for key in state}
+    wanted = set(model.state_dict())
+    found = len(wanted & held)
+    if wanted and found < least * len(wanted):
+        raise ConfigError(f'checkpoint {path} holds {found} of the {len(wanted)} weights of this '
+                          "config's model: it was trained for another model; check the config "
+                          'and the checkpoint')

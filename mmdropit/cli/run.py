@@ -15,10 +15,22 @@ from .environment import require_mmcv_ops
 from .friendly_errors import explain
 
 
+class _ConfigOptions(DictAction):
+    """MMEngine's ``DictAction`` with a usage error, not a traceback, for an item without
+    ``=``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        malformed = [value for value in values if '=' not in value]
+        if malformed:
+            parser.error(f'{option_string} takes key=value items (e.g. '
+                         f'train_cfg.max_epochs=2), got {" ".join(malformed)!r}')
+        super().__call__(parser, namespace, values, option_string)
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local-rank``, ``--debug``."""
     parser.add_argument('--work-dir', help='the dir to save logs, checkpoints and metrics')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=_ConfigOptions,
                         help='override config keys, e.g. train_cfg.max_epochs=2')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
@@ -32,12 +44,14 @@ def load_config(args: argparse.Namespace) -> Config:
     The work dir is ``--work-dir``, else ``cfg.work_dir``, else ``./work_dirs/<config name>``.
 
     Raises:
-        FileNotFoundError: the config file does not exist.
+        ConfigError: the config file does not exist or does not parse, an override gives text
+            where the config holds a number or a flag, or ``load_from`` is not a whole
+            checkpoint.
         EnvironmentProblem: mmcv's compiled ops do not load.
     """
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     if not osp.isfile(args.config):
-        raise FileNotFoundError(f'config file {args.config!r} does not exist')
+        raise ConfigError(f'config file {args.config!r} does not exist')
     require_mmcv_ops()
     try:
         cfg = Config.fromfile(args.config)
@@ -45,6 +59,7 @@ def load_config(args: argparse.Namespace) -> Config:
         raise ConfigError(_syntax_error(exc, args.config)) from exc
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
+        _check_option_types(cfg, args.cfg_options)
         cfg.merge_from_dict(args.cfg_options)
     if cfg.get('load_from'):
         check_checkpoint(cfg.load_from, 'load_from')
@@ -53,6 +68,19 @@ def load_config(args: argparse.Namespace) -> Config:
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
     return cfg
+
+
+def _check_option_types(cfg: Config, options: dict) -> None:
+    """Refuse an override that gives text where the config holds a number or a flag (it would
+    fail deep inside a training loop)."""
+    for key, value in options.items():
+        held: object = cfg
+        for part in key.split('.'):
+            held = held.get(part) if isinstance(held, (Config, dict)) else None
+        if isinstance(held, (bool, int, float)) and isinstance(value, str):
+            kind = {bool: 'True or False', int: 'an integer', float: 'a number'}[type(held)]
+            raise ConfigError(f'--cfg-options {key}={value}: the config holds {held!r} there; '
+                              f'give {kind}')
 
 
 def _syntax_error(exc: SyntaxError, config: str) -> str:

@@ -272,3 +272,37 @@ def test_amp_trains_the_digits_faster_rcnn_on_cpu(tmp_path, digit_coco):
     log = result.stdout + result.stderr
     assert "type='MixedPrecisionOptimWrapper'" in log
     assert re.search(r'Epoch\(train\) \[1\]\[2/2\].*loss: \d+\.\d+', log)
+
+
+@pytest.mark.parametrize('options,message', [
+    (['foo'], "--cfg-options takes key=value items (e.g. train_cfg.max_epochs=2), got 'foo'"),
+    (['train_cfg.max_epochs=abc'],
+     'error: --cfg-options train_cfg.max_epochs=abc: the config holds 8 there; give an integer'),
+])
+def test_bad_cfg_options_are_one_line(tmp_path, options, message):
+    result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
+                      '--cfg-options', *options, check=False)
+    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize('tool,args,message', [
+    ('tools/train.py', ['missing.py'], "error: config file 'missing.py' does not exist"),
+    ('tools/test.py', [str(TINY_VIT), 'missing.pth'], "error: checkpoint 'missing.pth' does not "
+                                                       'exist'),
+])
+def test_a_missing_config_or_checkpoint_gets_no_data_root_hint(tool, args, message):
+    result = run_tool(tool, *args, check=False)
+    _one_line_error(result)
+    assert message in result.stderr and 'data_root' not in result.stderr
+
+
+def test_test_py_refuses_another_models_checkpoint(tmp_path):
+    checkpoint = tmp_path / 'resnet.pth'
+    torch.save({'state_dict': {'backbone.conv1.weight': torch.zeros(8, 3, 7, 7)}, 'meta': {}},
+               checkpoint)
+    result = run_tool('tools/test.py', str(TINY_VIT), str(checkpoint), '--work-dir',
+                      str(tmp_path / 'work'), check=False)
+    _one_line_error(result)
+    assert f'checkpoint {checkpoint} holds 0 of the' in result.stderr
+    assert 'it was trained for another model' in result.stderr
