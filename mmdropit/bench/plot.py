@@ -63,7 +63,9 @@ def plot_ratios(measurements: Sequence[Measurement], path: str | Path,
         ax.axhline(1.0, color='black', linewidth=0.8)
         ax.set_title(f'{title} (x {baseline})')
         ax.set_xticks(range(len(models)), models, rotation=20)
-    axes[0].legend(fontsize='small')
+    handles, labels = axes[0].get_legend_handles_labels()  # below the panels, not over bars
+    figure.legend(handles, labels, loc='outside lower center', fontsize='small',
+                  ncols=min(len(labels), 4))
     path = Path(path)
     figure.savefig(path, dpi=120)
     return path
