@@ -71,3 +71,15 @@ def test_mmdet_base_configs_load_without_pkg_resources():
     assert result.stdout.split()[-2:] == ['FasterRCNN', '18']
     plain = run_tool('-c', MMDET_BASE_WITHOUT_PKG_RESOURCES.format(imports=''), check=False)
     assert plain.returncode != 0 and 'pkg_resources' in plain.stderr  # what the shim fixes
+
+
+def test_a_resumed_message_hub_drops_the_old_runs_dropit_keep_ratio():
+    from mmengine.logging import MessageHub
+
+    old = MessageHub.get_instance('old run')
+    old.update_scalar('train/dropit_keep_ratio', 0.1)
+    old.update_scalar('train/loss', 2.0)
+    resumed = MessageHub.get_instance('resumed run')
+    resumed.load_state_dict(old.state_dict())
+    assert 'train/loss' in resumed.log_scalars
+    assert 'train/dropit_keep_ratio' not in resumed.log_scalars

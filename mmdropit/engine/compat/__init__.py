@@ -7,9 +7,11 @@ Nothing under site-packages is edited; each shim patches names at run time and i
 - :mod:`.cpu_distributed`: ``--launcher pytorch`` with gloo on machines without CUDA;
 - :mod:`.installed_packages`: ``mmdet::`` base configs without ``pkg_resources``;
 - :mod:`.mmcv_ops_autocast`: mmcv's ``nms`` and ``roi_align`` in float32 under autocast, so
-  detectors train with bfloat16 autocast on CPUs.
+  detectors train with bfloat16 autocast on CPUs;
+- :mod:`.stale_scalars`: a resumed run does not log the old run's per-iteration scalars.
 """
-from . import checkpoint_loading, cpu_distributed, installed_packages, mmcv_ops_autocast
+from . import (checkpoint_loading, cpu_distributed, installed_packages, mmcv_ops_autocast,
+               stale_scalars)
 
 
 def install_all() -> None:
@@ -18,3 +20,4 @@ def install_all() -> None:
     cpu_distributed.install()
     installed_packages.install()
     mmcv_ops_autocast.install()
+    stale_scalars.install()
