@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 from mmengine.dist import all_reduce
-from mmengine.logging import print_log
+from mmengine.logging import MMLogger, print_log
 from torch import nn
 from torch.distributed.tensor import DTensor
 
@@ -34,6 +34,20 @@ from ..runner_model import unwrap
 from .batch_split import batch_size_of, merge_log_vars, split_batch
 
 _OUT_OF_MEMORY = 2**62  # stands for a trial that ran out of memory in a cross-rank maximum
+_LOST_WINDOW = 'the gradient of some iterations is lost'
+
+
+@contextlib.contextmanager
+def _without_record(logger: logging.Logger, text: str) -> Iterator[None]:
+    """Drop the records of ``logger`` that contain ``text`` inside the block."""
+    def keep(record: logging.LogRecord) -> bool:
+        return text not in record.getMessage()
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 class MicroBatching:
@@ -67,6 +81,7 @@ class MicroBatching:
         self.micro_batches = micro_batches
         self.memory_budget = parse_budget(memory_budget, BUDGET_HELP)  # a typo fails now
         self.split_decision = None
+        self._window_restored = False
         self._partial_pass = False
         self._loss_weight = 1.0
 
@@ -132,10 +147,21 @@ class MicroBatching:
             return
         for param, grad in zip(params, gradients):
             param.grad = None if grad is None else grad.to(param.device, param.dtype)
+        self._window_restored = True
 
     def initialize_count_status(self, model: nn.Module, init_counts: int,
                                 max_counts: int) -> None:
-        super().initialize_count_status(model, init_counts, max_counts)
+        """MMEngine's counters; when the checkpoint's accumulated gradients were restored, its
+        warning that a resumed window loses gradients is replaced by a line saying the window
+        goes on."""
+        if not self._window_restored:
+            super().initialize_count_status(model, init_counts, max_counts)
+        else:
+            with _without_record(MMLogger.get_current_instance(), _LOST_WINDOW):
+                super().initialize_count_status(model, init_counts, max_counts)
+            print_log(f'the accumulation window continues with the checkpoint\'s gradients '
+                      f'({init_counts % self._accumulative_counts} of '
+                      f'{self._accumulative_counts} iterations done)', logger='current')
         if self.micro_batching and not isinstance(model.__dict__.get('train_step'),
                                                   MicroBatchTrainStep):
             model.train_step = MicroBatchTrainStep(model, model.train_step, self)
