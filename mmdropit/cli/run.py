@@ -120,7 +120,10 @@ def build_runner(cfg: Config):
 def run_reporting_errors(action: Callable[[], object], debug: bool) -> None:
     """Run ``action``; a known user error exits with one ``error: ...`` line.
 
-    Unknown errors, and every error with ``debug``, keep their full traceback.
+    Unknown errors, and every error with ``debug``, keep their full traceback. The process
+    group of a distributed run is destroyed before the process exits, whatever happened: left
+    to interpreter shutdown, its background threads made a rank abort now and then
+    ("terminate called without an active exception") after a successful run.
     """
     try:
         action()
@@ -129,3 +132,12 @@ def run_reporting_errors(action: Callable[[], object], debug: bool) -> None:
         if message is None or debug:
             raise
         sys.exit(f'error: {message}')
+    finally:
+        _destroy_process_group()
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
