@@ -38,7 +38,7 @@ def test_selective_checkpoints_run_each_convolution_once(selective, recomputed):
     torch.manual_seed(0)
     model, x, y = _Net(), torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))
     plain = _convolutions_in_a_step(model, x)
-    plan = CheckpointPlan([ModuleTarget(f'blocks.{i}', selective) for i in range(5)])
+    plan = CheckpointPlan([ModuleTarget(f'blocks.{i}', selective=selective) for i in range(5)])
     plan.apply(model)
     assert _convolutions_in_a_step(model, x) == plain + recomputed
     plan.remove(model)
