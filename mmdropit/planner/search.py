@@ -98,7 +98,9 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
            measure: Callable[[Estimate], int],
            lower: str = 'sharding the model state with FSDP over several processes') -> Decision:
     """The fastest combination whose predicted peak fits ``budget_bytes`` with
-    :data:`MARGIN` and whose measured peak fits it.
+    :data:`MARGIN` and whose measured peak fits it. When a measured peak does not fit, the
+    predicted activations were short by its overshoot: the limit on them is scaled down by it
+    and the search runs again.
 
     Args:
         start: The step without any technique, as measured.
@@ -133,7 +135,10 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         measured[chosen.summary] = peak
         if peak <= budget_bytes:
             return Decision(budget_bytes, chosen, peak, considered, measured)
-        limit = int(limit * budget_bytes / peak)  # the prediction was short by peak / budget
+        # the activations were predicted short by (peak - fixed) / (budget - fixed): the bytes
+        # of parameters, gradients and optimizer state are known, so only the rest is scaled
+        fixed = start.fixed_bytes
+        limit = fixed + int((limit - fixed) * (budget_bytes - fixed) / max(peak - fixed, 1))
     raise ConfigError(
         f'memory budget {budget_bytes / MIB:.1f} MiB: the combinations predicted to fit measured '
         f'above it ({", ".join(f"{k}: {v / MIB:.1f} MiB" for k, v in measured.items())}) and no '
