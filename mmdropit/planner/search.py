@@ -87,10 +87,13 @@ def put_in_effect(estimate: Estimate, techniques: Sequence[Technique], target: T
         by_name[choice.technique].apply(choice.setting, target)
 
 
-def fastest_fitting(considered: Sequence[Estimate], limit: int) -> Estimate | None:
-    """The fastest estimate whose predicted peak is at most ``limit`` (the lower peak among
-    equally fast ones); ``None`` when none fits."""
-    fitting = [estimate for estimate in considered if estimate.peak_bytes <= limit]
+def fastest_fitting(considered: Sequence[Estimate], limit: int,
+                    correction: float = 1.0) -> Estimate | None:
+    """The fastest estimate whose predicted peak, its activations multiplied by
+    ``correction``, is at most ``limit`` (the lower peak among equally fast ones); ``None``
+    when none fits."""
+    fitting = [estimate for estimate in considered
+               if estimate.fixed_bytes + estimate.activation_bytes * correction <= limit]
     return min(fitting, key=lambda e: (e.time_ratio, e.peak_bytes), default=None)
 
 
@@ -98,9 +101,9 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
            measure: Callable[[Estimate], int],
            lower: str = 'sharding the model state with FSDP over several processes') -> Decision:
     """The fastest combination whose predicted peak fits ``budget_bytes`` with
-    :data:`MARGIN` and whose measured peak fits it. When a measured peak does not fit, the
-    predicted activations were short by its overshoot: the limit on them is scaled down by it
-    and the search runs again.
+    :data:`MARGIN` and whose measured peak fits it. When a measured peak does not fit, its
+    activations measured some factor above their prediction (the state's bytes are known): all
+    predicted activations are taken to be that short, and the search runs again.
 
     Args:
         start: The step without any technique, as measured.
@@ -117,13 +120,15 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             peak), or the measured ones did not fit and, corrected by their overshoot, no
             other is predicted to (at most :data:`ATTEMPTS` are measured).
     """
-    limit = int(budget_bytes * (1 - MARGIN))
+    limit, correction = int(budget_bytes * (1 - MARGIN)), 1.0
     measured: dict[str, int] = {}
     for _ in range(ATTEMPTS):
-        considered = combinations(start, techniques, limit)
-        chosen = fastest_fitting(considered, limit)
+        # techniques size their settings (a plan's share) for predictions corrected so far
+        sized_for = start.fixed_bytes + int((limit - start.fixed_bytes) / correction)
+        considered = combinations(start, techniques, sized_for)
+        chosen = fastest_fitting(considered, limit, correction)
         if chosen is None and measured:
-            break  # the tightened limit is below every prediction
+            break  # no corrected prediction fits
         if chosen is None:
             least = min(considered, key=lambda e: e.peak_bytes)
             raise ConfigError(
@@ -135,10 +140,10 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         measured[chosen.summary] = peak
         if peak <= budget_bytes:
             return Decision(budget_bytes, chosen, peak, considered, measured)
-        # the activations were predicted short by (peak - fixed) / (budget - fixed): the bytes
-        # of parameters, gradients and optimizer state are known, so only the rest is scaled
-        fixed = start.fixed_bytes
-        limit = fixed + int((limit - fixed) * (budget_bytes - fixed) / max(peak - fixed, 1))
+        # the chosen combination's activations measured `short` times their prediction (the
+        # state's bytes are known): predictions are taken to be that short from now on
+        short = (peak - chosen.fixed_bytes) / max(chosen.activation_bytes, 1)
+        correction = max(correction, short)
     raise ConfigError(
         f'memory budget {budget_bytes / MIB:.1f} MiB: the combinations predicted to fit measured '
         f'above it ({", ".join(f"{k}: {v / MIB:.1f} MiB" for k, v in measured.items())}) and no '
