@@ -105,8 +105,9 @@ class MemoryBudgetHook(ShapeBucketHook):
     when lossy techniques are allowed, the peak and time under each of their settings. It
     predicts the peak and time of every combination, takes the fastest whose predicted peak
     is within the budget less 5%, applies it, and measures one micro-batch pass with it. If
-    the measured peak is over the budget, the prediction is scaled by the overshoot and the
-    search runs again (at most three measured combinations). The decision table is logged and
+    the measured peak is over the budget, later predictions' activations are corrected by how
+    far that one's measured above its own, and the search runs again (at most three measured
+    combinations). The decision table is logged and
     written to ``{work_dir}/memory_plan.json``. A later run in the same work dir (``--resume``)
     whose budget, allowed techniques, batch shape, processes, parameters and optimizer are the
     same puts the saved decision in effect and measures it once instead; it is kept if it
