@@ -42,13 +42,11 @@ from ..errors import ConfigError
 from ..memory import state_bytes, trial_peak, trial_seconds
 from ..microbatch import micro_batch_sizes
 from .estimate import Choice, Estimate
-from .search import Decision, decide, put_in_effect, remove_all
+from .search import LOWER, Decision, decide, put_in_effect, remove_all
 from .techniques import CheckpointPlans, Effect, MeasuredSettings, MicroBatches, Target, Technique
 
 DROPIT_GAMMAS = (0.5, 0.7, 0.9)
 """The gammas DropIT is tried at when lossy techniques are allowed."""
-
-LOWER = 'sharding the model state with FSDP over several processes'
 
 
 def _same(value):

@@ -28,6 +28,9 @@ ATTEMPTS = 3
 
 MIB = 2**20
 
+LOWER = 'sharding the model state with FSDP over several processes'
+"""What goes lower than every technique here, for the error message of a budget none reaches."""
+
 
 def combinations(start: Estimate, techniques: Sequence[Technique],
                  budget_bytes: int) -> list[Estimate]:
@@ -99,7 +102,7 @@ def fastest_fitting(considered: Sequence[Estimate], limit: int,
 
 def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
            measure: Callable[[Estimate], int],
-           lower: str = 'sharding the model state with FSDP over several processes') -> Decision:
+           lower: str = LOWER) -> Decision:
     """The fastest combination whose predicted peak fits ``budget_bytes`` with
     :data:`MARGIN` and whose measured peak fits it. When a measured peak does not fit, its
     activations measured some factor above their prediction (the state's bytes are known): all

@@ -28,7 +28,7 @@ from ...dropit import dropit_layers
 from ...errors import ConfigError
 from ...planner import (BudgetOutcome, StepProbe, bf16_switch, dropit_switch, plan_within_budget,
                         put_in_effect, remove_all)
-from ...planner.budget import LOWER
+from ...planner.search import LOWER
 from ..optim.autocast_switch import AutocastSwitch
 from ..optim.batch_split import batch_size_of
 from ..optim.micro_batching import MicroBatching, MicroBatchTrainStep, max_over_ranks
