@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..common.parameters import local_part
+from ..common.process_exit import end_distributed_process
 from ..reporting import provenance
 from .models import MODELS
 
@@ -71,7 +72,7 @@ def _fsdp_rank(rank: int, port: int, model_names: list[str], out: str) -> None:
         for row in rows:
             row['held_ratio'] = row['held_bytes'] / (ddp_bytes[row['model']] or 1)
         Path(out).write_text(json.dumps(dict(ranks=FSDP_RANKS, rows=rows), indent=1))
-    dist.destroy_process_group()
+    end_distributed_process()
 
 
 def run_fsdp(model_names: list[str], out: Path) -> list[dict]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from mmengine.config import Config, DictAction
 
+from ..common.process_exit import end_distributed_process
 from ..errors import ConfigError
 from .checkpoint_files import check_checkpoint
 from .environment import require_mmcv_ops
@@ -44,14 +45,21 @@ def load_config(args: argparse.Namespace) -> Config:
     The work dir is ``--work-dir``, else ``cfg.work_dir``, else ``./work_dirs/<config name>``.
 
     Raises:
-        ConfigError: the config file does not exist or does not parse, an override gives text
-            where the config holds a number or a flag, or ``load_from`` is not a whole
-            checkpoint.
+        ConfigError: the config file does not exist, is not a config or does not parse, an
+            override gives text where the config holds a number or a flag or sets a
+            ``data_root`` the datasets do not read, ``load_from`` is not a whole checkpoint,
+            ``train_cfg.val_interval`` is below 1, the work dir is a file, or
+            ``--launcher pytorch`` runs outside torchrun.
         EnvironmentProblem: mmcv's compiled ops do not load.
     """
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     if not osp.isfile(args.config):
         raise ConfigError(f'config file {args.config!r} does not exist')
+    if not args.config.endswith(('.py', '.json', '.yaml', '.yml')):
+        raise ConfigError(f'config file {args.config!r} is not a .py, .json or .yaml file')
+    if args.launcher == 'pytorch' and 'RANK' not in os.environ:
+        raise ConfigError('--launcher pytorch is for processes that torchrun starts: run '
+                          'bash tools/dist_train.sh CONFIG NPROC')
     require_mmcv_ops()
     try:
         cfg = Config.fromfile(args.config)
@@ -60,6 +68,7 @@ def load_config(args: argparse.Namespace) -> Config:
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         _check_option_types(cfg, args.cfg_options)
+        _check_data_root_override(cfg, args.cfg_options)
         cfg.merge_from_dict(args.cfg_options)
     if cfg.get('load_from'):
         check_checkpoint(cfg.load_from, 'load_from')
@@ -67,6 +76,12 @@ def load_config(args: argparse.Namespace) -> Config:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    val_interval = cfg.get('train_cfg', {}).get('val_interval', 1)
+    if not isinstance(val_interval, int) or val_interval < 1:
+        raise ConfigError(f'train_cfg.val_interval must be an int >= 1, got {val_interval!r} '
+                          '(a large one validates rarely)')
+    if osp.exists(cfg.work_dir) and not osp.isdir(cfg.work_dir):
+        raise ConfigError(f'work dir {cfg.work_dir} is a file: give a directory (--work-dir)')
     return cfg
 
 
@@ -81,6 +96,26 @@ def _check_option_types(cfg: Config, options: dict) -> None:
             kind = {bool: 'True or False', int: 'an integer', float: 'a number'}[type(held)]
             raise ConfigError(f'--cfg-options {key}={value}: the config holds {held!r} there; '
                               f'give {kind}')
+
+
+def _check_data_root_override(cfg: Config, options: dict) -> None:
+    """Refuse ``--cfg-options data_root=...`` where the datasets copied the config's
+    ``data_root`` when the file was read: the override would change nothing they read."""
+    if 'data_root' not in options or 'data_root' not in cfg:
+        return
+    keys = []
+    for split in ('train', 'val', 'test'):
+        key, dataset = f'{split}_dataloader.dataset', cfg.get(f'{split}_dataloader', {})
+        dataset = dataset.get('dataset') if isinstance(dataset, dict) else None
+        while isinstance(dataset, dict):  # wrappers (RepeatDataset, ...) hold the real one
+            if dataset.get('data_root') == cfg.data_root:
+                keys.append(f'{key}.data_root')
+            key, dataset = f'{key}.dataset', dataset.get('dataset')
+    if keys:
+        value = options['data_root']
+        raise ConfigError('--cfg-options data_root=... does not reach the datasets (they took '
+                          'data_root when the config was read): set '
+                          + ' '.join(f'{key}={value}' for key in keys))
 
 
 def _syntax_error(exc: SyntaxError, config: str) -> str:
@@ -103,6 +138,7 @@ def build_runner(cfg: Config):
     """MMEngine's ``Runner``, or the ``runner_type`` the config names (e.g. FlexibleRunner).
 
     Raises:
+        ConfigError: The optimizer type is in no registry.
         DistributedLaunchError: The config asks for FSDP but the run was not launched
             distributed (MMEngine would train unsharded without a word).
     """
@@ -112,18 +148,38 @@ def build_runner(cfg: Config):
     from ..engine.fsdp import check_launch
 
     check_launch(cfg)
+    _check_optimizer_type(cfg)
     if 'runner_type' in cfg:
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)
 
 
+def _check_optimizer_type(cfg: Config) -> None:
+    """Refuse an optimizer type no registry knows (MMEngine's constructor fails on it with
+    ``TypeError: None is not a callable object``)."""
+    from mmengine.registry import OPTIMIZERS, DefaultScope
+
+    optim_wrapper = cfg.get('optim_wrapper')
+    optimizer = optim_wrapper.get('optimizer') if isinstance(optim_wrapper, dict) else None
+    name = optimizer.get('type') if isinstance(optimizer, dict) else None
+    if not isinstance(name, str):
+        return
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
+        known = OPTIMIZERS.get(name) is not None
+    if not known:
+        raise ConfigError(f'unknown optimizer type {name!r} in optim_wrapper.optimizer: use a '
+                          "torch.optim name such as 'AdamW' or 'SGD', or add the module that "
+                          'registers it to custom_imports')
+
+
 def run_reporting_errors(action: Callable[[], object], debug: bool) -> None:
     """Run ``action``; a known user error exits with one ``error: ...`` line.
 
-    Unknown errors, and every error with ``debug``, keep their full traceback. The process
-    group of a distributed run is destroyed before the process exits, whatever happened: left
-    to interpreter shutdown, its background threads made a rank abort now and then
-    ("terminate called without an active exception") after a successful run.
+    Unknown errors, and every error with ``debug``, keep their full traceback. A process of a
+    distributed run ends through :func:`~mmdropit.common.process_exit.end_distributed_process`
+    (the process group destroyed, no interpreter finalization): left to a normal exit, a gloo
+    thread made a rank abort now and then ("terminate called without an active exception")
+    after a successful run.
     """
     try:
         action()
@@ -131,13 +187,15 @@ def run_reporting_errors(action: Callable[[], object], debug: bool) -> None:
         message = explain(exc)
         if message is None or debug:
             raise
+        if _distributed():
+            print(f'error: {message}', file=sys.stderr)
+            end_distributed_process(1)
         sys.exit(f'error: {message}')
-    finally:
-        _destroy_process_group()
+    if _distributed():
+        end_distributed_process(0)
 
 
-def _destroy_process_group() -> None:
+def _distributed() -> bool:
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    return dist.is_available() and dist.is_initialized()

@@ -13,6 +13,7 @@ from mmengine.model import BaseModel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODELS
 
+from mmdropit.common.process_exit import end_distributed_process
 from mmdropit.engine.fsdp import (DistributedLaunchError, FullyShardModelWrapper, ShardPolicy,
                                   check_launch)
 from mmdropit.engine.classification import TimmClassifier
@@ -169,7 +170,7 @@ def _accumulate(rank: int, port: int, out: str) -> None:
     reduced = weight.grad is not None  # a reduce-scatter would have set the sharded gradient
     model.train_step(dict(inputs=torch.randn(3, 4)), optim)
     torch.save((reduced, initial, weight.full_tensor()), f'{out}{rank}')
-    dist.destroy_process_group()
+    end_distributed_process()
 
 
 def test_accumulation_skips_the_reduce_scatter_until_the_update(tmp_path):

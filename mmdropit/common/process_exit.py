@@ -1,0 +1,49 @@
+"""End a distributed process without the gloo exit race.
+
+A gloo worker thread (``ProcessGroupGloo::runLoop``) drops its reference to a finished
+collective after the caller's ``wait()`` returned. When that reference is the last one to a
+tensor that has a Python object, the thread must take the GIL to release it. If the main thread
+has meanwhile reached interpreter finalization, taking the GIL ends the worker thread through
+a forced unwind, and libstdc++ aborts the process: "terminate called without an active
+exception", SIGABRT, exit code -6, after a run that finished. ``destroy_process_group`` does not
+help: the process group object stays alive as long as FSDP's device mesh holds it, and its
+threads with it. (Seen on torch 2.13 with FSDP2 all-gathers, in about one run in five.)
+
+:func:`end_distributed_process` therefore leaves the process group, runs the interpreter's
+exit functions while it is fully alive (logging flushes its files, multiprocessing joins the
+data loader workers), flushes stdout and stderr, and ends the process with ``os._exit``,
+skipping the finalization in which the abort happens. Files written with ``with open(...)`` /
+``torch.save`` are closed before it runs; a file left open by the caller is not flushed.
+
+Example:
+    The last line of a process started by ``torch.multiprocessing.spawn``::
+
+        def work(rank, port):
+            dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}',
+                                    rank=rank, world_size=2)
+            ...
+            end_distributed_process()
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import NoReturn
+
+import torch.distributed as dist
+
+
+def end_distributed_process(status: int = 0) -> NoReturn:
+    """Destroy the process group (if any) and end the process with exit code ``status``,
+    skipping interpreter finalization (see the module docstring for why).
+
+    Only for the end of a process: nothing after the call runs, not even the caller's
+    ``finally`` blocks.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    atexit._run_exitfuncs()  # what a normal exit runs first, while the interpreter is alive
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)
