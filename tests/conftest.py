@@ -64,12 +64,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_dist_train(config: str, nproc: int, *args: str) -> subprocess.CompletedProcess:
-    """``bash tools/dist_train.sh CONFIG NPROC ARGS`` on CPU processes (gloo), one thread each."""
+def run_dist_train(config: str, nproc: int, *args: str,
+                   check: bool = True) -> subprocess.CompletedProcess:
+    """``bash tools/dist_train.sh CONFIG NPROC ARGS`` on CPU processes (gloo), one thread each;
+    ``check``: raise when it fails."""
     env = {'PORT': str(free_port()), 'OMP_NUM_THREADS': '1',
            'PATH': f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}'}
     return run_tool('-c', 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))',
-                    'bash', 'tools/dist_train.sh', config, str(nproc), *args, env=env)
+                    'bash', 'tools/dist_train.sh', config, str(nproc), *args, env=env,
+                    check=check)
 
 
 def train_on_two_ranks(work_dir: Path, hooks: str, runner: str = '') -> str:

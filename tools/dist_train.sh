@@ -9,6 +9,10 @@ if [[ $# -lt 2 || ! "$2" =~ ^[1-9][0-9]*$ ]]; then
 fi
 CONFIG=$1
 NPROC=$2
+if [[ ! -f "$CONFIG" ]]; then
+  echo "error: config file '$CONFIG' does not exist" >&2
+  exit 1
+fi
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}

@@ -26,6 +26,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def test(args: argparse.Namespace) -> None:
+    if osp.isdir(args.checkpoint):
+        raise ConfigError(f'checkpoint {args.checkpoint!r} is a directory: give a checkpoint '
+                          'file in it, e.g. epoch_12.pth')
     if not osp.isfile(args.checkpoint):
         raise ConfigError(f'checkpoint {args.checkpoint!r} does not exist')
     check_checkpoint(args.checkpoint, 'tools/test.py')

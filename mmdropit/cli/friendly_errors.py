@@ -9,7 +9,8 @@ import re
 
 from ..errors import MMDropITError
 
-_NOT_IN_REGISTRY = re.compile(r'`?(\S+?)`? is not in the (\S+) registry')
+_NOT_IN_REGISTRY = re.compile(r'`?(\S+?)`? is not in the (.+?) registry')
+_COLLECTIVE_TIMED_OUT = re.compile(r'gloo.*Timed out waiting (\d+)ms')
 
 
 def explain(exc: BaseException) -> str | None:
@@ -25,7 +26,33 @@ def explain(exc: BaseException) -> str | None:
                 'spelling, or add the module that registers it to custom_imports')
     if isinstance(exc, TypeError) and 'unexpected keyword argument' in message:
         return f'{first_line} -- a config key is misspelt or does not belong there'
+    if isinstance(exc, TypeError) and re.search(r'missing \d+ required .*argument', message):
+        return f'{first_line} -- give it in the config'
+    timed_out = _COLLECTIVE_TIMED_OUT.search(message)
+    if isinstance(exc, RuntimeError) and timed_out:
+        seconds = int(timed_out.group(1)) / 1000
+        return (f'this rank waited {seconds:g} s for another rank in a collective: another rank '
+                'failed or hangs (its log says which); if a step, an evaluation or a checkpoint '
+                'save really takes longer, raise env_cfg.dist_cfg.timeout (seconds)')
+    if isinstance(exc, RuntimeError) and 'gloo' in message and 'closed by peer' in message:
+        return 'another rank of this run exited early: its log has the cause'
+    if isinstance(exc, ValueError) and message.startswith('batch_size should be a positive'):
+        return f'{first_line} -- set train_dataloader.batch_size (and val / test) to 1 or more'
+    missing = _missing_module(exc)
+    if missing is not None:
+        return (f'no module named {missing.name!r}: install it, or, for a module of your own '
+                'in custom_imports, run from its directory or add that to PYTHONPATH')
     if isinstance(exc, FileNotFoundError):
         return (f'{first_line} -- check data_root / ann_file / load_from in the config or '
                 'override them with --cfg-options')
+    return None
+
+
+def _missing_module(exc: BaseException | None) -> ModuleNotFoundError | None:
+    """The ``ModuleNotFoundError`` behind ``exc``: MMEngine's ``custom_imports`` re-raise it
+    twice, as ``ImportError``s that list ``sys.path``."""
+    while isinstance(exc, ImportError):
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            return exc
+        exc = exc.__cause__ or exc.__context__
     return None

@@ -63,7 +63,9 @@ class TimmClassifier(BaseModel):
             raise ConfigError(f'label_smoothing must be in [0, 1), got {label_smoothing}')
         if model_name not in timm.list_models():
             close = difflib.get_close_matches(model_name, timm.list_models(), n=5)
-            raise ConfigError(f'timm has no model {model_name!r}; close names: {close}')
+            hint = f'close names: {", ".join(close)}' if close else \
+                "timm.list_models('vit_*') lists the ViTs, for example"
+            raise ConfigError(f'timm has no model {model_name!r}; {hint}')
         if pretrained_file is not None and not osp.isfile(pretrained_file):
             raise DataNotFoundError(
                 f'pretrained_file {pretrained_file!r} does not exist: download the timm '

@@ -4,12 +4,20 @@ MMEngine 0.10.7 calls ``torch.cuda.set_device`` before ``init_process_group`` wh
 backend, and wraps the model in DDP with ``device_ids=[LOCAL_RANK]``; both fail on a
 machine without CUDA. With this shim, ``--launcher pytorch`` on CPUs initialises a gloo
 process group (``nccl`` in a config becomes ``gloo``) and DDP gets ``device_ids=None``.
+
+A CPU process group waits :data:`CPU_TIMEOUT` for a rank that does not answer, not PyTorch's
+30 minutes, unless the config says otherwise::
+
+    env_cfg = dict(dist_cfg=dict(backend='gloo', timeout=1800))  # seconds
 """
 from __future__ import annotations
 
+import datetime
 import functools
 
 import torch
+
+CPU_TIMEOUT = datetime.timedelta(minutes=10)
 
 
 def _init_dist_pytorch_cpu_aware(original):
@@ -19,6 +27,7 @@ def _init_dist_pytorch_cpu_aware(original):
             return original(backend, init_backend=init_backend, **kwargs)
         if backend == 'nccl':
             backend = 'gloo'
+        kwargs.setdefault('timeout', CPU_TIMEOUT)
         torch.distributed.init_process_group(backend=backend, **kwargs)
 
     init_dist_pytorch.__mmdropit_shim__ = True

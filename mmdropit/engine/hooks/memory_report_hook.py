@@ -9,6 +9,7 @@ from __future__ import annotations
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ...errors import ConfigError
 from ...memory import SavedTensorMeter, StepPeak, StepPeakMeter
 
 MIB = 2 ** 20
@@ -43,8 +44,8 @@ class MemoryReportHook(Hook):
     priority = 'NORMAL'  # after_train_iter before LoggerHook (BELOW_NORMAL)
 
     def __init__(self, interval: int = 50) -> None:
-        if interval < 1:
-            raise ValueError(f'MemoryReportHook interval must be >= 1, got {interval}')
+        if not isinstance(interval, int) or interval < 1:
+            raise ConfigError(f'MemoryReportHook interval must be an int >= 1, got {interval!r}')
         self.interval = interval
         self._meters: tuple[SavedTensorMeter, StepPeakMeter] | None = None
         self.last_scalars: dict[str, float] = {}

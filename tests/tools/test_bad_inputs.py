@@ -1,0 +1,297 @@
+"""Bad inputs a new user gives ``tools/train.py``, ``tools/test.py``, ``tools/dist_train.sh``
+and our hooks and wrappers: each ends in one ``error: ...`` line that says what to do, with
+no traceback."""
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
+                            run_dist_train, run_tool)
+
+
+def _write_config(tmp_path, body: str) -> str:
+    path = tmp_path / 'config.py'
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def _one_line_error(result) -> str:
+    assert result.returncode != 0
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith('error:')]
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+def test_unknown_hook_under_mmdet_scope_is_one_line(tmp_path):
+    config = _write_config(tmp_path, f'''
+        _base_ = r'{TINY_VIT}'
+        default_scope = 'mmdet'
+        custom_hooks = [dict(type='DropItHookTypo')]
+        ''')
+    result = run_tool('tools/train.py', config, '--work-dir', str(tmp_path), check=False)
+    line = _one_line_error(result)
+    assert "unknown type 'DropItHookTypo'" in line and 'custom_imports' in line
+
+
+def test_misspelt_model_key_is_one_line(tmp_path):
+    config = _write_config(tmp_path, f'''
+        _base_ = r'{TINY_VIT}'
+        model = dict(label_smoothin=0.1)
+        ''')
+    result = run_tool('tools/train.py', config, '--work-dir', str(tmp_path), check=False)
+    line = _one_line_error(result)
+    assert "unexpected keyword argument 'label_smoothin'" in line and 'misspelt' in line
+
+
+def test_missing_detection_data_is_one_line(tmp_path):
+    result = run_tool('tools/train.py', str(TINY_FRCNN), '--work-dir', str(tmp_path),
+                      '--cfg-options', *digit_coco_options(tmp_path / 'nowhere'), check=False)
+    line = _one_line_error(result)
+    assert 'nowhere' in line and 'data_root' in line
+
+
+BLOCK_MODULE = '''
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            raise {error}
+sys.meta_path.insert(0, Block())
+'''
+ABI_BROKEN = "ImportError('mmcv/_ext.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev')"
+
+
+@pytest.mark.parametrize('module,error,expected', [
+    ('mmcv._ext', ABI_BROKEN, ('undefined symbol', 'rebuild', 'make env')),
+    ('mmcv', "ModuleNotFoundError(\"No module named 'mmcv'\")", ('not installed', 'make env')),
+], ids=['abi-broken', 'missing'])
+def test_broken_or_missing_mmcv_is_one_line(tmp_path, module, error, expected):
+    (tmp_path / 'sitecustomize.py').write_text(BLOCK_MODULE.format(module=module, error=error))
+    result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
+                      env={'PYTHONPATH': str(tmp_path)}, check=False)
+    line = _one_line_error(result)
+    assert all(text in line for text in expected), line
+
+
+@pytest.mark.parametrize('args', [[], ['configs/tiny/vit-tiny_mnist5k.py'],
+                                  ['configs/tiny/vit-tiny_mnist5k.py', 'two']])
+def test_dist_train_sh_without_a_process_count_prints_its_usage(args):
+    result = subprocess.run(['bash', str(ROOT / 'tools' / 'dist_train.sh'), *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith('usage: bash tools/dist_train.sh CONFIG NPROC')
+    assert 'unbound variable' not in result.stderr
+
+
+@pytest.mark.parametrize('broken', ['top', 'base'])
+def test_a_config_syntax_error_names_the_file_and_line(tmp_path, broken):
+    (tmp_path / 'base.py').write_text("lr = 0.1\nsteps = (1, 2\n" if broken == 'base' else
+                                      "lr = 0.1\n")
+    top = tmp_path / 'top.py'
+    top.write_text("_base_ = ['./base.py']\nx = [1,\n" if broken == 'top' else
+                   "_base_ = ['./base.py']\nx = 1\n")
+    result = run_tool('tools/train.py', str(top), '--work-dir', str(tmp_path), check=False)
+    _one_line_error(result)
+    line = 2
+    assert f'error: syntax error in config file {tmp_path / (broken + ".py")}, line {line}' \
+        in result.stderr, result.stderr
+
+
+
+@pytest.mark.parametrize('how', ['resume', 'test', 'load_from'])
+def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path, how):
+    broken = tmp_path / 'epoch_1.pth'
+    broken.write_bytes(b'PK\x03\x04 cut short')
+    tool, extra = {'resume': ('tools/train.py', ['--resume', str(broken)]),
+                   'test': ('tools/test.py', [str(broken)]),
+                   'load_from': ('tools/train.py', ['--cfg-options', f'load_from={broken}'])}[how]
+    result = run_tool(tool, str(TINY_VIT), *extra, '--work-dir', str(tmp_path / 'work'),
+                      check=False)
+    _one_line_error(result)
+    assert f'checkpoint {broken} is truncated or not a PyTorch checkpoint' in result.stderr
+
+
+
+@pytest.mark.parametrize('options,message', [
+    (['foo'], "--cfg-options takes key=value items (e.g. train_cfg.max_epochs=2), got 'foo'"),
+    (['train_cfg.max_epochs=abc'],
+     'error: --cfg-options train_cfg.max_epochs=abc: the config holds 8 there; give an integer'),
+])
+def test_bad_cfg_options_are_one_line(tmp_path, options, message):
+    result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
+                      '--cfg-options', *options, check=False)
+    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-2000:]
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize('tool,args,message', [
+    ('tools/train.py', ['missing.py'], "error: config file 'missing.py' does not exist"),
+    ('tools/test.py', [str(TINY_VIT), 'missing.pth'], "error: checkpoint 'missing.pth' does not "
+                                                       'exist'),
+])
+def test_a_missing_config_or_checkpoint_gets_no_data_root_hint(tool, args, message):
+    result = run_tool(tool, *args, check=False)
+    _one_line_error(result)
+    assert message in result.stderr and 'data_root' not in result.stderr
+
+
+def test_test_py_refuses_another_models_checkpoint(tmp_path):
+    checkpoint = tmp_path / 'resnet.pth'
+    torch.save({'state_dict': {'backbone.conv1.weight': torch.zeros(8, 3, 7, 7)}, 'meta': {}},
+               checkpoint)
+    result = run_tool('tools/test.py', str(TINY_VIT), str(checkpoint), '--work-dir',
+                      str(tmp_path / 'work'), check=False)
+    _one_line_error(result)
+    assert f'checkpoint {checkpoint} holds 0 of the' in result.stderr
+    assert 'it was trained for another model' in result.stderr
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One bad input: ``config`` (lines added to the tiny ViT's, written to
+    ``{tmp}/config.py``) or ``args`` naming ``{config}``; ``expected`` is in the error line."""
+
+    args: list[str]
+    expected: str
+    config: str = ''
+    tool: str = 'tools/train.py'
+    options: list[str] = field(default_factory=list)
+
+
+def _hooks(*hooks: str) -> str:
+    return f'custom_hooks = [{", ".join(hooks)}]'
+
+
+STEPS = ['--cfg-options', *TINY_VIT_2_ITERS]  # for inputs found only in the first iteration
+BAD_INPUTS = {
+    'launcher-outside-torchrun': BadInput(
+        ['{config}', '--launcher', 'pytorch'], 'run bash tools/dist_train.sh CONFIG NPROC'),
+    'config-not-a-config': BadInput(['{tmp}/notes.txt'], 'is not a .py, .json or .yaml file'),
+    'work-dir-is-a-file': BadInput(['{config}', '--work-dir', '{tmp}/notes.txt'],
+                                   'notes.txt is a file: give a directory'),
+    'resume-missing-file': BadInput(['{config}', '--resume', '{tmp}/gone.pth'],
+                                    'gone.pth: no such checkpoint file'),
+    'load-from-a-text-file': BadInput(['{config}'], 'truncated or not a PyTorch checkpoint',
+                                      config="load_from = r'{tmp}/notes.txt'"),
+    'dropit-gamma-above-1': BadInput(['{config}'], 'gamma must be a number in [0, 1)',
+                                     config=_hooks("dict(type='DropITHook', gamma=1.5)")),
+    'dropit-unknown-strategy': BadInput(
+        ['{config}'], "unknown DropIT strategy 'topk': use one of",
+        config=_hooks("dict(type='DropITHook', strategy='topk')")),
+    'dropit-misspelt-key': BadInput(['{config}'], "unexpected keyword argument 'gama'",
+                                    config=_hooks("dict(type='DropITHook', gama=0.9)")),
+    'dropit-negative-warmup': BadInput(
+        ['{config}'], 'warmup_iters must be an int >= 0',
+        config=_hooks("dict(type='DropITHook', warmup_iters=-1)")),
+    'dropit-layers-as-text': BadInput(['{config}'], 'take a list of name patterns',
+                                      config=_hooks("dict(type='DropITHook', layers='head')")),
+    'dropit-layers-match-nothing': BadInput(
+        ['{config}', *STEPS], 'DropIT converted no layer of TimmClassifier',
+        config=_hooks("dict(type='DropITHook', layers=['no.such.layer'])")),
+    'plan-budget-unit': BadInput(['{config}'], "such as '4GB' or '512MiB'; got '11XB'",
+                                 config=_hooks("dict(type='CheckpointPlanHook', budget='11XB')")),
+    'plan-budget-negative': BadInput(
+        ['{config}'], 'a fraction must lie in (0, 1], got -0.5',
+        config=_hooks("dict(type='CheckpointPlanHook', budget=-0.5)")),
+    'plan-granularity-zero': BadInput(
+        ['{config}'], 'granularity must be an int >= 1',
+        config=_hooks("dict(type='CheckpointPlanHook', granularity=0)")),
+    'budget-hook-without-budget': BadInput(['{config}'], "missing 1 required positional argument",
+                                           config=_hooks("dict(type='MemoryBudgetHook')")),
+    'budget-hook-unknown-technique': BadInput(
+        ['{config}'], "allow takes a list of lossy techniques",
+        config=_hooks("dict(type='MemoryBudgetHook', budget=0.5, allow=['teleport'])")),
+    'budget-hook-with-a-plan-hook': BadInput(
+        ['{config}'], 'remove CheckpointPlanHook from custom_hooks',
+        config=_hooks("dict(type='MemoryBudgetHook', budget=0.5)",
+                      "dict(type='CheckpointPlanHook')")),
+    'report-hook-interval-zero': BadInput(
+        ['{config}'], 'MemoryReportHook interval must be an int >= 1',
+        config=_hooks("dict(type='MemoryReportHook', interval=0)")),
+    'micro-batches-zero': BadInput(
+        ['{config}'], 'micro_batches must be a positive integer, got 0',
+        config="optim_wrapper = dict(type='MicroBatchOptimWrapper', micro_batches=0)"),
+    'micro-batches-and-a-budget': BadInput(
+        ['{config}'], 'give either micro_batches or memory_budget, not both',
+        config="optim_wrapper = dict(type='MicroBatchOptimWrapper', micro_batches=2, "
+               "memory_budget='1GB')"),
+    'more-micro-batches-than-samples': BadInput(
+        ['{config}', *STEPS], 'cannot split a batch of 32 samples into 1000 micro-batches',
+        config="optim_wrapper = dict(type='MicroBatchOptimWrapper', micro_batches=1000)"),
+    'mixed-precision-dtype': BadInput(
+        ['{config}'], "dtype must be 'float16' or 'bfloat16', got 'float8'",
+        config="optim_wrapper = dict(type='MixedPrecisionOptimWrapper', dtype='float8')"),
+    'unknown-model-type': BadInput(['{config}'], "unknown type 'NoSuchModel'",
+                                   config="model = dict(_delete_=True, type='NoSuchModel')"),
+    'unknown-optimizer-type': BadInput(
+        ['{config}'], "unknown optimizer type 'Adamm'",
+        config="optim_wrapper = dict(optimizer=dict(_delete_=True, type='Adamm', lr=1e-3))"),
+    'unknown-scheduler-type': BadInput(
+        ['{config}', *STEPS], "unknown type 'NoSched' in the config (mmengine::parameter "
+        'scheduler registry)', config="param_scheduler = [dict(type='NoSched')]"),
+    'unknown-timm-model': BadInput(['{config}'], "timm has no model 'vit_nonexistent'",
+                                   config="model = dict(model_name='vit_nonexistent')"),
+    'custom-import-missing': BadInput(
+        ['{config}'], "no module named 'no_such_module'",
+        config="custom_imports = dict(imports=['mmdropit', 'no_such_module'])"),
+    'batch-size-zero': BadInput(['{config}', '--cfg-options', 'train_dataloader.batch_size=0'],
+                                'set train_dataloader.batch_size'),
+    'val-interval-zero': BadInput(['{config}', '--cfg-options', 'train_cfg.val_interval=0'],
+                                  'train_cfg.val_interval must be an int >= 1'),
+    'learning-rate-as-text': BadInput(
+        ['{config}', '--cfg-options', 'optim_wrapper.optimizer.lr=fast'],
+        'the config holds 0.001 there; give a number'),
+    'data-root-the-datasets-ignore': BadInput(
+        [str(TINY_FRCNN), '--cfg-options', 'data_root={tmp}/coco/'],
+        'set train_dataloader.dataset.data_root={tmp}/coco/'),
+    'sharding-without-torchrun': BadInput(
+        ['{config}'], 'launch with `bash tools/dist_train.sh CONFIG 2`',
+        config="model_wrapper_cfg = dict(type='FullyShardModelWrapper')"),
+    'test-checkpoint-is-a-directory': BadInput(['{config}', '{tmp}'], 'is a directory',
+                                               tool='tools/test.py'),
+    'test-checkpoint-is-text': BadInput(['{config}', '{tmp}/notes.txt'],
+                                        'truncated or not a PyTorch checkpoint',
+                                        tool='tools/test.py'),
+}
+
+
+@pytest.mark.parametrize('bad', BAD_INPUTS.values(), ids=BAD_INPUTS.keys())
+def test_a_bad_input_is_one_line(tmp_path, bad):
+    (tmp_path / 'notes.txt').write_text('not a config, not a checkpoint')
+    config = tmp_path / 'config.py'
+    config.write_text(f"_base_ = r'{TINY_VIT}'\n{bad.config.format(tmp=tmp_path)}\n")
+    args = [arg.format(config=config, tmp=tmp_path) for arg in bad.args]
+    if '--work-dir' not in args:
+        args += ['--work-dir', str(tmp_path / 'work')]
+    result = run_tool(bad.tool, *args, check=False)
+    assert bad.expected.format(tmp=tmp_path) in _one_line_error(result)
+
+
+def test_dist_train_sh_with_a_missing_config_is_one_line(tmp_path):
+    result = subprocess.run(['bash', str(ROOT / 'tools' / 'dist_train.sh'),
+                             str(tmp_path / 'nope.py'), '2'], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == f"error: config file '{tmp_path / 'nope.py'}' does not exist\n"
+
+
+def test_a_rank_that_hangs_is_one_line_on_the_others(tmp_path):
+    """Rank 1 sleeps before training; rank 0's first gradient all-reduce gives up after
+    ``env_cfg.dist_cfg.timeout`` seconds and says so."""
+    config = tmp_path / 'config.py'
+    config.write_text(
+        f"_base_ = r'{TINY_VIT}'\n"
+        "custom_imports = dict(imports=['mmdropit', 'tests.helpers.sleep_hook'])\n"
+        "custom_hooks = [dict(type='SleepHook', rank=1, seconds=60)]\n"
+        "env_cfg = dict(dist_cfg=dict(backend='gloo', timeout=3))\n")
+    result = run_dist_train(str(config), 2, '--work-dir', str(tmp_path / 'work'),
+                            '--cfg-options', *TINY_VIT_2_ITERS, check=False)
+    assert result.returncode != 0
+    assert 'error: this rank waited 3 s for another rank in a collective' in result.stderr
+    assert 'raise env_cfg.dist_cfg.timeout (seconds)' in result.stderr
