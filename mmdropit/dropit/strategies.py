@@ -16,6 +16,9 @@ Training", ICLR 2023): they contribute least to the weight gradient.
 - ``random``: keeps each element with probability ``1 - gamma`` and scales the kept values by
   ``1 / (1 - gamma)``, so the weight gradient is an unbiased estimate of the exact one.
 
+Samples and masks are drawn from DropIT's own generator (:mod:`.random_source`), never from the
+global one, so dropout and drop-path draw the same masks with and without DropIT.
+
 Example:
     >>> x = torch.tensor([0.1, -3.0, 0.5, 2.0, -0.2, 0.05, 1.0, -0.7, 0.3, 4.0])
     >>> keep, scale = select('mink', x, gamma=0.7)
@@ -30,6 +33,7 @@ from collections.abc import Callable
 import torch
 
 from ..errors import ConfigError
+from .random_source import generator
 
 SAMPLE_SIZE = 1 << 16
 """Elements sampled by ``mink_approx`` to estimate the threshold."""
@@ -42,7 +46,8 @@ def _threshold_mask(magnitude: torch.Tensor, threshold: torch.Tensor) -> torch.T
 
 
 def _sample(magnitude: torch.Tensor) -> torch.Tensor:
-    index = torch.randint(0, magnitude.numel(), (SAMPLE_SIZE,), device=magnitude.device)
+    index = torch.randint(0, magnitude.numel(), (SAMPLE_SIZE,), device=magnitude.device,
+                          generator=generator(magnitude.device))
     return magnitude.take(index)
 
 
@@ -87,7 +92,8 @@ def mink_approx(flat: torch.Tensor, gamma: float) -> Selection:
 
 def random(flat: torch.Tensor, gamma: float) -> Selection:
     """Keep each element with probability ``1 - gamma``; rescale so the gradient is unbiased."""
-    keep = torch.empty_like(flat, dtype=torch.bool).bernoulli_(1.0 - gamma)
+    keep = torch.empty_like(flat, dtype=torch.bool).bernoulli_(1.0 - gamma,
+                                                                generator=generator(flat.device))
     return keep, 1.0 / (1.0 - gamma)
 
 

@@ -18,6 +18,7 @@ from mmengine.registry import HOOKS
 
 from ...dropit import (ConversionReport, audit, check_gammas, check_strategy, convert, keep_ratio,
                       set_gamma_scale)
+from ...dropit.random_source import reseed
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
 
@@ -78,6 +79,7 @@ class DropITHook(Hook):
         return report
 
     def before_run(self, runner) -> None:
+        reseed()  # DropIT's generator: seeded from this run's seed at its first use
         report = self.apply(runner.model)
         runner.logger.info(
             f'{report} (gamma {self.gamma}, strategy {self.strategy!r}). Left exact: '

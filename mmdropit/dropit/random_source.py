@@ -1,0 +1,45 @@
+"""DropIT's own random numbers, apart from the global generator.
+
+``mink`` on large inputs and ``mink_approx`` sample elements to find their threshold, and
+``random`` draws its keep mask. Drawn from PyTorch's global generator, those numbers would
+shift every later draw of the step: a DropIT run's dropout and drop-path masks would differ
+from the baseline's at the same seed, which adds noise to every paired comparison of the two.
+DropIT therefore draws from a generator of its own, one per device, created at its first use
+and seeded from ``torch.initial_seed()`` (the seed of the run, e.g. MMEngine's
+``randomness.seed``), so a run stays reproducible and the global stream is left as the
+baseline's. :func:`reseed` starts it afresh.
+
+Example:
+    >>> _ = torch.manual_seed(0)
+    >>> before = torch.get_rng_state()
+    >>> _ = torch.randint(0, 10, (4,), generator=generator(torch.device('cpu')))
+    >>> torch.equal(torch.get_rng_state(), before)   # the global stream did not move
+    True
+"""
+from __future__ import annotations
+
+import torch
+
+_GENERATORS: dict[torch.device, torch.Generator] = {}
+_OFFSET = 0x5D_0917  # DropIT's stream differs from one seeded with the run's seed itself
+
+
+def generator(device: torch.device) -> torch.Generator:
+    """DropIT's generator for ``device``, created and seeded at its first use."""
+    if device.type == 'cuda' and device.index is None:
+        device = torch.device('cuda', torch.cuda.current_device())
+    found = _GENERATORS.get(device)
+    if found is None:
+        found = torch.Generator(device).manual_seed(torch.initial_seed() + _OFFSET)
+        _GENERATORS[device] = found
+    return found
+
+
+def reseed(seed: int | None = None) -> None:
+    """Seed DropIT's generators afresh: from ``seed``, or else from ``torch.initial_seed()`` at
+    their next use."""
+    if seed is None:
+        _GENERATORS.clear()
+        return
+    for found in _GENERATORS.values():
+        found.manual_seed(seed + _OFFSET)
