@@ -16,7 +16,9 @@ from .variants import BASELINE, Variant
 from .workload import Workload
 
 
-def _train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer) -> None:
+def train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer) -> None:
+    """One training step of ``work`` under ``variant`` (its ``forward`` context around each
+    forward pass; ``prepare`` is the caller's)."""
     for part_loss in work.losses():
         with variant.forward(work):
             loss = part_loss()
@@ -31,7 +33,7 @@ def _timed_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimiz
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    _train_step(work, variant, optimizer)
+    train_step(work, variant, optimizer)
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
     return time.perf_counter() - start
@@ -63,9 +65,9 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
         try:
             with variant.prepare(work):
                 with SavedTensorMeter(work.model) as saved_meter:
-                    _train_step(work, variant, optimizer)
+                    train_step(work, variant, optimizer)
                 with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
-                    _train_step(work, variant, optimizer)
+                    train_step(work, variant, optimizer)
         except (RuntimeError, NotImplementedError) as error:
             if variant.name == BASELINE:
                 raise

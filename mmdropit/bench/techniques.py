@@ -56,6 +56,14 @@ def bf16_autocast(work: Workload) -> ContextManager[None]:
     return torch.autocast(device_type, dtype=torch.bfloat16)
 
 
+def fp16_autocast(work: Workload) -> ContextManager[None]:
+    """float16 autocast on the model's device (entered around the forward pass). The step
+    does not scale the loss: a loss scaler adds one multiplication per loss and one unscaling
+    of the gradients per step, and no saved tensor."""
+    device_type = next(work.model.parameters()).device.type
+    return torch.autocast(device_type, dtype=torch.float16)
+
+
 def decided_autocast(work: Workload) -> ContextManager[None]:
     """Autocast to the workload's ``autocast_dtype`` when a budget decision set it."""
     if work.autocast_dtype is None:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import ContextManager
 
 from .techniques import (bf16_autocast, checkpoint_plan, decided_autocast, dropit,
-                         grad_checkpointing, memory_budget, micro_batches, mmengine_checkpointing,
-                         uniform_sqrt)
+                         fp16_autocast, grad_checkpointing, memory_budget, micro_batches,
+                         mmengine_checkpointing, uniform_sqrt)
 from .workload import Workload
 
 BASELINE = 'baseline'
@@ -77,6 +77,7 @@ def catalogue() -> dict[str, Variant]:
         Variant(BASELINE),
         Variant('grad-ckpt', prepare=grad_checkpointing),
         Variant('bf16-autocast', forward=bf16_autocast),
+        Variant('fp16-autocast', forward=fp16_autocast),
         Variant('dropit-mink', prepare=dropit('mink')),
         Variant('dropit-approx', prepare=dropit('mink_approx')),
         Variant('dropit-no-lean', prepare=dropit('mink', lean_activations=False)),

@@ -170,6 +170,19 @@ def test_bf16_mixed_precision_on_cpu_with_micro_batches_trains():
     assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+def test_fp16_mixed_precision_scales_the_loss_and_logs_the_scale():
+    from mmengine.logging import MessageHub
+
+    torch.manual_seed(0)
+    model = _Regressor()
+    wrapper = MixedPrecisionOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                         dtype='float16', loss_scale=1024.0)
+    assert wrapper.loss_scaler.is_enabled()
+    _train(model, wrapper, [_batch()])
+    logged = MessageHub.get_current_instance().get_scalar('train/loss_scale').current()
+    assert logged == wrapper.loss_scaler.get_scale() == 1024.0
+
+
 def test_mixed_precision_rejects_an_unknown_dtype():
     with pytest.raises(ConfigError, match="'float16' or 'bfloat16'"):
         MixedPrecisionOptimWrapper(optimizer=torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=1),

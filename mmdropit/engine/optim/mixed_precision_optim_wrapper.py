@@ -97,6 +97,13 @@ class MixedPrecisionOptimWrapper(MicroBatching, AmpOptimWrapper):
         self._scale_update_param = (float(loss_scale) if scaled and isinstance(loss_scale, float)
                                     else None)
 
+    def step(self, **kwargs) -> None:
+        """The loss-scaled update of ``AmpOptimWrapper``; with float16, the scale it leaves is
+        logged as ``loss_scale`` (it halves after each step with non-finite gradients)."""
+        super().step(**kwargs)
+        if self.loss_scaler.is_enabled():
+            self.message_hub.update_scalar('train/loss_scale', self.loss_scaler.get_scale())
+
     @contextlib.contextmanager
     def optim_context(self, model: nn.Module) -> Iterator[None]:
         """Gradient-sync control of ``OptimWrapper`` plus autocast to :attr:`cast_dtype`."""

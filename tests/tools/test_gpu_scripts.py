@@ -1,0 +1,92 @@
+"""tools/gpu: what can be checked of the GPU run without a GPU -- the carried versions, the
+stages each script would run, the summary table."""
+from __future__ import annotations
+
+import subprocess
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from mmdropit.bench.report import Measurement, write_json
+from mmdropit.memory import SavedActivations, StepPeak
+from tests.conftest import ROOT, run_tool
+
+GPU = ROOT / 'tools' / 'gpu'
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (GPU / 'carry.txt').read_text().splitlines():
+        line = line.removeprefix('source:').strip()
+        if line and not line.startswith('#'):
+            name, pinned = line.split('==')
+            pins[name] = pinned
+    return pins
+
+
+def test_the_carried_versions_are_the_ones_make_env_installs():
+    pins = _pins()
+    assert {'mmengine', 'mmdet', 'mmcv', 'pycocotools'} <= set(pins)
+    assert {name: version(name) for name in pins} == pins
+
+
+def _bash(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(['bash', *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_collect_downloads_every_pin_for_python_3_12():
+    result = _bash(str(GPU / 'collect.sh'), '--dry-run')
+    assert result.returncode == 0, result.stderr
+    wheels, source = result.stdout.splitlines()[1:]
+    assert '--python-version 3.12' in wheels and '--only-binary=:all:' in wheels
+    assert all(f'{name}=={pinned}' in wheels for name, pinned in _pins().items()
+               if name != 'mmcv')
+    assert source.endswith('--no-build-isolation -d ' + str(ROOT / '.gpu' / 'src') +
+                           ' mmcv==2.1.0')
+
+
+def test_on_device_runs_the_stages_in_the_order_given(tmp_path):
+    result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'setup',
+                   'mmcv-background', 'bench', 'detect', 'summary')
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 5 and not any(tmp_path.iterdir())  # a dry run writes nothing
+    assert 'pip install' in lines[0] and '.gpu/wheels/*.whl' in lines[0]
+    assert lines[1].startswith('setsid: build mmcv')
+    assert '--device cuda --models deit_small,resnet50 --batch-size 64' in lines[2]
+    assert '--models faster_rcnn --det-batch-size 2' in lines[3]
+    assert 'tools/gpu/summary.py' in lines[4]
+
+
+@pytest.mark.parametrize('args,message', [
+    ([], 'usage: bash tools/gpu/on_device.sh'),
+    (['/tmp/out', 'benchmark'], "error: unknown stage 'benchmark'"),
+])
+def test_on_device_refuses_bad_arguments_in_one_line(args, message):
+    result = _bash(str(GPU / 'on_device.sh'), *args)
+    assert result.returncode == 2 and result.stderr.startswith(message)
+
+
+def test_the_summary_is_one_row_per_variant(tmp_path):
+    rows = [Measurement('deit_small', name, SavedActivations(saved), StepPeak('cuda', peak),
+                        seconds) for name, saved, peak, seconds in
+            [('baseline', 800, 2**31, 1.0), ('ckpt-plan-min', 200, 2**30, 1.25)]]
+    (tmp_path / 'bench').mkdir()
+    write_json(rows, tmp_path / 'bench' / 'benchmark.json', meta={'device': 'cuda'})
+    table = run_tool('tools/gpu/summary.py', str(tmp_path)).stdout.splitlines()
+    assert table[2].split() == ['deit_small', 'ckpt-plan-min', '0.50', '0.25', '1.25', '2.00',
+                                'GiB', '(cuda)']
+
+
+def test_the_snapshot_script_says_it_needs_cuda(tmp_path):
+    result = run_tool('tools/gpu/memory_snapshot.py', '--out', str(tmp_path), check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == ('error: memory snapshots need a CUDA device (this '
+                                     'machine has none)')
+
+
+def test_the_run_needs_no_path_outside_the_checkout():
+    text = (GPU / 'on_device.sh').read_text()
+    assert '../shared' not in text and 'pip download' not in text  # no registry there
+    assert Path(ROOT / '.gitignore').read_text().count('/.gpu/') == 1

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Run on the GPU machine (device tool), from the repository root, with .gpu carried:
+#
+#   bash tools/gpu/on_device.sh OUT STAGE...        e.g. (two calls, back to back)
+#   bash tools/gpu/on_device.sh $OUT setup mmcv-background bench snapshot
+#   bash tools/gpu/on_device.sh $OUT setup mmcv-wait tests detect summary
+#   bash tools/gpu/on_device.sh --dry-run OUT STAGE...   print the commands only
+#
+# Stages (each writes into OUT):
+#   setup            install the carried wheels into /tmp/site (no registry there), record the
+#                    machine (environment.txt); mmdropit runs from this checkout (PYTHONPATH)
+#   mmcv             build mmcv 2.1.0 from .gpu/src with CUDA ops for this GPU only
+#                    (TORCH_CUDA_ARCH_LIST from the GPU, MAX_JOBS = cores); if that fails, mmcv
+#                    without ops, and mmcv.txt says which parts then cannot run
+#   mmcv-background  the same in the background (setsid), to overlap other stages; the machine
+#                    keeps it across calls while it stays warm (30 s idle)
+#   mmcv-wait        wait for a background build (at most 8 minutes)
+#   tests            pytest -m cuda (tests.log)
+#   bench            DeiT-S and ResNet-50, batch 64: baseline, per-block checkpointing, DropIT,
+#                    least-memory plan, plan at 0.5, 4 micro-batches, bf16 and fp16 autocast,
+#                    MemoryBudgetHook at 0.5 (bench/)
+#   detect           Faster R-CNN R50-FPN, batch 2, the same variants (needs mmcv's ops; detect/)
+#   snapshot         CUDA memory snapshots of a DeiT-S baseline step and a planned one (HTML)
+#   summary          a short table of every benchmark.json under OUT, printed last
+set -uo pipefail
+DRY=0
+if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
+if [[ $# -lt 2 ]]; then
+  echo "usage: bash tools/gpu/on_device.sh [--dry-run] OUT STAGE... (stages: setup mmcv" \
+       "mmcv-background mmcv-wait tests bench detect snapshot summary)" >&2
+  exit 2
+fi
+OUT=$1; shift
+STAGES=("$@")
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+SITE=/tmp/site
+MMCV_SITE=/tmp/site-mmcv
+BUILD_LOG=/tmp/mmcv-build.log
+PY=${PYTHON:-python3}
+export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+VARIANTS=grad-ckpt,dropit-mink,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5
+
+for stage in "${STAGES[@]}"; do
+  case $stage in
+    setup|mmcv|mmcv-background|mmcv-wait|tests|bench|detect|snapshot|summary) ;;
+    *) echo "error: unknown stage '$stage'" >&2; exit 2 ;;
+  esac
+done
+
+run() {  # run (or print) a command, its output also in OUT/<log>
+  local log=$1; shift
+  if (( DRY )); then echo "$*  > $OUT/$log"; return 0; fi
+  echo "[on_device] $(date +%T) $*"
+  "$@" 2>&1 | tee -a "$OUT/$log"
+  return "${PIPESTATUS[0]}"
+}
+
+build_mmcv() {
+  local arch
+  arch=$($PY -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')
+  if MMCV_WITH_OPS=1 FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS="$(nproc)" \
+     $PY -m pip install -q --no-build-isolation --no-deps --target "$MMCV_SITE" \
+       "$ROOT"/.gpu/src/mmcv-2.1.0.tar.gz; then
+    echo "mmcv 2.1.0 built with CUDA ops for sm_${arch/./}" > "$OUT/mmcv.txt"
+  else
+    rm -rf "$MMCV_SITE"
+    MMCV_WITH_OPS=0 $PY -m pip install -q --no-build-isolation --no-deps --target "$MMCV_SITE" \
+      "$ROOT"/.gpu/src/mmcv-2.1.0.tar.gz
+    echo "mmcv 2.1.0 built WITHOUT ops (the CUDA build failed, see mmcv-build.log): the" \
+         "detector rows (nms, RoIAlign) and the tests that need mmcv.ops cannot run" \
+         > "$OUT/mmcv.txt"
+  fi
+}
+
+(( DRY )) || mkdir -p "$OUT"
+for stage in "${STAGES[@]}"; do
+  case $stage in
+    setup)
+      run setup.log $PY -m pip install -q --no-deps --no-compile --upgrade --target "$SITE" \
+        "$ROOT"/.gpu/wheels/*.whl
+      (( DRY )) || { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+                     $PY -c 'import torch, timm, mmengine; print("torch", torch.__version__,
+                        "cuda", torch.version.cuda, "timm", timm.__version__, "mmengine",
+                        mmengine.__version__)'; } > "$OUT/environment.txt" 2>&1 ;;
+    mmcv)
+      if (( DRY )); then echo "build mmcv (CUDA ops) into $MMCV_SITE  > $BUILD_LOG"
+      else build_mmcv > "$BUILD_LOG" 2>&1; cp "$BUILD_LOG" "$OUT/mmcv-build.log"; fi ;;
+    mmcv-background)
+      if (( DRY )); then echo "setsid: build mmcv (CUDA ops) into $MMCV_SITE  > $BUILD_LOG"
+      else
+        export -f build_mmcv; export OUT ROOT MMCV_SITE PY
+        setsid nohup bash -c 'build_mmcv; touch /tmp/mmcv-build.done' > "$BUILD_LOG" 2>&1 &
+      fi ;;
+    mmcv-wait)
+      if (( ! DRY )); then
+        for _ in $(seq 480); do [[ -f /tmp/mmcv-build.done ]] && break; sleep 1; done
+        cp "$BUILD_LOG" "$OUT/mmcv-build.log" 2>/dev/null
+        [[ -f /tmp/mmcv-build.done ]] || echo "mmcv build not finished after 8 minutes" \
+          > "$OUT/mmcv.txt"
+      fi ;;
+    tests)
+      run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests" ;;
+    bench)
+      run bench.log $PY "$ROOT/tools/benchmark.py" --device cuda --models deit_small,resnet50 \
+        --batch-size 64 --variants "$VARIANTS" --out "$OUT/bench" ;;
+    detect)
+      run detect.log $PY "$ROOT/tools/benchmark.py" --device cuda --models faster_rcnn \
+        --det-batch-size 2 --variants "$VARIANTS" --out "$OUT/detect" ;;
+    snapshot)
+      run snapshot.log $PY "$ROOT/tools/gpu/memory_snapshot.py" --model deit_small \
+        --batch-size 64 --variants baseline,ckpt-plan-min --out "$OUT" ;;
+    summary)
+      run summary.log $PY "$ROOT/tools/gpu/summary.py" "$OUT" ;;
+  esac
+done
