@@ -83,6 +83,18 @@ def encoded_bytes(numel: int, kept: int, element_size: int) -> dict[str, int]:
     }
 
 
+def smaller_encoding(numel: int, kept: int, element_size: int) -> str:
+    """``'bitmask'`` or ``'indices'``, whichever stores ``kept`` of ``numel`` elements in fewer
+    bytes (the bitmask on a tie).
+
+    Example:
+        >>> smaller_encoding(1000, 100, 4), smaller_encoding(1000, 10, 4)
+        ('bitmask', 'indices')
+    """
+    sizes = encoded_bytes(numel, kept, element_size)
+    return 'bitmask' if sizes['bitmask'] <= sizes['indices'] else 'indices'
+
+
 @dataclass(frozen=True)
 class CompactLayout:
     """How a saved input was encoded; with the saved tensors, enough to rebuild it densely.
@@ -135,31 +147,43 @@ def worth_compressing(gamma: float, element_size: int) -> bool:
     return min(sizes['bitmask'], sizes['indices']) < sizes['dense']
 
 
+def index_dtype(numel: int) -> torch.dtype:
+    """The dtype of the ``indices`` encoding: int32, or int64 past 2**31 elements."""
+    return torch.int32 if numel <= _INT32_LIMIT else torch.int64
+
+
+def encode(flat: torch.Tensor, keep: torch.Tensor, scale: float,
+           encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kept elements of ``flat`` as ``(bitmask, values)`` or ``(indices, values)``, the
+    values in memory order and multiplied by ``scale``."""
+    index = keep.nonzero().squeeze(1)
+    values = flat.index_select(0, index)
+    if scale != 1.0:
+        values.mul_(scale)
+    if encoding == 'bitmask':
+        return pack_bits(keep), values
+    return index.to(index_dtype(flat.numel())), values
+
+
 def compress(flat: torch.Tensor, keep: torch.Tensor, scale: float, shape: torch.Size,
              memory_order: tuple[int, ...] | None) -> tuple[tuple[torch.Tensor, ...],
                                                            CompactLayout]:
-    """Encode the kept elements of ``flat`` as bitmask + values or indices + values.
+    """Encode the kept elements of ``flat`` as bitmask + values or indices + values, whichever
+    is smaller.
 
     Args:
         flat: The input flattened in memory order (:func:`flatten_in_memory_order`).
         keep: Boolean mask over ``flat``.
-        scale: Factor applied to the kept values (``1 / (1 - gamma)`` for ``random``).
+        scale: Factor applied to the kept values (``numel / kept`` for ``random``).
         shape: Shape of the original tensor.
         memory_order: The permutation returned by :func:`flatten_in_memory_order`.
 
     Returns:
         ``(tensors, layout)``: the tensors to save for backward and how to read them back.
     """
-    index = keep.nonzero().squeeze(1)
-    sizes = encoded_bytes(flat.numel(), index.numel(), flat.element_size())
-    values = flat.index_select(0, index)
-    if scale != 1.0:
-        values.mul_(scale)
-    if sizes['bitmask'] <= sizes['indices']:
-        encoding, tensors = 'bitmask', (pack_bits(keep), values)
-    else:
-        small_index = index.to(torch.int32) if flat.numel() <= _INT32_LIMIT else index
-        encoding, tensors = 'indices', (small_index, values)
+    encoding = smaller_encoding(flat.numel(), int(torch.count_nonzero(keep)),
+                                flat.element_size())
+    tensors = encode(flat, keep, scale, encoding)
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
     return tensors, CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
 
@@ -173,13 +197,23 @@ def decompress(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torc
     """Rebuild the dense tensor (dropped elements are zero) in the original memory layout."""
     if layout.encoding == 'dense':
         return tensors[0]
-    first, values = tensors
-    numel = layout.shape.numel()
+    return restore_shape(scatter_kept(*tensors, layout.shape.numel(), layout.encoding), layout)
+
+
+def scatter_kept(first: torch.Tensor, values: torch.Tensor, numel: int,
+                 encoding: str) -> torch.Tensor:
+    """The flat dense tensor of ``numel`` elements that :func:`encode` encoded (dropped
+    elements are zero)."""
     flat = values.new_zeros(numel)
-    if layout.encoding == 'bitmask':
+    if encoding == 'bitmask':
         flat.masked_scatter_(unpack_bits(first, numel), values)
     else:
         flat.index_copy_(0, first.long(), values)
+    return flat
+
+
+def restore_shape(flat: torch.Tensor, layout: CompactLayout) -> torch.Tensor:
+    """``flat`` (in memory order) viewed with the original shape and memory layout."""
     if layout.memory_order is None:
         return flat.view(layout.shape)
     order = layout.memory_order

@@ -1,8 +1,9 @@
 """DropIT linear and convolution as autograd Functions (the functional side of the layers).
 
 The forward pass computes the usual output from the dense input and saves, for the weight
-gradient, only the kept elements of that input in compact form (:mod:`.compact`), with
-``ctx.save_for_backward`` so that memory meters see exactly what is kept. The backward pass
+gradient, only the kept elements of that input in compact form (:mod:`.compact`, through the
+custom operators of :mod:`.ops` for the fixed-count strategies, so ``torch.compile`` traces the
+layer whole), with ``ctx.save_for_backward`` so that memory meters see exactly what is kept. The backward pass
 computes the input gradient from the weight (exact), the bias gradient from the output gradient
 (exact), and the weight gradient from the rebuilt sparse input. Each gradient is computed only
 when autograd needs it; the input is compressed only when the weight needs a gradient.
@@ -24,10 +25,11 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from .compact import (CompactLayout, compress, decompress, dense_layout, flatten_in_memory_order,
+from .compact import (CompactLayout, compress, dense_layout, flatten_in_memory_order,
                       worth_compressing)
+from .ops import keep_fixed, unkeep
 from .state import DropITState
-from .strategies import select
+from .strategies import FIXED_COUNT, select
 
 SaveObserver = Callable[[DropITState, torch.Tensor, CompactLayout], None]
 _OBSERVERS: list[SaveObserver] = []
@@ -47,8 +49,11 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
                                                                 CompactLayout]:
     if worth_compressing(state.gamma, x.element_size()):
         flat, order = flatten_in_memory_order(x)
-        keep, scale = select(state.strategy, flat, state.gamma)
-        tensors, layout = compress(flat, keep, scale, x.shape, order)
+        if state.strategy in FIXED_COUNT:
+            tensors, layout = keep_fixed(flat, state.gamma, state.strategy, x.shape, order)
+        else:
+            keep, scale = select(state.strategy, flat, state.gamma)
+            tensors, layout = compress(flat, keep, scale, x.shape, order)
         state.count(tensors[-1].numel(), x.numel())
     else:
         state.warn_dense_once(str(x.dtype).removeprefix('torch.'))
@@ -97,7 +102,7 @@ class DropITLinearFunction(torch.autograd.Function):
             grad_input = grad_out.matmul(weight)
         flat_grad = grad_out.reshape(-1, grad_out.shape[-1])
         if need_weight:
-            x = decompress(tuple(saved), ctx.layout)
+            x = unkeep(tuple(saved), ctx.layout)
             grad_weight = flat_grad.t().mm(x.reshape(-1, x.shape[-1]))
         if need_bias:
             grad_bias = flat_grad.sum(0)
@@ -135,7 +140,7 @@ class DropITConvFunction(torch.autograd.Function):
         weight, *saved = ctx.saved_tensors
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         if need_weight:
-            x = decompress(tuple(saved), ctx.layout)
+            x = unkeep(tuple(saved), ctx.layout)
             if ctx.pads is not None:
                 x = F.pad(x, ctx.pads)
         else:  # only the shape is read, as in torch.nn.grad.conv2d_input

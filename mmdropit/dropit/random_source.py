@@ -22,6 +22,7 @@ import torch
 
 _GENERATORS: dict[torch.device, torch.Generator] = {}
 _OFFSET = 0x5D_0917  # DropIT's stream differs from one seeded with the run's seed itself
+_seed: int | None = None  # set by reseed(seed); else the run's seed
 
 
 def generator(device: torch.device) -> torch.Generator:
@@ -30,16 +31,15 @@ def generator(device: torch.device) -> torch.Generator:
         device = torch.device('cuda', torch.cuda.current_device())
     found = _GENERATORS.get(device)
     if found is None:
-        found = torch.Generator(device).manual_seed(torch.initial_seed() + _OFFSET)
+        seed = torch.initial_seed() if _seed is None else _seed
+        found = torch.Generator(device).manual_seed(seed + _OFFSET)
         _GENERATORS[device] = found
     return found
 
 
 def reseed(seed: int | None = None) -> None:
-    """Seed DropIT's generators afresh: from ``seed``, or else from ``torch.initial_seed()`` at
-    their next use."""
-    if seed is None:
-        _GENERATORS.clear()
-        return
-    for found in _GENERATORS.values():
-        found.manual_seed(seed + _OFFSET)
+    """Start DropIT's generators afresh, each from ``seed`` (or, without it, from
+    ``torch.initial_seed()``) at its next use."""
+    global _seed
+    _seed = seed
+    _GENERATORS.clear()

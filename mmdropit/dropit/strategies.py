@@ -5,16 +5,22 @@ factor the kept values are multiplied by. Dropping the smallest-magnitude elemen
 the rule of DropIT (Chen et al., "DropIT: Dropping Intermediate Tensors for Memory-Efficient DNN
 Training", ICLR 2023): they contribute least to the weight gradient.
 
-- ``mink``: exact. Keeps the elements whose magnitude is above the ``gamma``-quantile of ``|x|``.
-  Elements equal to that threshold, and exact zeros, are dropped, so at most
-  ``round((1 - gamma) * numel)`` elements are kept. On large tensors a random sample brackets the
-  threshold and ``torch.kthvalue`` runs only on the ~1% of elements inside the bracket (a full
-  selection is 4-5x slower on CPU); the result is checked and is the same exact threshold.
+- ``mink``: exact. Keeps exactly ``kept_count(numel, gamma)`` elements, those of largest
+  magnitude; among elements equal to the threshold, the first in memory order. On large tensors a
+  random sample brackets the threshold and ``torch.kthvalue`` runs only on the ~1% of elements
+  inside the bracket (a full selection is 4-5x slower on CPU); the result is checked and is the
+  same exact threshold.
 - ``mink_approx``: the threshold is the ``gamma``-quantile of a random sample of ``|x|``
   (:data:`SAMPLE_SIZE` elements), which needs no full selection pass. The realised keep ratio
-  differs from ``1 - gamma`` by well under a point (standard error below 0.2 points).
-- ``random``: keeps each element with probability ``1 - gamma`` and scales the kept values by
-  ``1 / (1 - gamma)``, so the weight gradient is an unbiased estimate of the exact one.
+  differs from ``1 - gamma`` by well under a point (standard error below 0.2 points), so the
+  kept count depends on the data.
+- ``random``: keeps ``kept_count(numel, gamma)`` elements drawn uniformly without replacement and
+  scales them by ``numel / kept``, so the weight gradient is an unbiased estimate of the exact
+  one.
+
+``mink`` and ``random`` (:data:`FIXED_COUNT`) keep a number of elements fixed by the shape and
+gamma, so what a layer saves has static shapes (``torch.compile`` traces it whole, see
+:mod:`.ops`).
 
 Samples and masks are drawn from DropIT's own generator (:mod:`.random_source`), never from the
 global one, so dropout and drop-path draw the same masks with and without DropIT.
@@ -37,8 +43,20 @@ from .random_source import generator
 
 SAMPLE_SIZE = 1 << 16
 """Elements sampled by ``mink_approx`` to estimate the threshold."""
+FIXED_COUNT = ('mink', 'random')
+"""Strategies that keep exactly :func:`kept_count` elements."""
 
 Selection = tuple[torch.Tensor, float]
+
+
+def kept_count(numel: int, gamma: float) -> int:
+    """Elements a fixed-count strategy keeps of ``numel`` at ``gamma``.
+
+    Example:
+        >>> kept_count(1000, 0.9), kept_count(10, 0.0)
+        (100, 10)
+    """
+    return numel - int(round(gamma * numel))
 
 
 def _threshold_mask(magnitude: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -72,12 +90,19 @@ def _kth_smallest(magnitude: torch.Tensor, rank: int) -> torch.Tensor:
 
 
 def mink(flat: torch.Tensor, gamma: float) -> Selection:
-    """Keep the largest-magnitude ``1 - gamma`` share of ``flat`` exactly."""
+    """Keep exactly the ``kept_count`` largest-magnitude elements of ``flat`` (ties: the first
+    in memory order)."""
     magnitude = flat.abs()
-    rank = int(round(gamma * flat.numel()))
-    if rank == 0:
+    kept = kept_count(flat.numel(), gamma)
+    if kept == flat.numel():
         return torch.ones_like(flat, dtype=torch.bool), 1.0
-    return _threshold_mask(magnitude, _kth_smallest(magnitude, rank)), 1.0
+    threshold = _kth_smallest(magnitude, flat.numel() - kept)
+    keep = _threshold_mask(magnitude, threshold)
+    missing = kept - int(torch.count_nonzero(keep))
+    if missing:  # elements equal to the threshold fill the count, in memory order
+        ties = (magnitude == threshold).nonzero().squeeze(1)[:missing]
+        keep[ties] = True
+    return keep, 1.0
 
 
 def mink_approx(flat: torch.Tensor, gamma: float) -> Selection:
@@ -91,10 +116,14 @@ def mink_approx(flat: torch.Tensor, gamma: float) -> Selection:
 
 
 def random(flat: torch.Tensor, gamma: float) -> Selection:
-    """Keep each element with probability ``1 - gamma``; rescale so the gradient is unbiased."""
-    keep = torch.empty_like(flat, dtype=torch.bool).bernoulli_(1.0 - gamma,
-                                                                generator=generator(flat.device))
-    return keep, 1.0 / (1.0 - gamma)
+    """Keep ``kept_count`` elements drawn uniformly without replacement; scale them by
+    ``numel / kept`` so the gradient is unbiased."""
+    kept = kept_count(flat.numel(), gamma)
+    chosen = torch.randperm(flat.numel(), device=flat.device,
+                            generator=generator(flat.device))[:kept]
+    keep = torch.zeros_like(flat, dtype=torch.bool)
+    keep[chosen] = True
+    return keep, flat.numel() / max(kept, 1)
 
 
 STRATEGIES: dict[str, Callable[[torch.Tensor, float], Selection]] = {

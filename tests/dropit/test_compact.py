@@ -1,4 +1,5 @@
-"""Compact storage: round trips, encoding choice, and bytes the meter sees."""
+"""Compact storage: round trips, encoding choice, bytes the meter sees, and the custom operators
+that do the same for the fixed-count strategies."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +10,9 @@ from mmdropit.dropit import to_dropit
 from mmdropit.dropit.compact import (compress, decompress, encoded_bytes,
                                      flatten_in_memory_order, pack_bits, unpack_bits,
                                      worth_compressing)
+from mmdropit.dropit.ops import keep_fixed, unkeep
+from mmdropit.dropit.random_source import reseed
+from mmdropit.dropit.strategies import kept_count, select
 from mmdropit.memory import SavedTensorMeter
 
 
@@ -69,3 +73,18 @@ def test_tiny_gamma_keeps_the_input_dense_and_says_so_once():
         layer(x).sum().backward()
     assert meter.result.total_bytes == x.numel() * 4
     assert torch.equal(layer.weight.grad, exact)
+
+
+@pytest.mark.parametrize('strategy', ['mink', 'random'])
+@pytest.mark.parametrize('gamma', [0.5, 0.9, 0.99])
+def test_the_custom_operator_keeps_and_encodes_as_the_eager_functions(strategy, gamma):
+    x = torch.randn(64, 3, 17).round(decimals=1)  # many ties at the threshold
+    flat = x.reshape(-1)
+    reseed(0)
+    eager, eager_layout = compress(flat, *select(strategy, flat, gamma), x.shape, None)
+    reseed(0)
+    custom, layout = keep_fixed(flat, gamma, strategy, x.shape, None)
+    assert layout == eager_layout
+    assert all(torch.equal(a, b) for a, b in zip(custom, eager))
+    assert custom[1].numel() == kept_count(flat.numel(), gamma)
+    assert torch.equal(unkeep(custom, layout), decompress(eager, eager_layout))

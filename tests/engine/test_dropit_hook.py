@@ -11,8 +11,9 @@ import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.dropit import dropit_layers, is_converted
 from mmdropit.engine.hooks import DropITHook
-from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_DROPIT, assert_ranks_identical,
-                            log_text, run_tool, train_on_two_ranks, two_iteration_cfg)
+from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT,
+                            assert_ranks_identical, log_text, run_tool, train_on_two_ranks,
+                            two_iteration_cfg)
 
 
 def test_hook_converts_logs_and_audits_in_a_runner(tmp_path):
@@ -82,3 +83,15 @@ def test_ddp_two_gloo_processes_stay_in_sync(tmp_path, runner):
     final = assert_ranks_identical(tmp_path)  # DDP kept the ranks identical
     initial = torch.load(tmp_path / 'rank0_initial.pt')
     assert any(not torch.equal(value, initial[key]) for key, value in final.items())  # trained
+
+
+def test_mmengine_compile_trains_with_the_hook(tmp_path):
+    """``compile=True`` (inductor) compiles ``train_step`` after the hook converted the model;
+    the custom operators of the fixed-count strategies keep each DropIT layer in the graph."""
+    result = run_tool('tools/train.py', str(TINY_VIT_DROPIT), '--work-dir', str(tmp_path),
+                      '--cfg-options', *TINY_VIT_2_ITERS, 'compile=True')
+    log = result.stdout + result.stderr
+    assert 'Model has been "compiled"' in log
+    lines = re.findall(r'Epoch\(train\) \[1\]\[\d/2\].*', log)
+    assert len(lines) == 2 and all('dropit_keep_ratio: 0.1000' in line for line in lines)
+    assert all(float(re.search(r'\bloss: ([0-9.]+)', line).group(1)) < 10 for line in lines)

@@ -1,0 +1,88 @@
+"""DropIT's selection and storage as PyTorch custom operators, so ``torch.compile`` traces a
+DropIT layer whole.
+
+Selecting the kept elements (``kthvalue``, ``nonzero``) has data-dependent shapes, which
+``torch.compile`` cannot trace: each DropIT layer used to end a graph. For the fixed-count
+strategies (``mink``, ``random``: :data:`~.strategies.FIXED_COUNT`) the saved tensors' shapes
+follow from the input's shape and gamma alone, so the selection and the encoding run inside one
+custom operator, ``mmdropit::keep``, and the rebuilding inside another,
+``mmdropit::unkeep``, each with a fake (meta) implementation that gives those shapes without
+running. Compiled graphs call the operators as opaque kernels; eager code calls the same
+functions, so both select the same elements.
+
+``mink_approx`` keeps a data-dependent count: it stays on the eager path (a graph break per
+layer under ``torch.compile``).
+
+Example:
+    >>> x = torch.randn(4, 16)
+    >>> tensors, layout = keep_fixed(x.reshape(-1), 0.75, 'mink', x.shape, None)
+    >>> layout.encoding, [tuple(t.shape) for t in tensors]
+    ('bitmask', [(8,), (16,)])
+    >>> rebuilt = unkeep(tensors, layout)
+    >>> int(rebuilt.count_nonzero()), torch.equal(rebuilt[rebuilt != 0], x[rebuilt != 0])
+    (16, True)
+"""
+from __future__ import annotations
+
+import torch
+from torch.library import custom_op, register_fake
+
+from .compact import (CompactLayout, encode, encoded_bytes, index_dtype, restore_shape,
+                      scatter_kept, smaller_encoding)
+from .strategies import kept_count, select
+
+
+@custom_op('mmdropit::keep', mutates_args=())
+def _keep(flat: torch.Tensor, gamma: float, strategy: str,
+          encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    keep, scale = select(strategy, flat, gamma)
+    return encode(flat, keep, scale, encoding)
+
+
+@register_fake('mmdropit::keep')
+def _keep_shapes(flat, gamma, strategy, encoding):
+    numel = flat.numel()
+    kept = kept_count(numel, gamma)
+    first = (flat.new_empty(((numel + 7) // 8,), dtype=torch.uint8) if encoding == 'bitmask'
+             else flat.new_empty((kept,), dtype=index_dtype(numel)))
+    return first, flat.new_empty((kept,))
+
+
+@custom_op('mmdropit::unkeep', mutates_args=())
+def _unkeep(first: torch.Tensor, values: torch.Tensor, numel: int,
+            encoding: str) -> torch.Tensor:
+    return scatter_kept(first, values, numel, encoding)
+
+
+@register_fake('mmdropit::unkeep')
+def _unkeep_shape(first, values, numel, encoding):
+    return values.new_empty((numel,))
+
+
+def keep_fixed(flat: torch.Tensor, gamma: float, strategy: str, shape: torch.Size,
+               memory_order: tuple[int, ...] | None) -> tuple[tuple[torch.Tensor, ...],
+                                                              CompactLayout]:
+    """Select and encode the kept elements of ``flat`` with a fixed-count strategy, in the
+    smaller encoding for that count (as :func:`~.compact.compress` does for a mask).
+
+    Args:
+        flat: The input flattened in memory order.
+        gamma: Share of elements dropped.
+        strategy: ``'mink'`` or ``'random'``.
+        shape: Shape of the original tensor.
+        memory_order: The permutation of :func:`~.compact.flatten_in_memory_order`.
+    """
+    numel, size = flat.numel(), flat.element_size()
+    kept = kept_count(numel, gamma)
+    encoding = smaller_encoding(numel, kept, size)
+    tensors = torch.ops.mmdropit.keep(flat, gamma, strategy, encoding)
+    nbytes = encoded_bytes(numel, kept, size)[encoding]
+    return tensors, CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
+
+
+def unkeep(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torch.Tensor:
+    """Rebuild the dense input (dropped elements zero) in its shape and memory layout."""
+    if layout.encoding == 'dense':
+        return tensors[0]
+    flat = torch.ops.mmdropit.unkeep(*tensors, layout.shape.numel(), layout.encoding)
+    return restore_shape(flat, layout)
