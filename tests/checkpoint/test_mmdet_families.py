@@ -3,9 +3,8 @@ unplanned step's gradients), and split into micro-batches: two-stage, one-stage,
 real-time and instance segmentation detectors, built from mmdet's own configs (random weights,
 small synthetic images with boxes and masks).
 
-Deformable DETR and DINO are not listed yet: each passes alone, but after the other families in
-one process Deformable DETR's planned gradients differed from the unplanned ones and DINO's
-one-image micro-batches gave non-finite gradients (not understood yet)."""
+Mask2Former builds on a CPU but is left out: its run of this test had not finished after 10
+minutes on the 2-core machine (beside another job), too long for CI."""
 from __future__ import annotations
 
 import os
@@ -22,13 +21,15 @@ CONFIGS = {
     'fcos': 'fcos/fcos_r50-caffe_fpn_gn-head_1x_coco.py',
     'atss': 'atss/atss_r50_fpn_1x_coco.py',
     'detr': 'detr/detr_r50_8xb2-150e_coco.py',
+    'deformable-detr': 'deformable_detr/deformable-detr_r50_16xb2-50e_coco.py',
+    'dino': 'dino/dino-4scale_r50_8xb2-12e_coco.py',
     'rtmdet': 'rtmdet/rtmdet_tiny_8xb32-300e_coco.py',
     'yolox': 'yolox/yolox_tiny_8xb8-300e_coco.py',
     'mask-rcnn': 'mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
 }
 SIZE = 160
 SIZES = {'dino': 256}  # its 4-scale encoder's top-k queries need more locations than 160 px give
-MASKS = {'mask-rcnn', 'mask2former'}
+MASKS = {'mask-rcnn'}
 BATCH = 2
 
 
