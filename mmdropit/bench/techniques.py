@@ -71,11 +71,13 @@ def decided_autocast(work: Workload) -> ContextManager[None]:
     return torch.autocast(next(work.model.parameters()).device.type, dtype=work.autocast_dtype)
 
 
-def dropit(strategy: str, lean_activations: bool = True) -> Prepare:
-    """DropIT at :data:`DROPIT_GAMMA` with ``strategy``."""
+def dropit(strategy: str, lean_activations: bool = True,
+           value_bits: int | None = None) -> Prepare:
+    """DropIT at :data:`DROPIT_GAMMA` with ``strategy`` (and kept values in ``value_bits``)."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        to_dropit(work.model, DROPIT_GAMMA, strategy, lean_activations=lean_activations)
+        to_dropit(work.model, DROPIT_GAMMA, strategy, lean_activations=lean_activations,
+                  value_bits=value_bits)
         try:
             yield
         finally:

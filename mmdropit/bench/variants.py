@@ -81,6 +81,7 @@ def catalogue() -> dict[str, Variant]:
         Variant('dropit-mink', prepare=dropit('mink')),
         Variant('dropit-approx', prepare=dropit('mink_approx')),
         Variant('dropit-no-lean', prepare=dropit('mink', lean_activations=False)),
+        Variant('dropit-int8', prepare=dropit('mink', value_bits=8)),
         Variant('ckpt-plan-min', prepare=checkpoint_plan(None)),
         Variant('ckpt-plan-0.5', prepare=checkpoint_plan(0.5)),
         Variant('dropit+ckpt-plan-min', prepare=checkpoint_plan(None, with_dropit=True)),

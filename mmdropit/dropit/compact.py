@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .quantize import dequantize_kept
+
 _BIT_WEIGHTS: dict[torch.device, torch.Tensor] = {}
 _INT32_LIMIT = 2**31 - 1
 
@@ -106,6 +108,8 @@ class CompactLayout:
         memory_order: Permutation from the tensor's dimensions to its memory order
             (``None`` for a contiguous tensor; ``(0, 2, 3, 1)`` for channels_last).
         nbytes: Bytes of the saved tensors.
+        value_bits: 8 when the kept values are stored as int8 codes with a scale per group
+            (:mod:`.quantize`), ``None`` when in ``dtype``.
     """
 
     shape: torch.Size
@@ -113,6 +117,7 @@ class CompactLayout:
     encoding: str
     memory_order: tuple[int, ...] | None
     nbytes: int
+    value_bits: int | None = None
 
 
 def _memory_order(x: torch.Tensor) -> tuple[int, ...] | None:
@@ -197,7 +202,9 @@ def decompress(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torc
     """Rebuild the dense tensor (dropped elements are zero) in the original memory layout."""
     if layout.encoding == 'dense':
         return tensors[0]
-    return restore_shape(scatter_kept(*tensors, layout.shape.numel(), layout.encoding), layout)
+    first, values = dequantize_kept(tensors, layout)
+    return restore_shape(scatter_kept(first, values, layout.shape.numel(), layout.encoding),
+                         layout)
 
 
 def scatter_kept(first: torch.Tensor, values: torch.Tensor, numel: int,

@@ -3,10 +3,11 @@
 The forward pass computes the usual output from the dense input and saves, for the weight
 gradient, only the kept elements of that input in compact form (:mod:`.compact`, through the
 custom operators of :mod:`.ops` for the fixed-count strategies, so ``torch.compile`` traces the
-layer whole), with ``ctx.save_for_backward`` so that memory meters see exactly what is kept. The backward pass
-computes the input gradient from the weight (exact), the bias gradient from the output gradient
-(exact), and the weight gradient from the rebuilt sparse input. Each gradient is computed only
-when autograd needs it; the input is compressed only when the weight needs a gradient.
+layer whole; optionally with 8-bit values, :mod:`.quantize`), with ``ctx.save_for_backward`` so
+that memory meters see exactly what is kept. The backward pass computes the input gradient
+from the weight (exact), the bias gradient from the output gradient (exact), and the weight
+gradient from the rebuilt sparse input. Each gradient is computed only when autograd needs it;
+the input is compressed only when the weight needs a gradient.
 
 Example:
     >>> from mmdropit.dropit.state import DropITState
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from .compact import (CompactLayout, compress, dense_layout, flatten_in_memory_order,
                       worth_compressing)
 from .ops import keep_fixed, unkeep
+from .quantize import quantize_kept
 from .state import DropITState
 from .strategies import FIXED_COUNT, select
 
@@ -55,6 +57,8 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
             keep, scale = select(state.strategy, flat, state.gamma)
             tensors, layout = compress(flat, keep, scale, x.shape, order)
         state.count(tensors[-1].numel(), x.numel())
+        if state.value_bits is not None:
+            tensors, layout = quantize_kept(tensors, layout)
     else:
         state.warn_dense_once(str(x.dtype).removeprefix('torch.'))
         tensors, layout = (x,), dense_layout(x)

@@ -29,6 +29,7 @@ from torch.library import custom_op, register_fake
 
 from .compact import (CompactLayout, encode, encoded_bytes, index_dtype, restore_shape,
                       scatter_kept, smaller_encoding)
+from .quantize import dequantize_kept
 from .strategies import kept_count, select
 
 
@@ -84,5 +85,6 @@ def unkeep(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torch.Te
     """Rebuild the dense input (dropped elements zero) in its shape and memory layout."""
     if layout.encoding == 'dense':
         return tensors[0]
-    flat = torch.ops.mmdropit.unkeep(*tensors, layout.shape.numel(), layout.encoding)
+    first, values = dequantize_kept(tensors, layout)
+    flat = torch.ops.mmdropit.unkeep(first, values, layout.shape.numel(), layout.encoding)
     return restore_shape(flat, layout)

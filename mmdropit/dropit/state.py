@@ -14,6 +14,8 @@ class DropITState:
         gamma: Share of the saved input dropped now (``base_gamma`` times the schedule factor).
         base_gamma: The configured gamma.
         strategy: ``'mink'``, ``'mink_approx'`` or ``'random'``.
+        value_bits: 8 to keep the kept values as int8 with a scale per group, ``None`` to keep
+            them in the input's dtype.
         kept: Elements kept since the counters were last reset.
         seen: Elements seen since the counters were last reset.
         dense_warned: Whether the "kept dense" warning was given.
@@ -28,6 +30,7 @@ class DropITState:
     gamma: float
     base_gamma: float
     strategy: str
+    value_bits: int | None = None
     kept: int = 0
     seen: int = 0
     dense_warned: bool = field(default=False, repr=False)

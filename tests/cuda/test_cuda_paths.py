@@ -67,9 +67,10 @@ def test_fp16_with_loss_scaling_trains_the_tiny_vit_with_dropit_and_a_plan(tmp_p
 
 
 def test_fp16_with_loss_scaling_trains_the_digits_faster_rcnn(tmp_path, digit_coco):
+    base = ROOT / 'configs' / 'tiny' / 'faster-rcnn_r18_fpn_dropit-mink0.9_digits.py'
     config = tmp_path / 'config.py'
     config.write_text(
-        f"_base_ = r'{ROOT / 'configs' / 'tiny' / 'faster-rcnn_r18_fpn_dropit-mink0.9_digits.py'}'\n"
+        f"_base_ = r'{base}'\n"
         "custom_hooks = [dict(type='DropITHook', gamma=0.9),\n"
         "                dict(type='CheckpointPlanHook', budget=None)]\n")
     result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path / 'work'),

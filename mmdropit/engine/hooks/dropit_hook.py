@@ -18,6 +18,7 @@ from mmengine.registry import HOOKS
 
 from ...dropit import (ConversionReport, audit, check_gammas, check_strategy, convert, keep_ratio,
                       set_gamma_scale)
+from ...dropit.quantize import check_value_bits
 from ...dropit.random_source import reseed
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
@@ -45,6 +46,8 @@ class DropITHook(Hook):
             classifier / box-predictor layers, as in the paper).
         lean_activations: Make ReLU / ReLU6 / LeakyReLU keep a 1-bit mask (default ``True``).
         warmup_iters: Ramp gamma linearly from 0 to its value over this many iterations.
+        value_bits: 8 keeps the kept values as int8 with a scale per 128 values; ``None``
+            (default) in the input's dtype.
         audit: Before training, run one forward pass on the first training batch and log, per
             DropIT layer, the bytes it really freed and what keeps a dense input alive.
     """
@@ -54,9 +57,10 @@ class DropITHook(Hook):
     def __init__(self, gamma: float | Mapping[str, float] = 0.9, strategy: str = 'mink',
                  layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
                  lean_activations: bool = True, warmup_iters: int = 0,
-                 audit: bool = False) -> None:
+                 audit: bool = False, value_bits: int | None = None) -> None:
         gamma = check_gammas(gamma, 'DropITHook gamma')
         check_strategy(strategy)
+        check_value_bits(value_bits, 'DropITHook value_bits')
         if isinstance(layers, str) or isinstance(exclude, str):
             raise ConfigError('DropITHook layers / exclude take a list of name patterns, '
                               "e.g. exclude=['patch_embed.proj', 'head']")
@@ -69,12 +73,13 @@ class DropITHook(Hook):
         self.lean_activations = lean_activations
         self.warmup_iters = warmup_iters
         self.audit = audit
+        self.value_bits = value_bits
         self.converted: list[str] = []
 
     def apply(self, model: torch.nn.Module) -> ConversionReport:
         """Convert ``model`` (unwrapped first) with this hook's settings."""
         report = convert(unwrap(model), self.gamma, self.strategy, self.layers, self.exclude,
-                         self.lean_activations)
+                         self.lean_activations, self.value_bits)
         self.converted = report.layers
         return report
 
