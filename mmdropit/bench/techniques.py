@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
+from ..codecs import compress_activations, restore_activations
 from ..dropit import from_dropit, to_dropit
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
@@ -82,6 +83,23 @@ def dropit(strategy: str, lean_activations: bool = True,
             yield
         finally:
             from_dropit(work.model)
+    return prepare
+
+
+def compressed_activations(with_dropit: bool) -> Prepare:
+    """What norms, GELUs and attentions save, in int8 (:func:`compress_activations`); with
+    ``with_dropit``, also DropIT at :data:`DROPIT_GAMMA` with its kept values in int8."""
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        if with_dropit:
+            to_dropit(work.model, DROPIT_GAMMA, 'mink', value_bits=8)
+        compress_activations(work.model, bits=8)
+        try:
+            yield
+        finally:
+            restore_activations(work.model)
+            if with_dropit:
+                from_dropit(work.model)
     return prepare
 
 

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ContextManager
 
-from .techniques import (bf16_autocast, checkpoint_plan, decided_autocast, dropit,
-                         fp16_autocast, grad_checkpointing, memory_budget, micro_batches,
-                         mmengine_checkpointing, uniform_sqrt)
+from .techniques import (bf16_autocast, checkpoint_plan, compressed_activations,
+                         decided_autocast, dropit, fp16_autocast, grad_checkpointing,
+                         memory_budget, micro_batches, mmengine_checkpointing, uniform_sqrt)
 from .workload import Workload
 
 BASELINE = 'baseline'
@@ -82,6 +82,8 @@ def catalogue() -> dict[str, Variant]:
         Variant('dropit-approx', prepare=dropit('mink_approx')),
         Variant('dropit-no-lean', prepare=dropit('mink', lean_activations=False)),
         Variant('dropit-int8', prepare=dropit('mink', value_bits=8)),
+        Variant('int8-acts', prepare=compressed_activations(with_dropit=False)),
+        Variant('dropit-int8+int8-acts', prepare=compressed_activations(with_dropit=True)),
         Variant('ckpt-plan-min', prepare=checkpoint_plan(None)),
         Variant('ckpt-plan-0.5', prepare=checkpoint_plan(0.5)),
         Variant('dropit+ckpt-plan-min', prepare=checkpoint_plan(None, with_dropit=True)),

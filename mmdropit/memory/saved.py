@@ -9,6 +9,7 @@ output does not hold itself alive through a reference cycle.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 from ..common.parameters import local_part
+from ..common.saved_tensors import watching_kept
 from .meter import Meter
 
 T = TypeVar('T')
@@ -67,7 +69,9 @@ class SavedTensorMeter(Meter[SavedActivations]):
     backward pass (the recomputation of reentrant checkpointing, double backward: short-lived
     backward memory, which the peak meter sees), parameters and buffers of ``model`` (compared by
     storage), tensors on the ``meta`` device, storages of zero bytes, and tensors without a
-    storage of their own (sparse tensors, wrapper subclasses).
+    storage of their own (sparse tensors, wrapper subclasses). Modules whose own saved-tensor
+    hooks store tensors in another form (compressed activations) report what they keep through
+    :mod:`mmdropit.common.saved_tensors`, and it is counted the same way.
 
     A saved view counts its whole storage, since it keeps all of it alive. A storage that is freed
     while the meter runs and whose address is then reused by a new storage
@@ -89,6 +93,7 @@ class SavedTensorMeter(Meter[SavedActivations]):
         super().__init__()
         self.model = model
         self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._watching: contextlib.AbstractContextManager | None = None
         self._excluded: set[_StorageKey] = set()
         self._alive: dict[_StorageKey, weakref.ref] = {}
         self._bytes_by_dtype: dict[str, int] = {}
@@ -106,10 +111,13 @@ class SavedTensorMeter(Meter[SavedActivations]):
         self._num_storages = 0
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
+        self._watching = watching_kept(self._pack)  # what inner saved-tensor hooks keep
+        self._watching.__enter__()
 
     def _stop(self) -> SavedActivations:
+        self._watching.__exit__(None, None, None)
         self._hooks.__exit__(None, None, None)
-        self._hooks = None
+        self._hooks = self._watching = None
         self._alive = {}
         return SavedActivations(
             total_bytes=sum(self._bytes_by_dtype.values()),

@@ -8,16 +8,16 @@ import torch
 import torch._dynamo
 from torch import nn
 
+from mmdropit.codecs import GROUP
 from mmdropit.dropit import to_dropit
 from mmdropit.errors import ConfigError
 from mmdropit.memory import SavedTensorMeter
 
-GROUP = 128
 
 
 def _rounded_top_k(x: torch.Tensor, gamma: float) -> torch.Tensor:
     """``x`` with all but its largest-magnitude elements zeroed and each kept value rounded to
-    ``max|v| / 127`` steps over groups of 128 kept values in memory order."""
+    ``max|v| / 127`` steps over groups of ``GROUP`` kept values in memory order."""
     flat = x.detach().reshape(-1).clone()
     kept = flat.numel() - round(gamma * flat.numel())
     index = flat.abs().topk(kept).indices.sort().values

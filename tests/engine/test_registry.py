@@ -11,6 +11,7 @@ PARTS = [
     (DATASETS, 'MNIST5kDataset'), (DATASETS, 'CIFAR100Dataset'),
     (DATASETS, 'ImageFolderDataset'), (TRANSFORMS, 'PackClsInputs'),
     (METRICS, 'TopKAccuracy'), (HOOKS, 'MemoryReportHook'), (HOOKS, 'MemoryBudgetHook'),
+    (HOOKS, 'CompressActivationsHook'),
 ]
 
 

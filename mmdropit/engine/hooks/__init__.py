@@ -1,6 +1,7 @@
 from .checkpoint_plan_hook import CheckpointPlanHook
+from .compress_activations_hook import CompressActivationsHook
 from .dropit_hook import DropITHook
 from .memory_budget_hook import MemoryBudgetHook
 from .memory_report_hook import MemoryReportHook
 
-__all__ = ['CheckpointPlanHook', 'DropITHook', 'MemoryBudgetHook', 'MemoryReportHook']
+__all__ = ['CheckpointPlanHook', 'CompressActivationsHook', 'DropITHook', 'MemoryBudgetHook', 'MemoryReportHook']

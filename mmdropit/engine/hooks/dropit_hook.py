@@ -46,7 +46,7 @@ class DropITHook(Hook):
             classifier / box-predictor layers, as in the paper).
         lean_activations: Make ReLU / ReLU6 / LeakyReLU keep a 1-bit mask (default ``True``).
         warmup_iters: Ramp gamma linearly from 0 to its value over this many iterations.
-        value_bits: 8 keeps the kept values as int8 with a scale per 128 values; ``None``
+        value_bits: 8 keeps the kept values as int8 with a scale per 32 values; ``None``
             (default) in the input's dtype.
         audit: Before training, run one forward pass on the first training batch and log, per
             DropIT layer, the bytes it really freed and what keeps a dense input alive.

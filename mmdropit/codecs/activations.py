@@ -1,0 +1,153 @@
+"""Compress what DropIT cannot reach: tensors saved inside normalisation, activation and
+attention modules, stored as per-group int8 (:mod:`.int8`).
+
+:func:`compress_activations` converts chosen modules of a model in place: each runs its forward
+under ``torch.autograd.graph.saved_tensors_hooks`` whose pack hook stores every floating tensor
+of at least :data:`MIN_NUMEL` elements that autograd saves there as int8 codes with a float32
+scale per 32 values, and whose unpack hook rebuilds it for the backward pass (the approach of
+ActNN and GACT, without their CUDA kernels). Parameters and small or integer tensors (indices,
+DropIT's bitmasks) pass unchanged. The dense tensor is freed when nothing else holds it: a
+LayerNorm's or GELU's input, a BatchNorm's input, the query / key / value and output that
+attention saves. A tensor that another (unconverted) op also saves stays alive, and then the
+codes are extra memory: compare the step peak, not only the saved bytes
+(``tools/benchmark.py``'s ``*-int8-acts`` variants report both).
+
+The gradient is that of the rounded activations: each element errs by at most half a step,
+``max|v| / 254`` of its group of 32.
+
+Default modules (:data:`DEFAULT_TYPES`): LayerNorm, GroupNorm, BatchNorm, GELU, SiLU, Softmax
+and modules whose class is named ``Attention`` (timm's, with their qkv / proj layers: a DropIT
+layer's kept values inside are then stored in int8 too, like ``value_bits=8``).
+
+Example:
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.LayerNorm(256), nn.Linear(256, 8))
+    >>> compress_activations(net, bits=8)
+    ['1', '2']
+    >>> net(torch.randn(32, 64)).sum().backward()
+    >>> restore_activations(net)
+    ['1', '2']
+    >>> type(net[1]).__name__
+    'GELU'
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatch
+
+import torch
+from torch import nn
+
+from ..common.saved_tensors import report_kept
+from ..errors import ConfigError
+from .int8 import dequantize, quantize
+
+MIN_NUMEL = 4096
+"""Smaller saved tensors stay as they are (their codes would save little)."""
+DEFAULT_TYPES: tuple[type[nn.Module] | str, ...] = (
+    nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm, nn.GELU, nn.SiLU, nn.Softmax,
+    'Attention')
+"""Module types converted by default; a string matches a class name (timm's ``Attention``)."""
+BITS = (8,)
+"""Bit widths built so far."""
+
+
+@dataclass(frozen=True)
+class _Codes:
+    """A saved tensor as int8 codes: enough to rebuild it for backward."""
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    shape: torch.Size
+    dtype: torch.dtype
+
+
+def _pack(tensor: torch.Tensor) -> torch.Tensor | _Codes:
+    if (not tensor.is_floating_point() or tensor.numel() < MIN_NUMEL
+            or (tensor.requires_grad and tensor.is_leaf)):  # parameters stay
+        report_kept(tensor)
+        return tensor
+    codes, scales = quantize(tensor.detach().reshape(-1))
+    report_kept(codes, scales)
+    return _Codes(codes, scales, tensor.shape, tensor.dtype)
+
+
+def _unpack(saved: torch.Tensor | _Codes) -> torch.Tensor:
+    if isinstance(saved, torch.Tensor):
+        return saved
+    return dequantize(saved.codes, saved.scales, saved.dtype).view(saved.shape)
+
+
+class CompressedActivations:
+    """Mixin put in front of a converted module's class: its forward runs under the hooks."""
+
+    def forward(self, *args, **kwargs):
+        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+            return super().forward(*args, **kwargs)
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _compressed_class(cls: type) -> type:
+    if cls not in _CLASSES:
+        _CLASSES[cls] = type(f'Compressed{cls.__name__}', (CompressedActivations, cls), {})
+    return _CLASSES[cls]
+
+
+def _selected(module: nn.Module, name: str, types: Sequence[type | str],
+              names: Sequence[str] | None) -> bool:
+    if names is not None:
+        return any(name == p or name.startswith(p + '.') or fnmatch(name, p) for p in names)
+    return any(type(module).__name__ == t if isinstance(t, str) else isinstance(module, t)
+               for t in types)
+
+
+def compress_activations(model: nn.Module, bits: int = 8,
+                         types: Sequence[type | str] = DEFAULT_TYPES,
+                         names: Sequence[str] | None = None) -> list[str]:
+    """Store what the chosen modules of ``model`` save for backward in ``bits`` bits, in place.
+
+    Parameters, buffers and ``state_dict`` keys stay the same; :func:`restore_activations`
+    undoes it. A module inside a converted one is not converted again.
+
+    Args:
+        model: Any ``nn.Module``.
+        bits: 8 (int8 with a scale per 32 values); 4 and 2 bits are not built yet.
+        types: Module classes to convert, or class names as strings (:data:`DEFAULT_TYPES`).
+        names: Name patterns (exact, a prefix at a dot, or ``fnmatch`` wildcards) to convert
+            instead of ``types``.
+
+    Returns:
+        The names of the converted modules.
+
+    Raises:
+        ConfigError: Unsupported ``bits``, or no module to convert.
+    """
+    if isinstance(bits, bool) or bits not in BITS:
+        raise ConfigError(f'compressed activations take bits=8 (4 and 2 are not built yet); '
+                          f'got {bits!r}')
+    converted: list[str] = []
+    for name, module in model.named_modules():
+        inside = any(name.startswith(done + '.') for done in converted)
+        if (name and not inside and not isinstance(module, CompressedActivations)
+                and _selected(module, name, types, names)):
+            module.__class__ = _compressed_class(type(module))
+            converted.append(name)
+    if not converted:
+        what = f'names {list(names)}' if names is not None else 'the module types ' + \
+            ', '.join(t if isinstance(t, str) else t.__name__ for t in types)
+        raise ConfigError(f'compressed activations found no module of {type(model).__name__} '
+                          f'matching {what}: give types= or names=')
+    return converted
+
+
+def restore_activations(model: nn.Module) -> list[str]:
+    """Undo :func:`compress_activations` in place; return the names of the restored modules."""
+    restored = []
+    for name, module in model.named_modules():
+        if isinstance(module, CompressedActivations):
+            module.__class__ = type(module).__mro__[2]
+            restored.append(name)
+    return restored

@@ -1,0 +1,60 @@
+"""Store what normalisation, activation and attention modules save for backward in 8 bits.
+
+Example config (with DropIT, whose kept values are then stored in 8 bits too)::
+
+    custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
+    custom_hooks = [
+        dict(type='DropITHook', gamma=0.9, value_bits=8),
+        dict(type='CompressActivationsHook', bits=8),
+    ]
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+from ...codecs import DEFAULT_TYPES, compress_activations
+from ...codecs.activations import BITS
+from ...errors import ConfigError
+from ..runner_model import unwrap
+
+
+@HOOKS.register_module()
+class CompressActivationsHook(Hook):
+    """Convert the model's chosen modules with :func:`mmdropit.codecs.compress_activations`
+    before training starts.
+
+    The conversion is in place and keeps Parameters, buffers and ``state_dict`` keys, so
+    optimizers, DDP, ``load_from`` and ``resume`` are unaffected, and checkpoints load with or
+    without it. Priority ``VERY_HIGH``, as ``DropITHook``, so ``EMAHook`` copies the converted
+    model.
+
+    Args:
+        bits: 8 (int8 with a float32 scale per 32 values).
+        types: Class names of the modules to convert (e.g. ``['LayerNorm', 'GELU']``);
+            ``None``: normalisation layers, GELU, SiLU, Softmax and ``Attention`` modules.
+        names: Name patterns of modules to convert instead of ``types``.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, bits: int = 8, types: Sequence[str] | None = None,
+                 names: Sequence[str] | None = None) -> None:
+        if isinstance(bits, bool) or bits not in BITS:
+            raise ConfigError(f'CompressActivationsHook takes bits=8 (4 and 2 are not built '
+                              f'yet); got {bits!r}')
+        if isinstance(types, str) or isinstance(names, str):
+            raise ConfigError("CompressActivationsHook types / names take a list, e.g. "
+                              "types=['LayerNorm', 'GELU']")
+        self.bits = bits
+        self.types = DEFAULT_TYPES if types is None else tuple(types)
+        self.names = None if names is None else list(names)
+
+    def before_run(self, runner) -> None:
+        converted = compress_activations(unwrap(runner.model), self.bits, self.types,
+                                         self.names)
+        runner.logger.info(f'Compressed activations ({self.bits}-bit) in {len(converted)} '
+                           f'modules: {", ".join(converted[:6])}'
+                           + (', ...' if len(converted) > 6 else ''))
