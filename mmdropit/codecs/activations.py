@@ -15,6 +15,10 @@ codes are extra memory: compare the step peak, not only the saved bytes
 The gradient is that of the rounded activations: each element errs by at most half a step,
 ``max|v| / 254`` of its group of 32.
 
+Inside a segment that a checkpoint plan recomputes, a converted module's hooks are the
+innermost, so its saved tensors are kept as codes instead of being dropped and recomputed:
+correct gradients, but less saved than the plan alone would save there.
+
 Default modules (:data:`DEFAULT_TYPES`): LayerNorm, GroupNorm, BatchNorm, GELU, SiLU, Softmax
 and modules whose class is named ``Attention`` (timm's, with their qkv / proj layers: a DropIT
 layer's kept values inside are then stored in int8 too, like ``value_bits=8``).
