@@ -110,3 +110,26 @@ def test_with_dropit_the_kept_values_inside_attention_are_int8_too():
 def test_bad_settings_are_one_line(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         compress_activations(_mlp(), **kwargs)
+
+
+def test_a_checkpoint_plan_on_top_gives_the_same_gradients():
+    """The plan recomputes its segments; the converted modules inside keep their codes (the
+    innermost saved-tensor hooks win), so the gradients are those without the plan."""
+    from mmdropit import plan_checkpoints
+
+    torch.manual_seed(0)
+    vit = timm.create_model('vit_tiny_patch16_224', img_size=28, patch_size=7, in_chans=1,
+                            embed_dim=96, depth=4, num_heads=3, num_classes=10)
+    images = torch.randn(8, 1, 28, 28)
+
+    def loss() -> torch.Tensor:
+        return vit(images).logsumexp(1).mean()
+
+    compress_activations(vit)
+    compressed = torch.autograd.grad(loss(), list(vit.parameters()))
+    plan = plan_checkpoints(vit, loss)
+    plan.apply(vit)
+    planned = torch.autograd.grad(loss(), list(vit.parameters()))
+    plan.remove(vit)
+    assert plan.targets
+    assert all(torch.equal(a, b) for a, b in zip(planned, compressed))
