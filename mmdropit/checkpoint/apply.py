@@ -14,7 +14,10 @@ second time; their buffers are saved before and restored after it, so the statis
 of one forward pass. The RNG state is restored
 before recomputing (``preserve_rng_state``), so dropout drops the same elements.
 Eval mode and ``torch.no_grad`` run the plain forward. A *selective* checkpoint
-(:mod:`.selective`) keeps the outputs of its costly ops and recomputes only the rest.
+(:mod:`.selective`) keeps the outputs of its costly ops and recomputes only the rest. Under
+``torch.compile`` the checkpoints become dynamo's checkpoint regions (the selective policy passes
+as a module-level ``context_fn``, the only form dynamo takes), and the compiled backward does the
+recomputation.
 
 Example:
     >>> from torch import nn
@@ -61,6 +64,11 @@ def _checkpointed(module: nn.Module, run: Callable, selective: bool, *args, **kw
     # New lists / dicts around the same tensors: the recomputation must see the arguments as
     # they were, even when the caller appends to a list it passed (DenseNet's feature list).
     args, kwargs = tree_map(lambda leaf: leaf, (args, kwargs))
+    if torch.compiler.is_compiling():
+        # dynamo takes a context_fn only as a module-level function (the selective policy);
+        # the compiled backward recomputes without running BatchNorm's buffer updates again
+        policy = {'context_fn': selective_contexts} if selective else {}
+        return checkpoint(run, *args, use_reentrant=False, **policy, **kwargs)
     return checkpoint(run, *args, use_reentrant=False,
                       context_fn=lambda: _contexts(module, selective), **kwargs)
 

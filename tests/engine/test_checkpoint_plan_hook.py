@@ -3,6 +3,7 @@ DropIT together, bad budgets, and a model that cannot be planned."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from mmengine.runner import Runner
@@ -11,8 +12,9 @@ import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.engine.hooks import CheckpointPlanHook
-from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT, TINY_VIT_DROPIT, assert_ranks_identical,
-                            log_text, run_tool, train_on_two_ranks, two_iteration_cfg)
+from tests.conftest import (FLEXIBLE_RUNNER, ROOT, TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT,
+                            assert_ranks_identical, log_text, run_tool, train_on_two_ranks,
+                            two_iteration_cfg)
 
 
 def test_hook_plans_logs_writes_and_applies_with_dropit(tmp_path):
@@ -87,3 +89,19 @@ def test_ddp_two_gloo_processes_share_one_plan_and_stay_in_sync(tmp_path, runner
     assert 'Distributed training: True' in log and 'Checkpoint plan (' in log
     assert_ranks_identical(tmp_path)
     assert len(list(tmp_path.glob('checkpoint_plan_*.json'))) == 1
+
+
+def test_mmengine_compile_trains_with_a_plan_and_dropit(tmp_path):
+    """``compile=True`` (inductor): the plan made on the first iteration is applied to the
+    compiled model (dynamo re-traces it with the checkpoints as its checkpoint regions), and the
+    losses are those of the eager run (the plan is exact)."""
+    config = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_ckpt-plan_mnist5k.py'
+    losses = []
+    for compiled in (False, True):
+        result = run_tool('tools/train.py', str(config), '--work-dir',
+                          str(tmp_path / str(compiled)), '--cfg-options', *TINY_VIT_2_ITERS,
+                          f'compile={compiled}')
+        log = result.stdout + result.stderr
+        assert 'Checkpoint plan (' in log
+        losses.append(re.findall(r'Epoch\(train\).*?\bloss: ([0-9.]+)', log))
+    assert len(losses[1]) == 2 and losses[1] == losses[0]
