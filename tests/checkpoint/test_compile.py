@@ -45,3 +45,20 @@ def test_a_planned_model_is_one_graph_with_the_eager_gradients(kind):
     step(compiled, images).backward()
     for (name, expected), got in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(got.grad, expected.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_compiled_recomputation_updates_batchnorm_statistics_once():
+    torch.manual_seed(0)
+    planned = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                            nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                            nn.Flatten(), nn.Linear(8 * 16 * 16, 10))
+    plain = copy.deepcopy(planned)
+    CheckpointPlan(targets=[RunTarget('', 0, 5)]).apply(planned)
+    images = torch.randn(4, 3, 16, 16)
+    plain(images).sum().backward()
+    torch._dynamo.reset()
+    step = torch.compile(lambda model, x: model(x).sum(), backend='aot_eager', fullgraph=True)
+    step(planned, images).backward()
+    for index in (1, 4):
+        assert torch.equal(planned[index].running_mean, plain[index].running_mean)
+        assert planned[index].num_batches_tracked.item() == 1
