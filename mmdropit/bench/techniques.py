@@ -51,25 +51,27 @@ def grad_checkpointing(work: Workload) -> Iterator[None]:
         work.set_grad_checkpointing(False)
 
 
+def _autocast(work: Workload, dtype: torch.dtype | None) -> ContextManager[None]:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(next(work.model.parameters()).device.type, dtype=dtype)
+
+
 def bf16_autocast(work: Workload) -> ContextManager[None]:
     """bfloat16 autocast on the model's device (entered around the forward pass)."""
-    device_type = next(work.model.parameters()).device.type
-    return torch.autocast(device_type, dtype=torch.bfloat16)
+    return _autocast(work, torch.bfloat16)
 
 
 def fp16_autocast(work: Workload) -> ContextManager[None]:
     """float16 autocast on the model's device (entered around the forward pass). The step
     does not scale the loss: a loss scaler adds one multiplication per loss and one unscaling
     of the gradients per step, and no saved tensor."""
-    device_type = next(work.model.parameters()).device.type
-    return torch.autocast(device_type, dtype=torch.float16)
+    return _autocast(work, torch.float16)
 
 
 def decided_autocast(work: Workload) -> ContextManager[None]:
     """Autocast to the workload's ``autocast_dtype`` when a budget decision set it."""
-    if work.autocast_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(next(work.model.parameters()).device.type, dtype=work.autocast_dtype)
+    return _autocast(work, work.autocast_dtype)
 
 
 def dropit(strategy: str, lean_activations: bool = True,

@@ -38,11 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatch
 
 import torch
 from torch import nn
 
+from ..common.name_patterns import matches
 from ..common.saved_tensors import report_kept
 from ..errors import ConfigError
 from .int8 import dequantize, quantize
@@ -103,7 +103,7 @@ def _compressed_class(cls: type) -> type:
 def _selected(module: nn.Module, name: str, types: Sequence[type | str],
               names: Sequence[str] | None) -> bool:
     if names is not None:
-        return any(name == p or name.startswith(p + '.') or fnmatch(name, p) for p in names)
+        return any(matches(name, pattern) for pattern in names)
     return any(type(module).__name__ == t if isinstance(t, str) else isinstance(module, t)
                for t in types)
 

@@ -161,7 +161,11 @@ def encode(flat: torch.Tensor, keep: torch.Tensor, scale: float,
            encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The kept elements of ``flat`` as ``(bitmask, values)`` or ``(indices, values)``, the
     values in memory order and multiplied by ``scale``."""
-    index = keep.nonzero().squeeze(1)
+    return _encode_index(flat, keep, keep.nonzero().squeeze(1), scale, encoding)
+
+
+def _encode_index(flat: torch.Tensor, keep: torch.Tensor, index: torch.Tensor, scale: float,
+                  encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
     values = flat.index_select(0, index)
     if scale != 1.0:
         values.mul_(scale)
@@ -186,9 +190,9 @@ def compress(flat: torch.Tensor, keep: torch.Tensor, scale: float, shape: torch.
     Returns:
         ``(tensors, layout)``: the tensors to save for backward and how to read them back.
     """
-    encoding = smaller_encoding(flat.numel(), int(torch.count_nonzero(keep)),
-                                flat.element_size())
-    tensors = encode(flat, keep, scale, encoding)
+    index = keep.nonzero().squeeze(1)
+    encoding = smaller_encoding(flat.numel(), index.numel(), flat.element_size())
+    tensors = _encode_index(flat, keep, index, scale, encoding)
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
     return tensors, CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
 

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from ..common.name_patterns import matches
 from ..errors import ConfigError
 from .layers import (DROPIT_TYPES, LEAN_ACTIVATION_TYPES, convert_activation, convert_layer,
                      is_converted, is_dropit_layer, restore_layer)
-from .state import DropITState
 from .quantize import check_value_bits
+from .state import DropITState
 from .strategies import check_gamma, check_strategy
 
 PREDICTOR_PATTERNS = ('*fc_cls', '*fc_reg', '*rpn_cls', '*rpn_reg', '*conv_logits', '*conv_cls',
@@ -59,17 +60,6 @@ class ConversionReport:
     def __str__(self) -> str:
         return (f'DropIT on {len(self.layers)} layers, {len(self.activations)} lean activations; '
                 f'left exact: {len(self.excluded)} excluded, {len(self.frozen)} frozen')
-
-
-def matches(name: str, pattern: str) -> bool:
-    """Whether ``pattern`` selects the layer called ``name`` (see the module docstring).
-
-    Example:
-        >>> matches('backbone.layer1.0.conv1', 'backbone.layer1'), matches('head', '*.head')
-        (True, False)
-    """
-    return (name == pattern or name.startswith(pattern + '.')
-            or fnmatch.fnmatchcase(name, pattern))
 
 
 def _warn_unmatched(patterns: Iterable[str], names: Sequence[str], what: str) -> None:
