@@ -88,14 +88,15 @@ def dropit(strategy: str, lean_activations: bool = True,
     return prepare
 
 
-def compressed_activations(with_dropit: bool) -> Prepare:
-    """What norms, GELUs and attentions save, in int8 (:func:`compress_activations`); with
-    ``with_dropit``, also DropIT at :data:`DROPIT_GAMMA` with its kept values in int8."""
+def compressed_activations(with_dropit: bool, bits: int = 8) -> Prepare:
+    """What norms, GELUs and attentions save, in ``bits`` bits (:func:`compress_activations`);
+    with ``with_dropit``, also DropIT at :data:`DROPIT_GAMMA` with its kept values in ``bits``
+    bits."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         if with_dropit:
-            to_dropit(work.model, DROPIT_GAMMA, 'mink', value_bits=8)
-        compress_activations(work.model, bits=8)
+            to_dropit(work.model, DROPIT_GAMMA, 'mink', value_bits=bits)
+        compress_activations(work.model, bits=bits)
         try:
             yield
         finally:
@@ -115,16 +116,14 @@ def applied(plan: CheckpointPlan, model: nn.Module) -> Iterator[None]:
         plan.remove(model)
 
 
-def checkpoint_plan(budget: float | None, with_dropit: bool = False,
-                    objective: str = 'peak') -> Prepare:
+def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepare | None = None,
+                    inner_name: str = '') -> Prepare:
     """The planner's plan for ``budget`` (``None``: least memory), searched once per workload
-    (on the DropIT model when ``with_dropit``) and printed."""
+    on the model as ``inner`` (named ``inner_name``) prepares it, and printed."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        if with_dropit:
-            to_dropit(work.model, DROPIT_GAMMA, 'mink')
-        key = f'{budget}-{with_dropit}-{objective}'
-        try:
+        key = f'{budget}-{inner_name}-{objective}'
+        with inner(work) if inner else contextlib.nullcontext():
             if key not in work.plans:
                 try:
                     work.plans[key] = plan_checkpoints(work.model, work.loss, budget,
@@ -134,9 +133,6 @@ def checkpoint_plan(budget: float | None, with_dropit: bool = False,
                 print(f'  {work.name}: {work.plans[key]}'.replace('\n', '\n  '), flush=True)
             with applied(work.plans[key], work.model):
                 yield
-        finally:
-            if with_dropit:
-                from_dropit(work.model)
     return prepare
 
 

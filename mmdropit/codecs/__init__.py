@@ -1,16 +1,21 @@
 """Saved-tensor codecs (pure PyTorch): smaller forms of what autograd keeps for backward.
 
-- :mod:`.int8`: per-group int8 with a float32 scale per 32 values (Mesa-style); DropIT's
-  ``value_bits=8`` stores its kept values with it.
+- :mod:`.int8`: per-group int8 with a float32 scale per 32 values (Mesa-style);
+- :mod:`.low_bit`: per-group 4 or 2 bits with a float32 minimum and step per 32 values and
+  stochastic rounding (ActNN / GACT-style, unbiased);
+- :mod:`.bits`: both behind one entry by bit width; DropIT's ``value_bits`` stores its kept
+  values with it;
 - :mod:`.activations`: :func:`compress_activations` converts normalisation, activation and
-  attention modules in place so that what they save is stored with the int8 codec.
+  attention modules in place so that what they save is stored in 8, 4 or 2 bits.
 
-Not built yet: 4- and 2-bit codecs with stochastic rounding (ActNN / GACT), GACT's adaptive
-bits, lean GELU / SiLU.
+Not built: GACT's adaptive bits, lean GELU / SiLU.
 """
 from .activations import (DEFAULT_TYPES, CompressedActivations, compress_activations,
-                          restore_activations)
+                          compressible_modules, restore_activations)
+from .bits import BITS, check_bits, dequantize_values, quantize_values, quantized_values_bytes
 from .int8 import GROUP, dequantize, quantize, quantized_bytes
 
-__all__ = ['CompressedActivations', 'DEFAULT_TYPES', 'GROUP', 'compress_activations',
-           'dequantize', 'quantize', 'quantized_bytes', 'restore_activations']
+__all__ = ['BITS', 'CompressedActivations', 'DEFAULT_TYPES', 'GROUP', 'check_bits',
+           'compress_activations', 'compressible_modules', 'dequantize', 'dequantize_values',
+           'quantize', 'quantize_values', 'quantized_bytes', 'quantized_values_bytes',
+           'restore_activations']

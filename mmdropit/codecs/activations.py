@@ -1,10 +1,11 @@
 """Compress what DropIT cannot reach: tensors saved inside normalisation, activation and
-attention modules, stored as per-group int8 (:mod:`.int8`).
+attention modules, stored as per-group int8 (:mod:`.int8`) or 4 / 2-bit codes (:mod:`.low_bit`).
 
 :func:`compress_activations` converts chosen modules of a model in place: each runs its forward
 under ``torch.autograd.graph.saved_tensors_hooks`` whose pack hook stores every floating tensor
-of at least :data:`MIN_NUMEL` elements that autograd saves there as int8 codes with a float32
-scale per 32 values, and whose unpack hook rebuilds it for the backward pass (the approach of
+of at least :data:`MIN_NUMEL` elements that autograd saves there in ``bits`` bits (int8 codes
+with a float32 scale per 32 values; or 4 / 2-bit codes with a minimum and step per 32 values,
+rounded stochastically), and whose unpack hook rebuilds it for the backward pass (the approach of
 ActNN and GACT, without their CUDA kernels). Parameters and small or integer tensors (indices,
 DropIT's bitmasks) pass unchanged. The dense tensor is freed when nothing else holds it: a
 LayerNorm's or GELU's input, a BatchNorm's input, the query / key / value and output that
@@ -12,8 +13,9 @@ attention saves. A tensor that another (unconverted) op also saves stays alive, 
 codes are extra memory: compare the step peak, not only the saved bytes
 (``tools/benchmark.py``'s ``*-int8-acts`` variants report both).
 
-The gradient is that of the rounded activations: each element errs by at most half a step,
-``max|v| / 254`` of its group of 32.
+The gradient is that of the rounded activations: in 8 bits each element errs by at most half a
+step, ``max|v| / 254`` of its group of 32; in 4 and 2 bits by less than one step,
+``(max - min) / 15`` or ``/ 3`` of its group, without bias.
 
 Inside a segment that a checkpoint plan recomputes, a converted module's hooks are the
 innermost, so its saved tensors are kept as codes instead of being dropped and recomputed:
@@ -45,7 +47,7 @@ from torch import nn
 from ..common.name_patterns import matches
 from ..common.saved_tensors import report_kept
 from ..errors import ConfigError
-from .int8 import dequantize, quantize
+from .bits import BITS, check_bits, dequantize_values, quantize_values
 
 MIN_NUMEL = 4096
 """Smaller saved tensors stay as they are (their codes would save little)."""
@@ -53,41 +55,51 @@ DEFAULT_TYPES: tuple[type[nn.Module] | str, ...] = (
     nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm, nn.GELU, nn.SiLU, nn.Softmax,
     'Attention')
 """Module types converted by default; a string matches a class name (timm's ``Attention``)."""
-BITS = (8,)
-"""Bit widths built so far."""
 
 
 @dataclass(frozen=True)
 class _Codes:
-    """A saved tensor as int8 codes: enough to rebuild it for backward."""
+    """A saved tensor as integer codes: enough to rebuild it for backward."""
 
-    codes: torch.Tensor
-    scales: torch.Tensor
+    codes: tuple[torch.Tensor, ...]
+    bits: int
     shape: torch.Size
     dtype: torch.dtype
 
 
-def _pack(tensor: torch.Tensor) -> torch.Tensor | _Codes:
-    if (not tensor.is_floating_point() or tensor.numel() < MIN_NUMEL
-            or (tensor.requires_grad and tensor.is_leaf)):  # parameters stay
-        report_kept(tensor)
-        return tensor
-    codes, scales = quantize(tensor.detach().reshape(-1))
-    report_kept(codes, scales)
-    return _Codes(codes, scales, tensor.shape, tensor.dtype)
+def _packer(bits: int):
+    def pack(tensor: torch.Tensor) -> torch.Tensor | _Codes:
+        if (not tensor.is_floating_point() or tensor.numel() < MIN_NUMEL
+                or (tensor.requires_grad and tensor.is_leaf)):  # parameters stay
+            report_kept(tensor)
+            return tensor
+        codes = quantize_values(tensor.detach().reshape(-1), bits)
+        report_kept(*codes)
+        return _Codes(codes, bits, tensor.shape, tensor.dtype)
+    return pack
 
 
 def _unpack(saved: torch.Tensor | _Codes) -> torch.Tensor:
     if isinstance(saved, torch.Tensor):
         return saved
-    return dequantize(saved.codes, saved.scales, saved.dtype).view(saved.shape)
+    return dequantize_values(saved.codes, saved.bits, saved.shape.numel(),
+                             saved.dtype).view(saved.shape)
+
+
+_PACKERS = {bits: _packer(bits) for bits in BITS}
 
 
 class CompressedActivations:
-    """Mixin put in front of a converted module's class: its forward runs under the hooks."""
+    """Mixin put in front of a converted module's class: its forward runs under the hooks.
+
+    Attributes:
+        activation_bits: The bit width of what the module saves (set on the instance).
+    """
+
+    activation_bits: int
 
     def forward(self, *args, **kwargs):
-        with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+        with torch.autograd.graph.saved_tensors_hooks(_PACKERS[self.activation_bits], _unpack):
             return super().forward(*args, **kwargs)
 
 
@@ -108,6 +120,29 @@ def _selected(module: nn.Module, name: str, types: Sequence[type | str],
                for t in types)
 
 
+def compressible_modules(model: nn.Module, types: Sequence[type | str] = DEFAULT_TYPES,
+                         names: Sequence[str] | None = None) -> list[str]:
+    """The names of the modules :func:`compress_activations` would convert (outermost first;
+    a module inside a chosen one, or already converted, is left out).
+
+    Example:
+        >>> from torch import nn
+        >>> compressible_modules(nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.ReLU()))
+        ['1']
+    """
+    chosen: list[str] = []
+    taken: list[str] = []  # chosen now or converted before
+    for name, module in model.named_modules():
+        if not name or any(name.startswith(done + '.') for done in taken):
+            continue
+        if isinstance(module, CompressedActivations):
+            taken.append(name)
+        elif _selected(module, name, types, names):
+            chosen.append(name)
+            taken.append(name)
+    return chosen
+
+
 def compress_activations(model: nn.Module, bits: int = 8,
                          types: Sequence[type | str] = DEFAULT_TYPES,
                          names: Sequence[str] | None = None) -> list[str]:
@@ -118,7 +153,8 @@ def compress_activations(model: nn.Module, bits: int = 8,
 
     Args:
         model: Any ``nn.Module``.
-        bits: 8 (int8 with a scale per 32 values); 4 and 2 bits are not built yet.
+        bits: 8 (int8 with a scale per 32 values), 4 or 2 (a minimum and step per 32 values,
+            stochastic rounding).
         types: Module classes to convert, or class names as strings (:data:`DEFAULT_TYPES`).
         names: Name patterns (exact, a prefix at a dot, or ``fnmatch`` wildcards) to convert
             instead of ``types``.
@@ -129,16 +165,12 @@ def compress_activations(model: nn.Module, bits: int = 8,
     Raises:
         ConfigError: Unsupported ``bits``, or no module to convert.
     """
-    if isinstance(bits, bool) or bits not in BITS:
-        raise ConfigError(f'compressed activations take bits=8 (4 and 2 are not built yet); '
-                          f'got {bits!r}')
-    converted: list[str] = []
-    for name, module in model.named_modules():
-        inside = any(name.startswith(done + '.') for done in converted)
-        if (name and not inside and not isinstance(module, CompressedActivations)
-                and _selected(module, name, types, names)):
-            module.__class__ = _compressed_class(type(module))
-            converted.append(name)
+    check_bits(bits, 'compressed activations bits')
+    converted = compressible_modules(model, types, names)
+    for name in converted:
+        module = model.get_submodule(name)
+        module.__class__ = _compressed_class(type(module))
+        module.activation_bits = bits
     if not converted:
         what = f'names {list(names)}' if names is not None else 'the module types ' + \
             ', '.join(t if isinstance(t, str) else t.__name__ for t in types)
@@ -153,5 +185,6 @@ def restore_activations(model: nn.Module) -> list[str]:
     for name, module in model.named_modules():
         if isinstance(module, CompressedActivations):
             module.__class__ = type(module).__mro__[2]
+            del module.activation_bits
             restored.append(name)
     return restored

@@ -4,7 +4,9 @@
   once, and resolved to bytes against a measured baseline;
 - :mod:`.training_state`: buffers, RNG streams and tensor values restored after a pass that
   must leave no trace;
-- :mod:`.parameters`: the local part of a sharded tensor, and an optimizer's parameter order.
+- :mod:`.parameters`: the local part of a sharded tensor, and an optimizer's parameter order;
+- :mod:`.random_source`: the plugin's own random generator (DropIT's sampling, stochastic
+  rounding), apart from the global one.
 """
 from .budget import Budget, parse_budget, resolve_budget
 from .parameters import local_part, optimizer_params

@@ -108,8 +108,9 @@ class CompactLayout:
         memory_order: Permutation from the tensor's dimensions to its memory order
             (``None`` for a contiguous tensor; ``(0, 2, 3, 1)`` for channels_last).
         nbytes: Bytes of the saved tensors.
-        value_bits: 8 when the kept values are stored as int8 codes with a scale per group
+        value_bits: 8, 4 or 2 when the kept values are stored as integer codes per group
             (:mod:`.quantize`), ``None`` when in ``dtype``.
+        value_count: How many values the codes hold (with ``value_bits``).
     """
 
     shape: torch.Size
@@ -118,6 +119,7 @@ class CompactLayout:
     memory_order: tuple[int, ...] | None
     nbytes: int
     value_bits: int | None = None
+    value_count: int = 0
 
 
 def _memory_order(x: torch.Tensor) -> tuple[int, ...] | None:

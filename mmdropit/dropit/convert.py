@@ -123,7 +123,7 @@ def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
 
     Raises:
         ConfigError: For a gamma outside [0, 1), an unknown strategy, ``value_bits`` other
-            than ``None`` / 8, or a model in which no supported layer is left to convert.
+            than ``None`` / 8 / 4 / 2, or a model in which no supported layer is left to convert.
     """
     gamma = check_gammas(gamma)
     check_strategy(strategy)
@@ -190,8 +190,9 @@ def to_dropit(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
         lean_activations: Also make every ReLU / ReLU6 / Hardtanh / LeakyReLU keep a 1-bit mask,
             so a layer after it really frees its dense input.
         value_bits: 8 stores the kept values as int8 with a float32 scale per 32 values
-            (:mod:`.quantize`: 0.059 instead of 0.13 of an fp32 input at gamma 0.9); ``None``
-            keeps them in the input's dtype.
+            (:mod:`.quantize`: 0.059 instead of 0.13 of an fp32 input at gamma 0.9), 4 or 2
+            with a minimum and step per 32 values and stochastic rounding (0.050, 0.044);
+            ``None`` keeps them in the input's dtype.
 
     Returns:
         ``model``, converted.

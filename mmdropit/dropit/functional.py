@@ -58,7 +58,7 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
             tensors, layout = compress(flat, keep, scale, x.shape, order)
         state.count(tensors[-1].numel(), x.numel())
         if state.value_bits is not None:
-            tensors, layout = quantize_kept(tensors, layout)
+            tensors, layout = quantize_kept(tensors, layout, state.value_bits)
     else:
         state.warn_dense_once(str(x.dtype).removeprefix('torch.'))
         tensors, layout = (x,), dense_layout(x)

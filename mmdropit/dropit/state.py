@@ -14,8 +14,8 @@ class DropITState:
         gamma: Share of the saved input dropped now (``base_gamma`` times the schedule factor).
         base_gamma: The configured gamma.
         strategy: ``'mink'``, ``'mink_approx'`` or ``'random'``.
-        value_bits: 8 to keep the kept values as int8 with a scale per group, ``None`` to keep
-            them in the input's dtype.
+        value_bits: 8, 4 or 2 to keep the kept values as integer codes per group, ``None``
+            to keep them in the input's dtype.
         kept: Elements kept since the counters were last reset.
         seen: Elements seen since the counters were last reset.
         dense_warned: Whether the "kept dense" warning was given.

@@ -22,8 +22,8 @@ Training", ICLR 2023): they contribute least to the weight gradient.
 gamma, so what a layer saves has static shapes (``torch.compile`` traces it whole, see
 :mod:`.ops`).
 
-Samples and masks are drawn from DropIT's own generator (:mod:`.random_source`), never from the
-global one, so dropout and drop-path draw the same masks with and without DropIT.
+Samples and masks are drawn from the plugin's own generator
+(:mod:`mmdropit.common.random_source`), never from the global one, so dropout and drop-path draw the same masks with and without DropIT.
 
 Example:
     >>> x = torch.tensor([0.1, -3.0, 0.5, 2.0, -0.2, 0.05, 1.0, -0.7, 0.3, 4.0])
@@ -39,7 +39,7 @@ from collections.abc import Callable
 import torch
 
 from ..errors import ConfigError
-from .random_source import generator
+from ..common.random_source import generator
 
 SAMPLE_SIZE = 1 << 16
 """Elements sampled by ``mink_approx`` to estimate the threshold."""

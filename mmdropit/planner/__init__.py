@@ -3,7 +3,7 @@ time, take the fastest that fits, and prove it with a measurement.
 
 - :mod:`.estimate`: a predicted step (the bytes that stay, the activations, the time);
 - :mod:`.techniques`: one entry per technique (micro-batches, checkpoint plans, measured
-  settings such as bf16 or DropIT) behind :class:`Technique`;
+  settings such as bf16, DropIT or quantized activations) behind :class:`Technique`;
 - :mod:`.search`: the combinations, the choice under a margin, and the measured check;
 - :mod:`.budget`: a step measured through a :class:`StepProbe`, the techniques built from the
   measurements, and the decision put in effect (:func:`plan_within_budget`).
@@ -11,16 +11,16 @@ time, take the fastest that fits, and prove it with a measurement.
 The engine's ``MemoryBudgetHook`` measures a training step, builds the techniques and applies
 the decision.
 """
-from .budget import (DROPIT_GAMMAS, BudgetOutcome, StepProbe, Switch, bf16_switch,
-                     dropit_switch, plan_within_budget)
+from .budget import (ACTIVATION_BITS, DROPIT_GAMMAS, BudgetOutcome, StepProbe, Switch,
+                     bf16_switch, dropit_switch, plan_within_budget, quantize_switch)
 from .estimate import Choice, Estimate
 from .search import (ATTEMPTS, MARGIN, Decision, combinations, decide, fastest_fitting,
                      put_in_effect, remove_all)
 from .techniques import (CheckpointPlans, Effect, MeasuredSettings, MicroBatches, Target,
                          Technique)
 
-__all__ = ['ATTEMPTS', 'BudgetOutcome', 'CheckpointPlans', 'Choice', 'DROPIT_GAMMAS', 'Decision',
+__all__ = ['ACTIVATION_BITS', 'ATTEMPTS', 'BudgetOutcome', 'CheckpointPlans', 'Choice', 'DROPIT_GAMMAS', 'Decision',
            'Effect', 'Estimate', 'MARGIN', 'MeasuredSettings', 'MicroBatches', 'StepProbe',
            'Switch', 'Target', 'Technique', 'bf16_switch', 'combinations', 'decide',
            'dropit_switch', 'fastest_fitting', 'plan_within_budget', 'put_in_effect',
-           'remove_all']
+           'quantize_switch', 'remove_all']

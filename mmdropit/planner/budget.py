@@ -36,6 +36,7 @@ from torch import nn
 
 from ..checkpoint import build_chain, record_step
 from ..checkpoint.chain import Chain
+from ..codecs import compress_activations, restore_activations
 from ..common.budget import Budget, resolve_budget
 from ..dropit import convert, from_dropit
 from ..errors import ConfigError
@@ -47,6 +48,8 @@ from .techniques import CheckpointPlans, Effect, MeasuredSettings, MicroBatches,
 
 DROPIT_GAMMAS = (0.5, 0.7, 0.9)
 """The gammas DropIT is tried at when lossy techniques are allowed."""
+ACTIVATION_BITS = (8, 4)
+"""The bit widths saved activations are tried at when lossy techniques are allowed."""
 
 
 def _same(value):
@@ -109,7 +112,7 @@ class Switch:
     """A lossy technique: its settings, and how to put one in effect and take it away.
 
     Attributes:
-        name: The technique's name (``'bf16'``, ``'dropit'``).
+        name: The technique's name (``'bf16'``, ``'dropit'``, ``'quantize'``).
         settings: The settings to try.
         text: How the decision table names a setting.
         apply: Puts a setting in effect.
@@ -127,6 +130,14 @@ def dropit_switch(model: nn.Module, gammas: Sequence[float] = DROPIT_GAMMAS) -> 
     """DropIT on ``model`` (default layers and exclusions) at each of ``gammas``."""
     return Switch('dropit', tuple(gammas), lambda gamma: f'DropIT gamma {gamma}',
                   lambda gamma: convert(model, gamma), lambda: from_dropit(model))
+
+
+def quantize_switch(model: nn.Module, bits: Sequence[int] = ACTIVATION_BITS) -> Switch:
+    """What ``model``'s normalisation, activation and attention modules save, in each of
+    ``bits`` bits (:func:`~mmdropit.codecs.compress_activations` with its default modules)."""
+    return Switch('quantize', tuple(bits), lambda width: f'{width}-bit activations',
+                  lambda width: compress_activations(model, width),
+                  lambda: restore_activations(model))
 
 
 def bf16_switch(holder: object) -> Switch:

@@ -11,7 +11,7 @@ from mmdropit.dropit.compact import (compress, decompress, encoded_bytes,
                                      flatten_in_memory_order, pack_bits, unpack_bits,
                                      worth_compressing)
 from mmdropit.dropit.ops import keep_fixed, unkeep
-from mmdropit.dropit.random_source import reseed
+from mmdropit.common.random_source import reseed
 from mmdropit.dropit.strategies import kept_count, select
 from mmdropit.memory import SavedTensorMeter
 

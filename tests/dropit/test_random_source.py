@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from mmdropit.dropit import to_dropit
-from mmdropit.dropit.random_source import reseed
+from mmdropit.common.random_source import reseed
 from mmdropit.dropit.strategies import select
 
 

@@ -14,6 +14,7 @@ from mmengine.runner import Runner
 import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
+from mmdropit.codecs import CompressedActivations
 from mmdropit.dropit import dropit_layers
 from mmdropit.engine.hooks import MemoryBudgetHook, MemoryReportHook
 from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, assert_ranks_identical,
@@ -72,8 +73,13 @@ def test_lossy_techniques_are_measured_and_the_choice_is_applied(tmp_path):
     _assert_fits(scalars, decision)
     table = '\n'.join(decision['table'])
     assert '| bf16 autocast |' in table and '| DropIT gamma 0.9 |' in table
+    assert '| 8-bit activations |' in table and '| 4-bit activations |' in table
     model = runner.model
     assert bool(dropit_layers(model)) == (_setting(decision, 'dropit') is not None)
+    bits = {module.activation_bits for module in model.modules()
+            if isinstance(module, CompressedActivations)}
+    quantized = _setting(decision, 'quantize')
+    assert bits == (set() if quantized is None else {(8, 4)[quantized]})
     assert (runner.optim_wrapper.autocast_dtype == torch.bfloat16) == \
         (_setting(decision, 'bf16') is not None)
 

@@ -1,4 +1,5 @@
-"""Store what normalisation, activation and attention modules save for backward in 8 bits.
+"""Store what normalisation, activation and attention modules save for backward in 8, 4 or 2
+bits.
 
 Example config (with DropIT, whose kept values are then stored in 8 bits too)::
 
@@ -16,7 +17,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...codecs import DEFAULT_TYPES, compress_activations
-from ...codecs.activations import BITS
+from ...codecs.bits import check_bits
 from ...errors import ConfigError
 from ..runner_model import unwrap
 
@@ -32,7 +33,8 @@ class CompressActivationsHook(Hook):
     model.
 
     Args:
-        bits: 8 (int8 with a float32 scale per 32 values).
+        bits: 8 (int8 with a float32 scale per 32 values), 4 or 2 (a float32 minimum and step
+            per 32 values, stochastic rounding).
         types: Class names of the modules to convert (e.g. ``['LayerNorm', 'GELU']``);
             ``None``: normalisation layers, GELU, SiLU, Softmax and ``Attention`` modules.
         names: Name patterns of modules to convert instead of ``types``.
@@ -42,9 +44,7 @@ class CompressActivationsHook(Hook):
 
     def __init__(self, bits: int = 8, types: Sequence[str] | None = None,
                  names: Sequence[str] | None = None) -> None:
-        if isinstance(bits, bool) or bits not in BITS:
-            raise ConfigError(f'CompressActivationsHook takes bits=8 (4 and 2 are not built '
-                              f'yet); got {bits!r}')
+        check_bits(bits, 'CompressActivationsHook bits')
         if isinstance(types, str) or isinstance(names, str):
             raise ConfigError("CompressActivationsHook types / names take a list, e.g. "
                               "types=['LayerNorm', 'GELU']")

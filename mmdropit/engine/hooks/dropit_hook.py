@@ -19,7 +19,7 @@ from mmengine.registry import HOOKS
 from ...dropit import (ConversionReport, audit, check_gammas, check_strategy, convert, keep_ratio,
                       set_gamma_scale)
 from ...dropit.quantize import check_value_bits
-from ...dropit.random_source import reseed
+from ...common.random_source import reseed
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
 
@@ -46,8 +46,9 @@ class DropITHook(Hook):
             classifier / box-predictor layers, as in the paper).
         lean_activations: Make ReLU / ReLU6 / LeakyReLU keep a 1-bit mask (default ``True``).
         warmup_iters: Ramp gamma linearly from 0 to its value over this many iterations.
-        value_bits: 8 keeps the kept values as int8 with a scale per 32 values; ``None``
-            (default) in the input's dtype.
+        value_bits: 8 keeps the kept values as int8 with a scale per 32 values, 4 or 2 with
+            a minimum and step per 32 values (stochastic rounding); ``None`` (default) in the
+            input's dtype.
         audit: Before training, run one forward pass on the first training batch and log, per
             DropIT layer, the bytes it really freed and what keeps a dense input alive.
     """

@@ -6,7 +6,7 @@ Example config::
     custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
     custom_hooks = [dict(type='MemoryBudgetHook', budget='11GB')]   # or a fraction, e.g. 0.5
     # lossy techniques too: dict(type='MemoryBudgetHook', budget=0.25, lossy=True)
-    #                   or: dict(type='MemoryBudgetHook', budget=0.25, allow=['bf16'])
+    #                   or: dict(type='MemoryBudgetHook', budget=0.25, allow=['bf16', 'quantize'])
 """
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ from mmengine.registry import HOOKS
 from torch import nn
 
 from ...checkpoint.chain import Chain
+from ...codecs import CompressedActivations, compressible_modules
 from ...common.budget import parse_budget
 from ...dropit import dropit_layers
 from ...errors import ConfigError
 from ...planner import (BudgetOutcome, StepProbe, bf16_switch, dropit_switch, plan_within_budget,
-                        put_in_effect, remove_all)
+                        put_in_effect, quantize_switch, remove_all)
 from ...planner.search import LOWER
 from ..optim.autocast_switch import AutocastSwitch
 from ..optim.batch_split import batch_size_of
@@ -38,7 +39,7 @@ from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
 BUDGET_HELP = ("a MemoryBudgetHook budget is the peak of a whole training step, a size such as "
                "'11GB' or '512MiB' or a fraction of the measured unplanned step peak such as 0.5")
-LOSSY = ('bf16', 'dropit')
+LOSSY = ('bf16', 'dropit', 'quantize')
 """Techniques that change the computed gradients, tried only with ``lossy`` or ``allow``."""
 
 _WRAPPER_CLASSES: dict[tuple[type, ...], type] = {}
@@ -116,9 +117,11 @@ class MemoryBudgetHook(ShapeBucketHook):
     Techniques: micro-batches (1, 2, 4, ... and one per sample) and the fastest checkpoint
     plan that fits what they leave, which keep the gradients of the whole batch (BatchNorm
     layers in training mode see micro-batches: warned); with ``lossy`` or ``allow``, bfloat16
-    autocast (``'bf16'``) and DropIT at gamma 0.5 / 0.7 / 0.9 (``'dropit'``). ``DropITHook``
-    and mixed precision set in the config are kept and planned around (then not offered
-    again); ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` /
+    autocast (``'bf16'``), DropIT at gamma 0.5 / 0.7 / 0.9 (``'dropit'``) and what
+    normalisation, activation and attention modules save in 8 or 4 bits (``'quantize'``,
+    :func:`~mmdropit.codecs.compress_activations`; left out of ``lossy=True`` for a model
+    without such modules). ``DropITHook``, ``CompressActivationsHook`` and mixed precision set
+    in the config are kept and planned around (then not offered again); ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` /
     ``memory_budget`` are errors, as this hook chooses those. Under DDP every rank measures,
     the largest peak and the longest time count, so all ranks take the same decision.
 
@@ -149,6 +152,7 @@ class MemoryBudgetHook(ShapeBucketHook):
                               f'{list(LOSSY)}, got {allow!r}')
         super().__init__(bucket)
         self.lossy = tuple(LOSSY if lossy else allow or ())
+        self._every_lossy = bool(lossy)
         self._target: _RunnerTarget | None = None
 
     def before_run(self, runner) -> None:
@@ -157,7 +161,15 @@ class MemoryBudgetHook(ShapeBucketHook):
                               'CheckpointPlanHook from custom_hooks')
         model = unwrap(runner.model)
         kept = {'bf16': isinstance(runner.optim_wrapper, AmpOptimWrapper),
-                'dropit': bool(dropit_layers(model))}
+                'dropit': bool(dropit_layers(model)),
+                'quantize': any(isinstance(module, CompressedActivations)
+                                for module in model.modules())}
+        if 'quantize' in self.lossy and not kept['quantize'] and not compressible_modules(model):
+            if not self._every_lossy:
+                raise ConfigError(f'MemoryBudgetHook allow=[\'quantize\']: '
+                                  f'{type(model).__name__} has no normalisation, activation or '
+                                  'attention module whose saved tensors could be quantized')
+            kept['quantize'] = True  # nothing to quantize: not offered
         if self.lossy and all(kept[name] for name in self.lossy):
             raise ConfigError(f'MemoryBudgetHook: no lossy technique left to add '
                               f'({", ".join(self.lossy)} already set in the config); drop '
@@ -187,8 +199,9 @@ class MemoryBudgetHook(ShapeBucketHook):
                           share_chain=_rank0_chain,
                           accumulates=wrapper._accumulative_counts > 1)
         switches = [*([dropit_switch(model)] if 'dropit' in self.lossy else []),
+                    *([quantize_switch(model)] if 'quantize' in self.lossy else []),
                     *([bf16_switch(wrapper)] if 'bf16' in self.lossy else [])]
-        lower = ('lossy techniques (lossy=True), or ' if set(self.lossy) != set(LOSSY) else '') \
+        lower = ('lossy techniques (lossy=True), or ' if not self._every_lossy else '') \
             + LOWER
         where = shape_text(key)
         fingerprint = self._fingerprint(model, wrapper, key)

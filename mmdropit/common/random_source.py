@@ -1,11 +1,11 @@
-"""DropIT's own random numbers, apart from the global generator.
+"""The plugin's own random numbers, apart from the global generator.
 
-``mink`` on large inputs and ``mink_approx`` sample elements to find their threshold, and
-``random`` draws its keep mask. Drawn from PyTorch's global generator, those numbers would
-shift every later draw of the step: a DropIT run's dropout and drop-path masks would differ
-from the baseline's at the same seed, which adds noise to every paired comparison of the two.
-DropIT therefore draws from a generator of its own, one per device, created at its first use
-and seeded from ``torch.initial_seed()`` (the seed of the run, e.g. MMEngine's
+DropIT's ``mink`` on large inputs and ``mink_approx`` sample elements to find their threshold,
+``random`` draws its keep mask, and the 4- and 2-bit codecs round stochastically. Drawn from
+PyTorch's global generator, those numbers would shift every later draw of the step: a DropIT
+run's dropout and drop-path masks would differ from the baseline's at the same seed, which adds
+noise to every paired comparison of the two. They are therefore drawn from a generator of the
+plugin's own, one per device, created at its first use and seeded from ``torch.initial_seed()`` (the seed of the run, e.g. MMEngine's
 ``randomness.seed``), so a run stays reproducible and the global stream is left as the
 baseline's. :func:`reseed` starts it afresh.
 
@@ -21,12 +21,12 @@ from __future__ import annotations
 import torch
 
 _GENERATORS: dict[torch.device, torch.Generator] = {}
-_OFFSET = 0x5D_0917  # DropIT's stream differs from one seeded with the run's seed itself
+_OFFSET = 0x5D_0917  # the plugin's stream differs from one seeded with the run's seed itself
 _seed: int | None = None  # set by reseed(seed); else the run's seed
 
 
 def generator(device: torch.device) -> torch.Generator:
-    """DropIT's generator for ``device``, created and seeded at its first use."""
+    """The plugin's generator for ``device``, created and seeded at its first use."""
     if device.type == 'cuda' and device.index is None:
         device = torch.device('cuda', torch.cuda.current_device())
     found = _GENERATORS.get(device)
@@ -38,7 +38,7 @@ def generator(device: torch.device) -> torch.Generator:
 
 
 def reseed(seed: int | None = None) -> None:
-    """Start DropIT's generators afresh, each from ``seed`` (or, without it, from
+    """Start the plugin's generators afresh, each from ``seed`` (or, without it, from
     ``torch.initial_seed()``) at its next use."""
     global _seed
     _seed = seed
