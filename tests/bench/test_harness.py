@@ -69,3 +69,22 @@ def test_the_budget_planner_fits_its_measured_step(variant):
     # the whole measured training step (optimizer step included) fits the budget too
     assert planned.peak.peak_bytes <= outcome.decision.budget_bytes < base.peak.peak_bytes
     assert work.micro_batches == 1 and work.autocast_dtype is None  # undone after the step
+
+
+def test_codec_variants_save_less_the_fewer_the_bits():
+    """The compressed-activation variants on the MLP (DropIT on its Linears, the GELUs' inputs
+    compressed): saved bytes fall from the baseline to 8 bits to 4 bits, each applied and
+    undone within its step."""
+    work = _workload('mlp', 3)
+    variants = catalogue()
+    names = (BASELINE, 'dropit-int8+int8-acts', 'dropit-int4+int4-acts',
+             'dropit-int8+int8-acts+ckpt-plan-min')
+    measured, skipped = benchmark_workload(work, [variants[name] for name in names], steps=1,
+                                           device=torch.device('cpu'))
+    assert not skipped
+    rows = {row['variant']: row for row in compare(measured)}
+    saved = [rows[name]['saved_ratio'] for name in names[:3]]
+    assert saved[0] == 1.0 and saved[1] < 0.35 and saved[2] < 0.8 * saved[1]
+    assert rows[names[3]]['activation_peak_ratio'] < rows[names[1]]['activation_peak_ratio']
+    assert not any(type(module).__name__.startswith(('Compressed', 'DropIT'))
+                   for module in work.model.modules())
