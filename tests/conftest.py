@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,9 @@ def two_iteration_cfg(path: Path, work_dir: Path, *hooks: dict):
     cfg.default_hooks.logger.interval = 1
     cfg.custom_hooks = [*cfg.get('custom_hooks', []), *hooks]
     cfg.work_dir = str(work_dir)
+    # MMEngine names a run's logger after the config and the second it started, and a second
+    # runner of the same second in this process would write into the first one's log file
+    cfg.experiment_name = f'{work_dir.name}-{uuid.uuid4().hex[:8]}'
     return cfg
 
 

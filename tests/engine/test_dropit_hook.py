@@ -60,7 +60,7 @@ def test_checkpoints_cross_load_with_and_without_dropit(tmp_path):
     (dict(strategy='top'), "unknown DropIT strategy 'top'"),
     (dict(exclude='head'), 'take a list of name patterns'),
     (dict(warmup_iters=-1), 'warmup_iters must be'),
-    (dict(value_bits=4), 'value_bits must be None .* or 8'),
+    (dict(value_bits=3), r'DropITHook value_bits \(or None\) takes 8 .*, 4 or 2 .*; got 3'),
 ])
 def test_bad_hook_arguments_are_clear_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message):
