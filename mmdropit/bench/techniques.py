@@ -88,15 +88,15 @@ def dropit(strategy: str, lean_activations: bool = True,
     return prepare
 
 
-def compressed_activations(with_dropit: bool, bits: int = 8) -> Prepare:
-    """What norms, GELUs and attentions save, in ``bits`` bits (:func:`compress_activations`);
-    with ``with_dropit``, also DropIT at :data:`DROPIT_GAMMA` with its kept values in ``bits``
-    bits."""
+def compressed_activations(with_dropit: bool, bits: int = 8, lean: bool = False) -> Prepare:
+    """What norms, GELUs and attentions save, in ``bits`` bits (:func:`compress_activations`;
+    with ``lean``, GELUs save 4-bit derivative codes); with ``with_dropit``, also DropIT at
+    :data:`DROPIT_GAMMA` with its kept values in ``bits`` bits."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         if with_dropit:
             to_dropit(work.model, DROPIT_GAMMA, 'mink', value_bits=bits)
-        compress_activations(work.model, bits=bits)
+        compress_activations(work.model, bits=bits, lean_activations=lean)
         try:
             yield
         finally:

@@ -88,6 +88,8 @@ def catalogue() -> dict[str, Variant]:
         Variant('int4-acts', prepare=compressed_activations(with_dropit=False, bits=4)),
         Variant('dropit-int4+int4-acts',
                 prepare=compressed_activations(with_dropit=True, bits=4)),
+        Variant('dropit-int8+int8-acts-lean',
+                prepare=compressed_activations(with_dropit=True, lean=True)),
         Variant('ckpt-plan-min', prepare=checkpoint_plan(None)),
         Variant('ckpt-plan-0.5', prepare=checkpoint_plan(0.5)),
         Variant('dropit+ckpt-plan-min', prepare=checkpoint_plan(None, inner=dropit('mink'),

@@ -39,6 +39,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import checkpoint
 
+from ..common.recompute_region import recomputed_region
 from ..common.training_state import values_restored
 from .selective import selective_contexts
 
@@ -69,8 +70,17 @@ def _checkpointed(module: nn.Module, run: Callable, selective: bool, *args, **kw
         # the compiled backward recomputes without running BatchNorm's buffer updates again
         policy = {'context_fn': selective_contexts} if selective else {}
         return checkpoint(run, *args, use_reentrant=False, **policy, **kwargs)
-    return checkpoint(run, *args, use_reentrant=False,
+    return checkpoint(_marked(run), *args, use_reentrant=False,
                       context_fn=lambda: _contexts(module, selective), **kwargs)
+
+
+def _marked(run: Callable) -> Callable:
+    """``run`` inside :func:`~mmdropit.common.recompute_region.recomputed_region` (in the first
+    forward pass and in the recomputation alike)."""
+    def marked(*args, **kwargs):
+        with recomputed_region():
+            return run(*args, **kwargs)
+    return marked
 
 
 def _active(module: nn.Module) -> bool:

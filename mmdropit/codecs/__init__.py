@@ -5,10 +5,13 @@
   stochastic rounding (ActNN / GACT-style, unbiased);
 - :mod:`.bits`: both behind one entry by bit width; DropIT's ``value_bits`` stores its kept
   values with it;
+- :mod:`.derivative_codes`: GELU / SiLU that save a 4-bit code of their piecewise-constant
+  derivative instead of their input (few-bit backward);
 - :mod:`.activations`: :func:`compress_activations` converts normalisation, activation and
-  attention modules in place so that what they save is stored in 8, 4 or 2 bits.
+  attention modules in place so that what they save is stored in 8, 4 or 2 bits (GELU / SiLU
+  optionally as derivative codes).
 
-Not built: GACT's adaptive bits, lean GELU / SiLU.
+Not built: GACT's adaptive bits.
 """
 from .activations import (DEFAULT_TYPES, CompressedActivations, compress_activations,
                           compressible_modules, restore_activations)

@@ -38,16 +38,20 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..common.name_patterns import matches
+from ..common.recompute_region import in_recomputed_region
 from ..common.saved_tensors import report_kept
 from ..errors import ConfigError
-from .bits import BITS, check_bits, dequantize_values, quantize_values
+from .bits import check_bits, dequantize_values, quantize_values
+from .derivative_codes import CODE_BITS, lean_activation
 
 MIN_NUMEL = 4096
 """Smaller saved tensors stay as they are (their codes would save little)."""
@@ -67,16 +71,57 @@ class _Codes:
     dtype: torch.dtype
 
 
-def _packer(bits: int):
-    def pack(tensor: torch.Tensor) -> torch.Tensor | _Codes:
-        if (not tensor.is_floating_point() or tensor.numel() < MIN_NUMEL
-                or (tensor.requires_grad and tensor.is_leaf)):  # parameters stay
-            report_kept(tensor)
-            return tensor
-        codes = quantize_values(tensor.detach().reshape(-1), bits)
-        report_kept(*codes)
-        return _Codes(codes, bits, tensor.shape, tensor.dtype)
-    return pack
+@dataclass(frozen=True)
+class Compression:
+    """How a converted module stores what it saves.
+
+    Attributes:
+        name: The module's qualified name in the converted model (for audits).
+        bits: The bit width.
+        lean: A GELU / SiLU that saves 4-bit codes of its derivative instead
+            (:mod:`.derivative_codes`).
+    """
+
+    name: str
+    bits: int
+    lean: bool = False
+
+    @property
+    def label(self) -> str:
+        """How the saved tensors are stored, in words (``'8-bit'``, ``'4-bit derivative'``)."""
+        return f'{CODE_BITS}-bit derivative' if self.lean else f'{self.bits}-bit'
+
+
+CompressionObserver = Callable[[Compression, torch.Tensor, int], None]
+"""``observer(compression, dense, code_bytes)``, called when a converted module stores a saved
+tensor as codes."""
+_OBSERVERS: list[CompressionObserver] = []
+
+
+@contextlib.contextmanager
+def observe_compression(observer: CompressionObserver) -> Iterator[None]:
+    """Call ``observer`` each time a converted module stores a saved tensor as codes."""
+    _OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(observer)
+
+
+def _pack(compression: Compression, tensor: torch.Tensor) -> torch.Tensor | _Codes:
+    if (not tensor.is_floating_point() or tensor.numel() < MIN_NUMEL
+            or (tensor.requires_grad and tensor.is_leaf)):  # parameters stay
+        report_kept(tensor)
+        return tensor
+    codes = quantize_values(tensor.detach().reshape(-1), compression.bits)
+    report_kept(*codes)
+    _notify(compression, tensor, sum(code.nbytes for code in codes))
+    return _Codes(codes, compression.bits, tensor.shape, tensor.dtype)
+
+
+def _notify(compression: Compression, dense: torch.Tensor, code_bytes: int) -> None:
+    for observer in _OBSERVERS:
+        observer(compression, dense, code_bytes)
 
 
 def _unpack(saved: torch.Tensor | _Codes) -> torch.Tensor:
@@ -86,30 +131,51 @@ def _unpack(saved: torch.Tensor | _Codes) -> torch.Tensor:
                              saved.dtype).view(saved.shape)
 
 
-_PACKERS = {bits: _packer(bits) for bits in BITS}
-
-
 class CompressedActivations:
     """Mixin put in front of a converted module's class: its forward runs under the hooks.
 
     Attributes:
-        activation_bits: The bit width of what the module saves (set on the instance).
+        compression: How the module stores what it saves (set on the instance).
     """
 
-    activation_bits: int
+    compression: Compression
 
     def forward(self, *args, **kwargs):
-        with torch.autograd.graph.saved_tensors_hooks(_PACKERS[self.activation_bits], _unpack):
+        if in_recomputed_region():  # the checkpoint drops what is saved here: let it
+            return super().forward(*args, **kwargs)
+        pack = functools.partial(_pack, self.compression)
+        with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
             return super().forward(*args, **kwargs)
 
 
-_CLASSES: dict[type, type] = {}
+class LeanDerivative(CompressedActivations):
+    """Mixin put in front of a converted GELU's or SiLU's class: it saves 4-bit codes of its
+    derivative (:func:`~.derivative_codes.lean_activation`) instead of its input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if in_recomputed_region():
+            return super().forward(x)  # the plain module's forward (see the mixin's)
+        if isinstance(self, nn.SiLU):
+            kind = 'silu'
+        else:
+            kind = 'gelu_tanh' if self.approximate == 'tanh' else 'gelu'
+        if torch.is_grad_enabled() and x.requires_grad:
+            _notify(self.compression, x, (x.numel() + 1) // 2)
+        return lean_activation(x, kind)
 
 
-def _compressed_class(cls: type) -> type:
-    if cls not in _CLASSES:
-        _CLASSES[cls] = type(f'Compressed{cls.__name__}', (CompressedActivations, cls), {})
-    return _CLASSES[cls]
+LEAN_TYPES = (nn.GELU, nn.SiLU)
+"""Module types that ``lean_activations=True`` converts to :class:`LeanDerivative`."""
+_CLASSES: dict[tuple[type, type], type] = {}
+_ORIGINALS: dict[type, type] = {}
+
+
+def _converted_class(mixin: type, cls: type) -> type:
+    if (mixin, cls) not in _CLASSES:
+        prefix = 'Lean' if mixin is LeanDerivative else 'Compressed'
+        converted = type(f'{prefix}{cls.__name__}', (mixin, cls), {})
+        _CLASSES[mixin, cls], _ORIGINALS[converted] = converted, cls
+    return _CLASSES[mixin, cls]
 
 
 def _selected(module: nn.Module, name: str, types: Sequence[type | str],
@@ -145,7 +211,8 @@ def compressible_modules(model: nn.Module, types: Sequence[type | str] = DEFAULT
 
 def compress_activations(model: nn.Module, bits: int = 8,
                          types: Sequence[type | str] = DEFAULT_TYPES,
-                         names: Sequence[str] | None = None) -> list[str]:
+                         names: Sequence[str] | None = None,
+                         lean_activations: bool = False) -> list[str]:
     """Store what the chosen modules of ``model`` save for backward in ``bits`` bits, in place.
 
     Parameters, buffers and ``state_dict`` keys stay the same; :func:`restore_activations`
@@ -158,6 +225,9 @@ def compress_activations(model: nn.Module, bits: int = 8,
         types: Module classes to convert, or class names as strings (:data:`DEFAULT_TYPES`).
         names: Name patterns (exact, a prefix at a dot, or ``fnmatch`` wildcards) to convert
             instead of ``types``.
+        lean_activations: Convert GELU and SiLU modules to save 4-bit codes of their
+            derivative (0.125 of an fp32 input, :mod:`.derivative_codes`) instead of their
+            quantized input.
 
     Returns:
         The names of the converted modules.
@@ -169,8 +239,10 @@ def compress_activations(model: nn.Module, bits: int = 8,
     converted = compressible_modules(model, types, names)
     for name in converted:
         module = model.get_submodule(name)
-        module.__class__ = _compressed_class(type(module))
-        module.activation_bits = bits
+        lean = lean_activations and isinstance(module, LEAN_TYPES)
+        mixin = LeanDerivative if lean else CompressedActivations
+        module.__class__ = _converted_class(mixin, type(module))
+        module.compression = Compression(name, bits, lean)
     if not converted:
         what = f'names {list(names)}' if names is not None else 'the module types ' + \
             ', '.join(t if isinstance(t, str) else t.__name__ for t in types)
@@ -184,7 +256,7 @@ def restore_activations(model: nn.Module) -> list[str]:
     restored = []
     for name, module in model.named_modules():
         if isinstance(module, CompressedActivations):
-            module.__class__ = type(module).__mro__[2]
-            del module.activation_bits
+            module.__class__ = _ORIGINALS[type(module)]
+            del module.compression
             restored.append(name)
     return restored

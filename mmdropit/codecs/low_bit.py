@@ -48,7 +48,7 @@ def low_bit_bytes(numel: int, bits: int) -> int:
     return groups * GROUP * bits // 8 + 8 * groups
 
 
-def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
+def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """Codes below ``2**bits`` (uint8, a multiple of ``8 / bits`` of them), ``8 / bits`` a
     byte, the first in the lowest bits."""
     lanes = codes.view(-1, 8 // bits)
@@ -58,7 +58,8 @@ def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     return packed
 
 
-def _unpack(packed: torch.Tensor, bits: int) -> torch.Tensor:
+def unpack_codes(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """The uint8 codes :func:`pack_codes` packed."""
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=packed.device)
     return ((packed[:, None] >> shifts) & (2**bits - 1)).view(-1)
 
@@ -87,7 +88,7 @@ def quantize_low(values: torch.Tensor,
         codes = padded.sub_(low[:, None]).div_(step[:, None]).add_(noise).floor_()
         codes = codes.clamp_(0, levels).to(torch.uint8)
         packed[first * GROUP * bits // 8:(first + low.numel()) * GROUP * bits // 8] = \
-            _pack(codes.view(-1), bits)
+            pack_codes(codes.view(-1), bits)
     return packed, minimums, steps
 
 
@@ -106,7 +107,7 @@ def dequantize_low(packed: torch.Tensor, minimums: torch.Tensor, steps: torch.Te
     per_chunk = CHUNK * bits // 8
     for start in range(0, numel, CHUNK):
         first = start // GROUP
-        codes = _unpack(packed[first * GROUP * bits // 8:][:per_chunk], bits)
+        codes = unpack_codes(packed[first * GROUP * bits // 8:][:per_chunk], bits)
         groups = codes.view(-1, GROUP).float()
         rebuilt = groups.mul_(steps[first:first + groups.shape[0], None])
         rebuilt.add_(minimums[first:first + groups.shape[0], None])

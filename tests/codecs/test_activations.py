@@ -13,7 +13,7 @@ from torch import nn
 from mmdropit.codecs import (GROUP, compress_activations, dequantize, quantize,
                              restore_activations)
 from mmdropit.codecs.low_bit import low_bit_bytes
-from mmdropit.dropit import to_dropit
+from mmdropit.dropit import audit, to_dropit
 from mmdropit.errors import ConfigError
 from mmdropit.memory import SavedTensorMeter, StepPeakMeter
 
@@ -129,24 +129,46 @@ def test_bad_settings_are_one_line(kwargs, message):
         compress_activations(_mlp(), **kwargs)
 
 
-def test_a_checkpoint_plan_on_top_gives_the_same_gradients():
-    """The plan recomputes its segments; the converted modules inside keep their codes (the
-    innermost saved-tensor hooks win), so the gradients are those without the plan."""
-    from mmdropit import plan_checkpoints
+def test_inside_a_checkpoint_the_converted_modules_step_aside():
+    """A checkpoint drops and recomputes what its region saves: the converted modules inside it
+    store no codes (the gradients are those of blocks without compression, recomputed
+    exactly), and the step saves less than with compression alone."""
+    from mmdropit.checkpoint import checkpoint_module, uncheckpoint
 
     torch.manual_seed(0)
     vit = timm.create_model('vit_tiny_patch16_224', img_size=28, patch_size=7, in_chans=1,
                             embed_dim=96, depth=4, num_heads=3, num_classes=10)
     images = torch.randn(8, 1, 28, 28)
 
-    def loss() -> torch.Tensor:
-        return vit(images).logsumexp(1).mean()
+    def grads() -> tuple[list[torch.Tensor], int]:
+        with SavedTensorMeter(vit) as meter:
+            loss = vit(images).logsumexp(1).mean()
+        return torch.autograd.grad(loss, list(vit.parameters())), meter.result.total_bytes
 
     compress_activations(vit)
-    compressed = torch.autograd.grad(loss(), list(vit.parameters()))
-    plan = plan_checkpoints(vit, loss)
-    plan.apply(vit)
-    planned = torch.autograd.grad(loss(), list(vit.parameters()))
-    plan.remove(vit)
-    assert plan.targets
-    assert all(torch.equal(a, b) for a, b in zip(planned, compressed))
+    _, compressed_bytes = grads()
+    for block in vit.blocks:
+        checkpoint_module(block)
+    planned, planned_bytes = grads()
+    for block in vit.blocks:
+        uncheckpoint(block)
+    restore_activations(vit.blocks)  # the final norm stays converted
+    expected, _ = grads()
+    assert all(torch.equal(a, b) for a, b in zip(planned, expected))
+    assert planned_bytes < 0.6 * compressed_bytes
+
+
+def test_the_audit_names_a_compressed_module_whose_dense_input_is_still_kept():
+    """A LayerNorm after a Tanh: Tanh saves its result, which is the LayerNorm's input, so the
+    norm's codes come on top of a dense copy; the GELU's input is freed."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(32, 256), nn.Tanh(), nn.LayerNorm(256), nn.GELU(),
+                        nn.Linear(256, 8))
+    compress_activations(net, bits=4)
+    report = audit(net, lambda: net(torch.randn(64, 32)).sum())
+    rows = {row.name: row for row in report.rows}
+    assert set(rows) == {'2', '3'} and {row.encoding for row in report.rows} == {'4-bit'}
+    assert not rows['2'].freed and rows['2'].kept_by == ['TanhBackward0.result']
+    assert rows['2'].freed_bytes == -rows['2'].compact_bytes == -low_bit_bytes(64 * 256, 4)
+    assert rows['3'].freed and rows['3'].freed_bytes == 64 * 256 * 4 - low_bit_bytes(64 * 256, 4)
+    assert '| 2 | 4-bit |' in str(report) and 'TanhBackward0.result' in str(report)

@@ -16,7 +16,8 @@ from tests.conftest import TINY_VIT, TINY_VIT_DROPIT, log_text, two_iteration_cf
 
 
 def test_the_hook_converts_and_the_run_trains(tmp_path):
-    cfg = two_iteration_cfg(TINY_VIT_DROPIT, tmp_path, dict(type='CompressActivationsHook'))
+    cfg = two_iteration_cfg(TINY_VIT_DROPIT, tmp_path,
+                            dict(type='CompressActivationsHook', audit=True))
     cfg.custom_hooks[0] = dict(type='DropITHook', gamma=0.9, value_bits=8)
     cfg.custom_hooks.append(dict(type='MemoryReportHook', interval=1))
     runner = Runner.from_cfg(cfg)
@@ -25,6 +26,9 @@ def test_the_hook_converts_and_the_run_trains(tmp_path):
     assert len(converted) == 4 * 4 + 1  # per block: two norms, attention, GELU; the last norm
     log = log_text(tmp_path)
     assert 'Compressed activations (8-bit) in 17 modules: model.blocks.0.norm1' in log
+    audit = log.split('Compressed activations audit')[1]
+    assert re.search(r'\| model\.blocks\.0\.mlp\.act \| 8-bit \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \|',
+                     audit), audit[:3000]
     losses = [float(v) for v in re.findall(r'Epoch\(train\).*?\bloss: ([0-9.]+)', log)]
     assert len(losses) == 2 and all(loss < 10 for loss in losses)
     plain = Runner.from_cfg(two_iteration_cfg(TINY_VIT, tmp_path / 'plain'))

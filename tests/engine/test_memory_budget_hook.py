@@ -76,7 +76,7 @@ def test_lossy_techniques_are_measured_and_the_choice_is_applied(tmp_path):
     assert '| 8-bit activations |' in table and '| 4-bit activations |' in table
     model = runner.model
     assert bool(dropit_layers(model)) == (_setting(decision, 'dropit') is not None)
-    bits = {module.activation_bits for module in model.modules()
+    bits = {module.compression.bits for module in model.modules()
             if isinstance(module, CompressedActivations)}
     quantized = _setting(decision, 'quantize')
     assert bits == (set() if quantized is None else {(8, 4)[quantized]})
