@@ -43,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..common.parameters import local_part
+from ..common.recompute_region import recomputed_region
 from ..common.training_state import preserved_training_state
 from .selective import is_costly
 
@@ -283,9 +284,15 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
 
     Returns:
         A :class:`StepRecord`; training state (buffers, RNG) is as it was before the call.
+
+    The step is recorded as inside a checkpoint's region
+    (:func:`~mmdropit.common.recompute_region.recomputed_region`): modules whose saved tensors
+    are compressed (:func:`~mmdropit.codecs.compress_activations`) step aside there, so the
+    record holds the dense tensors a recomputed segment really holds, and a plan's predicted
+    peak is an upper bound where segments stay compressed.
     """
     recorder = _Recorder(model)
-    with preserved_training_state(model), torch.enable_grad():
+    with preserved_training_state(model), torch.enable_grad(), recomputed_region():
         if warmup:
             step()
         handles = [
