@@ -17,9 +17,10 @@ The gradient is that of the rounded activations: in 8 bits each element errs by 
 step, ``max|v| / 254`` of its group of 32; in 4 and 2 bits by less than one step,
 ``(max - min) / 15`` or ``/ 3`` of its group, without bias.
 
-Inside a segment that a checkpoint plan recomputes, a converted module's hooks are the
-innermost, so its saved tensors are kept as codes instead of being dropped and recomputed:
-correct gradients, but less saved than the plan alone would save there.
+Inside a segment that a checkpoint plan recomputes, a converted module steps aside
+(:mod:`mmdropit.common.recompute_region`): its hooks, the innermost, would keep codes there
+instead of letting the checkpoint drop the tensors, so it runs as the plain module and the
+checkpoint drops and recomputes its tensors exactly.
 
 Default modules (:data:`DEFAULT_TYPES`): LayerNorm, GroupNorm, BatchNorm, GELU, SiLU, Softmax
 and modules whose class is named ``Attention`` (timm's, with their qkv / proj layers: a DropIT
