@@ -6,7 +6,9 @@
   must leave no trace;
 - :mod:`.parameters`: the local part of a sharded tensor, and an optimizer's parameter order;
 - :mod:`.random_source`: the plugin's own random generator (DropIT's sampling, stochastic
-  rounding), apart from the global one.
+  rounding), apart from the global one;
+- :mod:`.recompute_region`: whether a checkpoint's region is running (compressed modules step
+  aside there).
 """
 from .budget import Budget, parse_budget, resolve_budget
 from .parameters import local_part, optimizer_params
