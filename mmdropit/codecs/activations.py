@@ -52,7 +52,7 @@ from ..common.recompute_region import in_recomputed_region
 from ..common.saved_tensors import report_kept
 from ..errors import ConfigError
 from .bits import check_bits, dequantize_values, quantize_values
-from .derivative_codes import CODE_BITS, lean_activation
+from .derivative_codes import CODE_BITS, derivative_table, lean_activation
 
 MIN_NUMEL = 4096
 """Smaller saved tensors stay as they are (their codes would save little)."""
@@ -79,18 +79,19 @@ class Compression:
     Attributes:
         name: The module's qualified name in the converted model (for audits).
         bits: The bit width.
-        lean: A GELU / SiLU that saves 4-bit codes of its derivative instead
-            (:mod:`.derivative_codes`).
+        derivative: For a GELU / SiLU that saves 4-bit codes of its derivative instead
+            (:mod:`.derivative_codes`), which one (``'gelu'``, ``'gelu_tanh'``, ``'silu'``);
+            ``None`` otherwise.
     """
 
     name: str
     bits: int
-    lean: bool = False
+    derivative: str | None = None
 
     @property
     def label(self) -> str:
         """How the saved tensors are stored, in words (``'8-bit'``, ``'4-bit derivative'``)."""
-        return f'{CODE_BITS}-bit derivative' if self.lean else f'{self.bits}-bit'
+        return f'{self.bits}-bit' if self.derivative is None else f'{CODE_BITS}-bit derivative'
 
 
 CompressionObserver = Callable[[Compression, torch.Tensor, int], None]
@@ -156,17 +157,21 @@ class LeanDerivative(CompressedActivations):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if in_recomputed_region():
             return super().forward(x)  # the plain module's forward (see the mixin's)
-        if isinstance(self, nn.SiLU):
-            kind = 'silu'
-        else:
-            kind = 'gelu_tanh' if self.approximate == 'tanh' else 'gelu'
         if torch.is_grad_enabled() and x.requires_grad:
             _notify(self.compression, x, (x.numel() + 1) // 2)
-        return lean_activation(x, kind)
+        return lean_activation(x, self.compression.derivative)
 
 
 LEAN_TYPES = (nn.GELU, nn.SiLU)
 """Module types that ``lean_activations=True`` converts to :class:`LeanDerivative`."""
+
+
+def _derivative_kind(module: nn.Module) -> str:
+    """Which derivative table a GELU / SiLU module needs."""
+    if isinstance(module, nn.SiLU):
+        return 'silu'
+    return 'gelu_tanh' if module.approximate == 'tanh' else 'gelu'
+
 _CLASSES: dict[tuple[type, type], type] = {}
 _ORIGINALS: dict[type, type] = {}
 
@@ -240,10 +245,13 @@ def compress_activations(model: nn.Module, bits: int = 8,
     converted = compressible_modules(model, types, names)
     for name in converted:
         module = model.get_submodule(name)
-        lean = lean_activations and isinstance(module, LEAN_TYPES)
-        mixin = LeanDerivative if lean else CompressedActivations
+        derivative = None
+        if lean_activations and isinstance(module, LEAN_TYPES):
+            derivative = _derivative_kind(module)
+            derivative_table(derivative)  # built here, not inside the first training step
+        mixin = CompressedActivations if derivative is None else LeanDerivative
         module.__class__ = _converted_class(mixin, type(module))
-        module.compression = Compression(name, bits, lean)
+        module.compression = Compression(name, bits, derivative)
     if not converted:
         what = f'names {list(names)}' if names is not None else 'the module types ' + \
             ', '.join(t if isinstance(t, str) else t.__name__ for t in types)

@@ -5,9 +5,9 @@ DropIT's ``mink`` on large inputs and ``mink_approx`` sample elements to find th
 PyTorch's global generator, those numbers would shift every later draw of the step: a DropIT
 run's dropout and drop-path masks would differ from the baseline's at the same seed, which adds
 noise to every paired comparison of the two. They are therefore drawn from a generator of the
-plugin's own, one per device, created at its first use and seeded from ``torch.initial_seed()`` (the seed of the run, e.g. MMEngine's
-``randomness.seed``), so a run stays reproducible and the global stream is left as the
-baseline's. :func:`reseed` starts it afresh.
+plugin's own, one per device, created at its first use and seeded from ``torch.initial_seed()``
+(the seed of the run, e.g. MMEngine's ``randomness.seed``), so a run stays reproducible and the
+global stream is left as the baseline's. :func:`reseed` starts it afresh.
 
 Example:
     >>> _ = torch.manual_seed(0)

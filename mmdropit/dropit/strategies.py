@@ -23,7 +23,8 @@ gamma, so what a layer saves has static shapes (``torch.compile`` traces it whol
 :mod:`.ops`).
 
 Samples and masks are drawn from the plugin's own generator
-(:mod:`mmdropit.common.random_source`), never from the global one, so dropout and drop-path draw the same masks with and without DropIT.
+(:mod:`mmdropit.common.random_source`), never from the global one, so dropout and drop-path
+draw the same masks with and without DropIT.
 
 Example:
     >>> x = torch.tensor([0.1, -3.0, 0.5, 2.0, -0.2, 0.05, 1.0, -0.7, 0.3, 4.0])
