@@ -41,7 +41,12 @@ nms(boxes, torch.tensor([0.9, 0.8]), 0.5)
 PY
 }
 
+# DropIT's fused CPU kernels (C++ / OpenMP, mmdropit/kernels/cpu): rebuilt when their source or
+# torch changed, skipped with a one-line warning when there is no compiler (eager path then).
+build_kernels() { "$PY" -m mmdropit.kernels.cpu.build 2>&1 | grep -v 'No CUDA runtime is found'; }
+
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$FINGERPRINT" ]] && mmcv_ops_ok; then
+  build_kernels
   log "environment ready: $VENV"
   exit 0
 fi
@@ -89,5 +94,6 @@ log "installing mmdropit (editable)"
 "${PIP[@]}" --no-build-isolation --no-deps -e "$ROOT"
 
 "$PY" -c 'import torch, torchvision, timm, mmengine, mmcv, mmdet, mmdropit; from torchvision.ops import nms'
+build_kernels
 echo "$FINGERPRINT" > "$STAMP"
 log "environment ready in $(( $(date +%s) - start )) s: $VENV"

@@ -26,12 +26,11 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from .compact import (CompactLayout, compress, dense_layout, flatten_in_memory_order,
-                      worth_compressing)
-from .ops import keep_fixed, unkeep
+from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
+from .ops import keep_fixed, keep_sampled, unkeep
 from .quantize import quantize_kept
 from .state import DropITState
-from .strategies import FIXED_COUNT, select
+from .strategies import FIXED_COUNT
 
 SaveObserver = Callable[[DropITState, torch.Tensor, CompactLayout], None]
 _OBSERVERS: list[SaveObserver] = []
@@ -54,8 +53,7 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
         if state.strategy in FIXED_COUNT:
             tensors, layout = keep_fixed(flat, state.gamma, state.strategy, x.shape, order)
         else:
-            keep, scale = select(state.strategy, flat, state.gamma)
-            tensors, layout = compress(flat, keep, scale, x.shape, order)
+            tensors, layout = keep_sampled(flat, state.gamma, x.shape, order)
         state.count(tensors[-1].numel(), x.numel())
         if state.value_bits is not None:
             tensors, layout = quantize_kept(tensors, layout, state.value_bits)

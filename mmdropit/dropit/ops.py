@@ -10,8 +10,12 @@ custom operator, ``mmdropit::keep``, and the rebuilding inside another,
 running. Compiled graphs call the operators as opaque kernels; eager code calls the same
 functions, so both select the same elements.
 
-``mink_approx`` keeps a data-dependent count: it stays on the eager path (a graph break per
-layer under ``torch.compile``).
+``mink_approx`` keeps a data-dependent count: it is not an operator (a graph break per layer
+under ``torch.compile``); :func:`keep_sampled` selects and encodes it.
+
+On the CPU the operators run DropIT's fused kernels (:mod:`mmdropit.kernels.cpu`) when they are
+built: one or a few parallel passes instead of the eager path's 6-8, with bit-identical results
+(``mink``'s exact threshold does not draw the sample the eager path uses to find it).
 
 Example:
     >>> x = torch.randn(4, 16)
@@ -27,15 +31,19 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op, register_fake
 
-from .compact import (CompactLayout, encode, encoded_bytes, index_dtype, restore_shape,
-                      scatter_kept, smaller_encoding)
+from ..kernels import cpu as fused_cpu
+from .compact import (CompactLayout, compress, encode, encoded_bytes, index_dtype,
+                      restore_shape, scatter_kept, smaller_encoding)
 from .quantize import dequantize_kept
-from .strategies import kept_count, select
+from .strategies import SAMPLE_SIZE, kept_count, sampled_threshold, select
 
 
 @custom_op('mmdropit::keep', mutates_args=())
 def _keep(flat: torch.Tensor, gamma: float, strategy: str,
           encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if strategy == 'mink' and fused_cpu.usable(flat):
+        return torch.ops.mmdropit_cpu.keep_topk(flat, kept_count(flat.numel(), gamma),
+                                                encoding == 'bitmask')
     keep, scale = select(strategy, flat, gamma)
     return encode(flat, keep, scale, encoding)
 
@@ -77,6 +85,27 @@ def keep_fixed(flat: torch.Tensor, gamma: float, strategy: str, shape: torch.Siz
     kept = kept_count(numel, gamma)
     encoding = smaller_encoding(numel, kept, size)
     tensors = torch.ops.mmdropit.keep(flat, gamma, strategy, encoding)
+    nbytes = encoded_bytes(numel, kept, size)[encoding]
+    return tensors, CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
+
+
+def keep_sampled(flat: torch.Tensor, gamma: float, shape: torch.Size,
+                 memory_order: tuple[int, ...] | None) -> tuple[tuple[torch.Tensor, ...],
+                                                                CompactLayout]:
+    """``mink_approx``: keep the elements above a sampled threshold, encoded in the smaller
+    encoding for their (data-dependent) count; fused on the CPU when the kernels are built.
+
+    Args are those of :func:`keep_fixed` (without the strategy).
+    """
+    if flat.numel() <= SAMPLE_SIZE or not fused_cpu.usable(flat):
+        keep, scale = select('mink_approx', flat, gamma)
+        return compress(flat, keep, scale, shape, memory_order)
+    threshold = float(sampled_threshold(flat, gamma))
+    counts = torch.ops.mmdropit_cpu.above_counts(flat, threshold)
+    numel, size = flat.numel(), flat.element_size()
+    kept = int(counts.sum())
+    encoding = smaller_encoding(numel, kept, size)
+    tensors = torch.ops.mmdropit_cpu.write_above(flat, threshold, counts, encoding == 'bitmask')
     nbytes = encoded_bytes(numel, kept, size)[encoding]
     return tensors, CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
 

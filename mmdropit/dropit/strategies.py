@@ -64,10 +64,10 @@ def _threshold_mask(magnitude: torch.Tensor, threshold: torch.Tensor) -> torch.T
     return magnitude > threshold
 
 
-def _sample(magnitude: torch.Tensor) -> torch.Tensor:
-    index = torch.randint(0, magnitude.numel(), (SAMPLE_SIZE,), device=magnitude.device,
-                          generator=generator(magnitude.device))
-    return magnitude.take(index)
+def _sample(flat: torch.Tensor) -> torch.Tensor:
+    index = torch.randint(0, flat.numel(), (SAMPLE_SIZE,), device=flat.device,
+                          generator=generator(flat.device))
+    return flat.take(index)
 
 
 def _kth_smallest(magnitude: torch.Tensor, rank: int) -> torch.Tensor:
@@ -106,14 +106,18 @@ def mink(flat: torch.Tensor, gamma: float) -> Selection:
     return keep, 1.0
 
 
+def sampled_threshold(flat: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``mink_approx``'s threshold: the ``gamma``-quantile of ``|x|`` over a random sample of
+    :data:`SAMPLE_SIZE` elements of ``flat``."""
+    rank = max(1, int(round(gamma * SAMPLE_SIZE)))
+    return _sample(flat).abs().kthvalue(rank).values
+
+
 def mink_approx(flat: torch.Tensor, gamma: float) -> Selection:
     """Keep the elements above the ``gamma``-quantile of a random sample of ``|flat|``."""
     if flat.numel() <= SAMPLE_SIZE:
         return mink(flat, gamma)
-    magnitude = flat.abs()
-    rank = max(1, int(round(gamma * SAMPLE_SIZE)))
-    threshold = _sample(magnitude).kthvalue(rank).values
-    return _threshold_mask(magnitude, threshold), 1.0
+    return _threshold_mask(flat.abs(), sampled_threshold(flat, gamma)), 1.0
 
 
 def random(flat: torch.Tensor, gamma: float) -> Selection:

@@ -1,0 +1,23 @@
+"""DropIT's fused CPU kernels (``torch.ops.mmdropit_cpu``), with their build and loading.
+
+- ``keep_topk(flat, kept, bitmask)``: exact min-k (a radix select on the bit pattern of
+  ``|x|``) and the encoded kept elements, ties first in memory order as in the eager ``mink``;
+- ``above_counts(flat, threshold)`` and ``write_above(flat, threshold, counts, bitmask)``: the
+  elements above ``mink_approx``'s sampled threshold, counted per chunk, then encoded;
+- ``scatter_bitmask(bitmask, values, numel)``: the dense input rebuilt in one pass.
+
+Example:
+    >>> flat = torch.tensor([0.1, -3.0, 0.5, 2.0, -0.2, 0.05, 1.0, -0.7, 0.3, 4.0])
+    >>> if usable(flat):
+    ...     bits, values = torch.ops.mmdropit_cpu.keep_topk(flat, 3, True)
+    ...     rebuilt = torch.ops.mmdropit_cpu.scatter_bitmask(bits, values, 10)
+    ... else:  # not built: the same tensors from the eager path
+    ...     values, rebuilt = flat[[1, 3, 9]], flat * (flat.abs() >= 2)
+    >>> values.tolist(), rebuilt.count_nonzero().item()
+    ([-3.0, 2.0, 4.0], 3)
+"""
+import torch  # noqa: F401  (the doctest's namespace)
+
+from .library import build_directory, fused_enabled, load, usable
+
+__all__ = ['build_directory', 'fused_enabled', 'load', 'usable']

@@ -1,0 +1,98 @@
+"""Where the fused CPU kernels are built, whether the built library matches, and loading it.
+
+The library is built into ``$MMDROPIT_KERNELS_DIR`` or, by default, a folder named after the
+torch version under torch's extension root (``$TORCH_EXTENSIONS_DIR``, else
+``$XDG_CACHE_HOME/torch_extensions``, ``~/.cache/torch_extensions``). A stamp beside it records a hash of the C++ source, the compiler
+flags and the torch version; a library whose stamp differs (the source changed, torch was
+upgraded) is not loaded. Setting ``MMDROPIT_FUSED=0`` keeps DropIT on the eager path (for
+comparisons).
+
+Example:
+    >>> isinstance(fused_enabled(), bool)
+    True
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+NAME = 'mmdropit_cpu_kernels'
+SOURCE = Path(__file__).with_name('dropit_kernels.cpp')
+HEADERS = (Path(__file__).with_name('avx512_paths.h'),)
+CFLAGS = ('-O3', '-fopenmp')
+LDFLAGS = ('-fopenmp',)
+BUILD_COMMAND = 'python -m mmdropit.kernels.cpu.build'
+
+
+def build_directory() -> Path:
+    """The folder the library is built in and loaded from."""
+    chosen = os.environ.get('MMDROPIT_KERNELS_DIR')
+    if chosen:
+        return Path(chosen)
+    root = os.environ.get('TORCH_EXTENSIONS_DIR') or Path(
+        os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'torch_extensions'
+    return Path(root) / f"{NAME}_torch{torch.__version__.replace('+', '_')}"
+
+
+def library_path() -> Path:
+    """The shared library's path inside :func:`build_directory`."""
+    return build_directory() / f'{NAME}.so'
+
+
+def source_stamp() -> str:
+    """A hash of what the library is built from: sources, flags and torch version."""
+    digest = hashlib.sha256()
+    for path in (SOURCE, *HEADERS):
+        digest.update(path.read_bytes())
+    digest.update(' '.join((*CFLAGS, *LDFLAGS, torch.__version__)).encode())
+    return digest.hexdigest()
+
+
+def stamp_path() -> Path:
+    """The file beside the library that holds :func:`source_stamp` of its build."""
+    return build_directory() / f'{NAME}.stamp'
+
+
+def fused_enabled() -> bool:
+    """False when ``MMDROPIT_FUSED=0`` asks for the eager path."""
+    return os.environ.get('MMDROPIT_FUSED', '1') != '0'
+
+
+def _why_not_loadable() -> str | None:
+    if not library_path().is_file():
+        return 'they are not built'
+    if not stamp_path().is_file() or stamp_path().read_text().strip() != source_stamp():
+        return 'the built library is for another torch or an older source'
+    return None
+
+
+@functools.cache
+def load() -> bool:
+    """Load the fused kernels once; True when ``torch.ops.mmdropit_cpu`` is usable.
+
+    When they cannot be loaded, one warning line says why and how to build them, and DropIT
+    stays on its eager path.
+    """
+    problem = _why_not_loadable()
+    if problem is None:
+        try:
+            torch.ops.load_library(str(library_path()))
+            return True
+        except OSError as error:
+            problem = f'loading failed ({str(error).splitlines()[0]})'
+    warnings.warn(f"mmdropit: DropIT's fused CPU kernels are not used: {problem}; build them "
+                  f'with `{BUILD_COMMAND}` (or `make env`). DropIT runs on the slower eager '
+                  'path meanwhile.', stacklevel=2)
+    return False
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether the fused kernels can run on ``x`` (a floating CPU tensor, kernels loaded)."""
+    return (x.device.type == 'cpu' and x.dtype in (torch.float32, torch.float64, torch.bfloat16,
+                                                   torch.float16)
+            and fused_enabled() and load())

@@ -1,0 +1,178 @@
+"""The fused CPU kernels give bit-identical saved tensors to DropIT's eager path, and a missing
+or stale build falls back to that path with one warning line."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from mmdropit import from_dropit, to_dropit
+from mmdropit.common.random_source import reseed
+from mmdropit.dropit.compact import encode, scatter_kept, smaller_encoding
+from mmdropit.dropit.ops import keep_sampled
+from mmdropit.dropit.strategies import kept_count, mink
+from mmdropit.kernels import cpu as fused_cpu
+from mmdropit.kernels.cpu.library import library_path
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which('c++') is None, reason='no C++ compiler here')
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+# 600_000 > 8 * 65_536: the sampled bracket; smaller sizes: the histograms only
+SIZES = (1, 7, 64, 1000, 70_001, 600_003)
+
+
+def _input(numel: int, dtype: torch.dtype, kind: str) -> torch.Tensor:
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(numel))
+    if kind == 'ties':  # a third exact zeros, and many copies of one value
+        x[::3] = 0
+        x[1::7] = x[min(1, numel - 1)]
+    elif kind == 'mostly_zero':  # the threshold is 0 itself: the bracket cannot hold it
+        x[torch.arange(numel) % 20 != 0] = 0
+    elif kind == 'scaled':  # channels of very different scales, as in a transformer
+        x = x * torch.logspace(-3, 3, 16).repeat(numel // 16 + 1)[:numel]
+    return x.to(dtype)
+
+
+def test_kernels_are_built_here():
+    assert fused_cpu.load(), f'run `make env`: no usable library at {library_path()}'
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', SIZES)
+@pytest.mark.parametrize('kind', ['normal', 'ties', 'mostly_zero', 'scaled'])
+def test_keep_topk_equals_eager_mink(dtype, numel, kind):
+    x = _input(numel, dtype, kind)
+    for gamma in (0.0, 0.5, 0.9, 0.99):
+        kept = kept_count(numel, gamma)
+        keep, _ = mink(x, gamma)
+        for encoding in ('bitmask', 'indices'):
+            eager = encode(x, keep, 1.0, encoding)
+            fused = torch.ops.mmdropit_cpu.keep_topk(x, kept, encoding == 'bitmask')
+            assert torch.equal(fused[0], eager[0]), (gamma, encoding)
+            assert torch.equal(fused[1], eager[1]), (gamma, encoding)
+        assert int(fused[1].numel()) == kept
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', (1, 9, 70_001, 600_003))
+def test_scatter_bitmask_equals_eager(dtype, numel, monkeypatch):
+    x = _input(numel, dtype, 'normal')
+    bits, values = torch.ops.mmdropit_cpu.keep_topk(x, kept_count(numel, 0.9), True)
+    fused = scatter_kept(bits, values, numel, 'bitmask')
+    monkeypatch.setenv('MMDROPIT_FUSED', '0')
+    eager = scatter_kept(bits, values, numel, 'bitmask')
+    assert torch.equal(fused, eager)
+    assert torch.equal(fused[fused != 0], x[fused != 0])
+
+
+@pytest.mark.parametrize('dtype', (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize('gamma', (0.5, 0.9, 0.985))  # 0.985: indices are the smaller
+def test_sampled_threshold_path_equals_eager(dtype, gamma, monkeypatch):
+    x = _input(600_003, dtype, 'scaled')
+    reseed(3)
+    fused, fused_layout = keep_sampled(x, gamma, x.shape, None)
+    monkeypatch.setenv('MMDROPIT_FUSED', '0')
+    reseed(3)
+    eager, eager_layout = keep_sampled(x, gamma, x.shape, None)
+    assert fused_layout == eager_layout
+    assert fused_layout.encoding == smaller_encoding(x.numel(), fused[1].numel(), x.element_size())
+    for got, want in zip(fused, eager):
+        assert torch.equal(got, want)
+
+
+def _step_gradients(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    model.zero_grad()
+    model(x).square().mean().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize('strategy', ['mink', 'mink_approx'])
+def test_training_step_gradients_equal_eager(strategy, monkeypatch):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(32, 32, 3, padding=1).to(memory_format=torch.channels_last),
+                          nn.Flatten(), nn.Linear(32 * 48 * 48, 10))
+    x = torch.randn(8, 3, 48, 48)
+    to_dropit(model, gamma=0.9, strategy=strategy)
+    reseed(1)
+    fused = _step_gradients(model, x)
+    monkeypatch.setenv('MMDROPIT_FUSED', '0')
+    reseed(1)
+    eager = _step_gradients(model, x)
+    from_dropit(model)
+    for got, want in zip(fused, eager):
+        assert torch.equal(got, want)
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+CHECK_EAGER = '''
+import warnings, torch
+from mmdropit.dropit.ops import keep_fixed, unkeep
+from mmdropit.kernels import cpu
+warnings.simplefilter('always')
+x = torch.randn(4000)
+tensors, layout = keep_fixed(x, 0.9, 'mink', x.shape, None)
+tensors, layout = keep_fixed(x, 0.9, 'mink', x.shape, None)
+rebuilt = unkeep(tensors, layout)
+assert int(rebuilt.count_nonzero()) == 400 and not cpu.load()
+print('eager ok')
+'''
+
+
+def test_missing_build_warns_once_and_runs_eager(tmp_path):
+    done = _run(CHECK_EAGER, MMDROPIT_KERNELS_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert 'eager ok' in done.stdout
+    lines = [line for line in done.stderr.splitlines() if 'fused CPU kernels are not used' in line]
+    assert len(lines) == 1 and 'they are not built' in lines[0], done.stderr
+    assert 'python -m mmdropit.kernels.cpu.build' in lines[0]
+
+
+def test_stale_build_is_not_loaded(tmp_path):
+    assert fused_cpu.load()
+    shutil.copy(library_path(), tmp_path / library_path().name)
+    (tmp_path / 'mmdropit_cpu_kernels.stamp').write_text('an older source\n')
+    done = _run(CHECK_EAGER, MMDROPIT_KERNELS_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert 'for another torch or an older source' in done.stderr
+
+
+def test_portable_loops_equal_avx512_ones():
+    """The loops machines without AVX-512 run give what the AVX-512 forms give."""
+    code = '''
+import torch
+from mmdropit.kernels import cpu
+assert cpu.load()
+g = torch.Generator().manual_seed(0)
+out = []
+for numel in (5, 70_001, 600_003):
+    x = torch.randn(numel, generator=g)
+    x[::5] = 0
+    for kept in (0, numel // 10, numel // 2, numel):
+        for bitmask in (True, False):
+            first, values = torch.ops.mmdropit_cpu.keep_topk(x, kept, bitmask)
+            out += [first, values]
+        out.append(torch.ops.mmdropit_cpu.scatter_bitmask(*torch.ops.mmdropit_cpu.keep_topk(x, kept, True), numel))
+torch.save(out, OUT)
+'''
+    results = []
+    for flag in ('0', '1'):
+        path = ROOT / 'work_dirs' / f'portable_{flag}_{os.getpid()}.pt'
+        path.parent.mkdir(exist_ok=True)
+        done = _run(code.replace('OUT', repr(str(path))), MMDROPIT_NO_AVX512=flag)
+        assert done.returncode == 0, done.stderr
+        results.append(torch.load(path))
+        path.unlink()
+    for fast, portable in zip(*results):
+        assert torch.equal(fast, portable)
