@@ -28,6 +28,7 @@ from torch import nn
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
 from ..codecs import compress_activations, restore_activations
 from ..dropit import from_dropit, to_dropit
+from ..kernels.cpu import eager_only
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
 from ..planner import (StepProbe, bf16_switch, dropit_switch, plan_within_budget, put_in_effect,
@@ -74,15 +75,17 @@ def decided_autocast(work: Workload) -> ContextManager[None]:
     return _autocast(work, work.autocast_dtype)
 
 
-def dropit(strategy: str, lean_activations: bool = True,
-           value_bits: int | None = None) -> Prepare:
-    """DropIT at :data:`DROPIT_GAMMA` with ``strategy`` (and kept values in ``value_bits``)."""
+def dropit(strategy: str, lean_activations: bool = True, value_bits: int | None = None,
+           fused: bool = True) -> Prepare:
+    """DropIT at :data:`DROPIT_GAMMA` with ``strategy`` (and kept values in ``value_bits``);
+    without ``fused``, on its eager path even where the fused CPU kernels are built."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         to_dropit(work.model, DROPIT_GAMMA, strategy, lean_activations=lean_activations,
                   value_bits=value_bits)
         try:
-            yield
+            with contextlib.nullcontext() if fused else eager_only():
+                yield
         finally:
             from_dropit(work.model)
     return prepare

@@ -81,6 +81,8 @@ def catalogue() -> dict[str, Variant]:
         Variant('dropit-mink', prepare=dropit('mink')),
         Variant('dropit-approx', prepare=dropit('mink_approx')),
         Variant('dropit-no-lean', prepare=dropit('mink', lean_activations=False)),
+        Variant('dropit-mink-eager', prepare=dropit('mink', fused=False)),
+        Variant('dropit-approx-eager', prepare=dropit('mink_approx', fused=False)),
         Variant('dropit-int8', prepare=dropit('mink', value_bits=8)),
         Variant('int8-acts', prepare=compressed_activations(with_dropit=False)),
         Variant('dropit-int8+int8-acts', prepare=compressed_activations(with_dropit=True)),

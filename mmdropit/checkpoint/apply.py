@@ -39,7 +39,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import checkpoint
 
-from ..common.recompute_region import recomputed_region
+from ..common.recompute_region import checkpoint_pass, recomputed_region
 from ..common.training_state import values_restored
 from .selective import selective_contexts
 
@@ -55,10 +55,18 @@ def _recomputing(module: nn.Module, inner: contextlib.AbstractContextManager) ->
         yield
 
 
+@contextlib.contextmanager
+def _both(mark: contextlib.AbstractContextManager,
+          inner: contextlib.AbstractContextManager) -> Iterator[None]:
+    with mark, inner:
+        yield
+
+
 def _contexts(module: nn.Module, selective: bool) -> tuple:
     forward, recompute = selective_contexts() if selective else (
         contextlib.nullcontext(), contextlib.nullcontext())
-    return forward, _recomputing(module, recompute)
+    return (_both(checkpoint_pass(first=True), forward),
+            _both(checkpoint_pass(first=False), _recomputing(module, recompute)))
 
 
 def _checkpointed(module: nn.Module, run: Callable, selective: bool, *args, **kwargs):

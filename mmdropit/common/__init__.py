@@ -8,7 +8,7 @@
 - :mod:`.random_source`: the plugin's own random generator (DropIT's sampling, stochastic
   rounding), apart from the global one;
 - :mod:`.recompute_region`: whether a checkpoint's region is running (compressed modules step
-  aside there).
+  aside there), and whether its saved tensors are being dropped (DropIT saves placeholders).
 """
 from .budget import Budget, parse_budget, resolve_budget
 from .parameters import local_part, optimizer_params

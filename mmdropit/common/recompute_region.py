@@ -1,4 +1,4 @@
-"""Whether the code running now is inside a region a checkpoint recomputes.
+"""Whether the code running now is inside a region a checkpoint recomputes, and in which pass.
 
 A checkpoint drops every tensor saved inside its region and recomputes it in the backward pass;
 a module that stores its saved tensors compactly (:mod:`mmdropit.codecs.activations`) would, as
@@ -8,12 +8,21 @@ its hooks would hide the recomputed tensors from the checkpoint. The checkpoint 
 the recomputation, and such modules step aside inside it. The mark is per thread: autograd may
 recompute on another thread than the forward pass's.
 
+Within a region, the first forward pass's saved tensors are dropped at once and only the
+recomputation's are used (:func:`saved_tensors_dropped`): a DropIT layer saves placeholders of
+the right shapes there instead of selecting twice.
+
 Example:
     >>> in_recomputed_region()
     False
     >>> with recomputed_region():
     ...     in_recomputed_region()
     True
+    >>> with checkpoint_pass(first=True):
+    ...     with checkpoint_pass(first=False):   # an inner checkpoint's recomputation
+    ...         inner = saved_tensors_dropped()
+    ...     inner, saved_tensors_dropped()
+    (False, True)
 """
 from __future__ import annotations
 
@@ -37,3 +46,22 @@ def recomputed_region() -> Iterator[None]:
 def in_recomputed_region() -> bool:
     """Whether a checkpoint's region is running on this thread."""
     return getattr(_STATE, 'depth', 0) > 0
+
+
+@contextlib.contextmanager
+def checkpoint_pass(first: bool) -> Iterator[None]:
+    """Mark the code inside as a checkpoint's first forward pass (``first``), whose saved
+    tensors the checkpoint drops, or as its recomputation, whose saved tensors are used."""
+    passes = _STATE.__dict__.setdefault('passes', [])
+    passes.append(first)
+    try:
+        yield
+    finally:
+        passes.pop()
+
+
+def saved_tensors_dropped() -> bool:
+    """Whether the innermost checkpoint pass on this thread is a first forward pass: what is
+    saved for backward now is dropped, and saved again when the region is recomputed."""
+    passes = getattr(_STATE, 'passes', None)
+    return bool(passes) and passes[-1]

@@ -7,7 +7,9 @@ layer whole; optionally with 8-bit values, :mod:`.quantize`), with ``ctx.save_fo
 that memory meters see exactly what is kept. The backward pass computes the input gradient
 from the weight (exact), the bias gradient from the output gradient (exact), and the weight
 gradient from the rebuilt sparse input. Each gradient is computed only when autograd needs it;
-the input is compressed only when the weight needs a gradient.
+the input is compressed only when the weight needs a gradient. In the first forward pass of a
+checkpoint's region, whose saved tensors are dropped, a fixed-count layer saves placeholders of
+the right shapes and selects only when the region is recomputed.
 
 Example:
     >>> from mmdropit.dropit.state import DropITState
@@ -26,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..common.recompute_region import saved_tensors_dropped
 from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
 from .ops import keep_fixed, keep_sampled, unkeep
 from .quantize import quantize_kept
@@ -51,7 +54,8 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
     if worth_compressing(state.gamma, x.element_size()):
         flat, order = flatten_in_memory_order(x)
         if state.strategy in FIXED_COUNT:
-            tensors, layout = keep_fixed(flat, state.gamma, state.strategy, x.shape, order)
+            tensors, layout = keep_fixed(flat, state.gamma, state.strategy, x.shape, order,
+                                         placeholders=saved_tensors_dropped())
         else:
             tensors, layout = keep_sampled(flat, state.gamma, x.shape, order)
         state.count(tensors[-1].numel(), x.numel())

@@ -4,7 +4,10 @@ PyTorch's ReLU saves its whole output for backward. In a CNN that output is the 
 convolution, so the convolution's DropIT saving is void: the dense tensor stays alive anyway.
 These activations save only where the gradient passes (1 bit per element, packed 8 to a byte), so
 once the next layer compresses its input nothing keeps the dense tensor. They compute the same
-outputs and gradients as PyTorch's (in place or not).
+outputs and gradients as PyTorch's (in place or not). On the CPU the mask is packed, and the
+gradient masked, in one fused pass each where the kernels of :mod:`mmdropit.kernels.cpu` are
+built (contiguous tensors; LeakyReLU's gradient stays eager), inside the custom operators
+``mmdropit::pack_passes`` and ``mmdropit::where_passes`` so that ``torch.compile`` traces them.
 
 =============  ============================  ===================================
 activation     gradient passes where         gradient there
@@ -24,37 +27,66 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.library import custom_op, register_fake
 
+from ..kernels import cpu as fused_cpu
 from .compact import pack_bits, unpack_bits
+
+
+@custom_op('mmdropit::pack_passes', mutates_args=())
+def _pack_passes(x: torch.Tensor, low: float, high: float, bounded: bool) -> torch.Tensor:
+    """The packed mask of ``low < x`` (and ``x < high`` when ``bounded``), in ``x``'s logical
+    order; one fused pass on the CPU where the kernels are built."""
+    if x.is_contiguous() and fused_cpu.usable(x):
+        return torch.ops.mmdropit_cpu.pack_between(x.view(-1), low, high, bounded)
+    return pack_bits((x > low) & (x < high) if bounded else x > low)
+
+
+@register_fake('mmdropit::pack_passes')
+def _pack_passes_shape(x, low, high, bounded):
+    return x.new_empty(((x.numel() + 7) // 8,), dtype=torch.uint8)
+
+
+@custom_op('mmdropit::where_passes', mutates_args=())
+def _where_passes(grad: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """``grad`` where the packed mask is set, zero elsewhere (contiguous)."""
+    if grad.is_contiguous() and fused_cpu.usable(grad):
+        return torch.ops.mmdropit_cpu.where_bits(grad.view(-1), packed).view(grad.shape)
+    passes = unpack_bits(packed, grad.numel()).view(grad.shape)
+    return torch.where(passes, grad, 0.0).contiguous()
+
+
+@register_fake('mmdropit::where_passes')
+def _where_passes_shape(grad, packed):
+    return grad.new_empty(grad.shape)
 
 
 class _LeanActivationFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, kind: str, low: float, high: float, slope: float,
                 inplace: bool) -> torch.Tensor:
+        bounded = kind == 'hardtanh'
+        packed = torch.ops.mmdropit.pack_passes(x, low if bounded else 0.0, high, bounded)
         if kind == 'hardtanh':
-            passes = (x > low) & (x < high)
             out = F.hardtanh(x, low, high, inplace=inplace)
         elif kind == 'leaky_relu':
-            passes = x > 0
             out = F.leaky_relu(x, slope, inplace=inplace)
         else:
-            passes = x > 0
             out = F.relu(x, inplace=inplace)
         if inplace:
             ctx.mark_dirty(x)
         ctx.kind, ctx.slope, ctx.numel = kind, slope, x.numel()
-        ctx.save_for_backward(pack_bits(passes))
+        ctx.save_for_backward(packed)
         return out
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         (packed,) = ctx.saved_tensors
-        passes = unpack_bits(packed, ctx.numel).view(grad_out.shape)
         if ctx.kind == 'leaky_relu':
+            passes = unpack_bits(packed, ctx.numel).view(grad_out.shape)
             grad = torch.where(passes, grad_out, grad_out * ctx.slope)
         else:
-            grad = torch.where(passes, grad_out, 0.0)
+            grad = torch.ops.mmdropit.where_passes(grad_out, packed)
         return grad, None, None, None, None, None
 
 

@@ -69,8 +69,8 @@ def _unkeep_shape(first, values, numel, encoding):
 
 
 def keep_fixed(flat: torch.Tensor, gamma: float, strategy: str, shape: torch.Size,
-               memory_order: tuple[int, ...] | None) -> tuple[tuple[torch.Tensor, ...],
-                                                              CompactLayout]:
+               memory_order: tuple[int, ...] | None,
+               placeholders: bool = False) -> tuple[tuple[torch.Tensor, ...], CompactLayout]:
     """Select and encode the kept elements of ``flat`` with a fixed-count strategy, in the
     smaller encoding for that count (as :func:`~.compact.compress` does for a mask).
 
@@ -80,11 +80,15 @@ def keep_fixed(flat: torch.Tensor, gamma: float, strategy: str, shape: torch.Siz
         strategy: ``'mink'`` or ``'random'``.
         shape: Shape of the original tensor.
         memory_order: The permutation of :func:`~.compact.flatten_in_memory_order`.
+        placeholders: Return uninitialised tensors of the right shapes without selecting (in a
+            checkpoint's first forward pass, whose saved tensors are dropped; the
+            recomputation selects).
     """
     numel, size = flat.numel(), flat.element_size()
     kept = kept_count(numel, gamma)
     encoding = smaller_encoding(numel, kept, size)
-    tensors = torch.ops.mmdropit.keep(flat, gamma, strategy, encoding)
+    keep = _keep_shapes if placeholders else torch.ops.mmdropit.keep
+    tensors = keep(flat, gamma, strategy, encoding)
     nbytes = encoded_bytes(numel, kept, size)[encoding]
     return tensors, CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
 

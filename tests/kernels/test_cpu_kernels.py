@@ -14,7 +14,7 @@ from torch import nn
 
 from mmdropit import from_dropit, to_dropit
 from mmdropit.common.random_source import reseed
-from mmdropit.dropit.compact import encode, scatter_kept, smaller_encoding
+from mmdropit.dropit.compact import encode, pack_bits, scatter_kept, smaller_encoding
 from mmdropit.dropit.ops import keep_sampled
 from mmdropit.dropit.strategies import kept_count, mink
 from mmdropit.kernels import cpu as fused_cpu
@@ -176,3 +176,34 @@ torch.save(out, OUT)
         path.unlink()
     for fast, portable in zip(*results):
         assert torch.equal(fast, portable)
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', (1, 9, 70_001))
+def test_lean_masks_equal_eager(dtype, numel):
+    x = _input(numel, dtype, 'ties') * 3
+    x[::11] = float('inf')
+    x[5::13] = float('nan')
+    x[2::17] = 1.0  # on hardtanh's bound: outside
+    grad = _input(numel, dtype, 'normal')
+    for low, high, bounded in ((0.0, float('inf'), False), (-1.0, 1.0, True), (0.0, 6.0, True)):
+        passes = (x > low) & (x < high) if bounded else x > 0
+        bits = torch.ops.mmdropit_cpu.pack_between(x, low, high, bounded)
+        assert torch.equal(bits, pack_bits(passes)), (low, high)
+        assert torch.equal(torch.ops.mmdropit_cpu.where_bits(grad, bits),
+                           torch.where(passes, grad, 0.0))
+
+
+@pytest.mark.parametrize('inplace', [False, True])
+def test_lean_activation_steps_equal_eager(inplace):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(inplace=inplace), nn.Conv2d(16, 16, 3),
+                          nn.ReLU6(inplace=inplace), nn.Flatten(), nn.Linear(16 * 28 * 28, 4))
+    x = torch.randn(4, 3, 32, 32)
+    to_dropit(model, gamma=0.5)
+    fused = _step_gradients(model, x)
+    with fused_cpu.eager_only():
+        eager = _step_gradients(model, x)
+    from_dropit(model)
+    for got, want in zip(fused, eager):
+        assert torch.equal(got, want)

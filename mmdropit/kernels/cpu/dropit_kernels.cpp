@@ -15,15 +15,15 @@
 //   scatter_bitmask  backward: the dense tensor (dropped elements zero) from bitmask + values,
 //                  one pass, written straight into the buffer the weight-gradient GEMM reads.
 //
-// The input is cut into chunks whose size depends on numel alone (a multiple of 64 elements,
-// so every chunk owns whole bitmask bytes); chunks run in parallel with at::parallel_for, and
-// results do not depend on the number of threads.
+// The input is cut into chunks (chunks.h) that run in parallel; results do not depend on the
+// number of threads.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include "avx512_paths.h"
+#include "chunks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -36,29 +36,9 @@
 
 namespace {
 
-constexpr int64_t kMinChunk = 1 << 15;
-constexpr int64_t kMaxChunks = 64;
-
-struct Chunks {
-  int64_t numel;
-  int64_t size;
-  int64_t count;
-  int64_t begin(int64_t c) const { return c * size; }
-  int64_t end(int64_t c) const { return std::min(numel, (c + 1) * size); }
-};
-
-Chunks chunks_of(int64_t numel) {
-  int64_t size = (numel + kMaxChunks - 1) / kMaxChunks;
-  size = std::max(kMinChunk, (size + 63) / 64 * 64);
-  return Chunks{numel, size, std::max<int64_t>(1, (numel + size - 1) / size)};
-}
-
-template <typename F>
-void for_each_chunk(const Chunks& chunks, const F& body) {
-  at::parallel_for(0, chunks.count, 1, [&](int64_t first, int64_t last) {
-    for (int64_t c = first; c < last; ++c) body(c, chunks.begin(c), chunks.end(c));
-  });
-}
+using mmdropit_chunks::Chunks;
+using mmdropit_chunks::chunks_of;
+using mmdropit_chunks::for_each_chunk;
 
 // The bit pattern of |v| as a float: its order is the order of magnitudes (NaN above inf).
 template <typename scalar_t>
@@ -501,7 +481,7 @@ at::Tensor scatter_bitmask(const at::Tensor& bitmask, const at::Tensor& values, 
 
 }  // namespace
 
-TORCH_LIBRARY(mmdropit_cpu, m) {
+TORCH_LIBRARY_FRAGMENT(mmdropit_cpu, m) {
   m.def("keep_topk(Tensor flat, int kept, bool bitmask) -> (Tensor, Tensor)");
   m.def("above_counts(Tensor flat, float threshold) -> Tensor");
   m.def("write_above(Tensor flat, float threshold, Tensor counts, bool bitmask)"

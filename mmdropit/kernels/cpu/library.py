@@ -4,8 +4,8 @@ The library is built into ``$MMDROPIT_KERNELS_DIR`` or, by default, a folder nam
 torch version under torch's extension root (``$TORCH_EXTENSIONS_DIR``, else
 ``$XDG_CACHE_HOME/torch_extensions``, ``~/.cache/torch_extensions``). A stamp beside it records a hash of the C++ source, the compiler
 flags and the torch version; a library whose stamp differs (the source changed, torch was
-upgraded) is not loaded. Setting ``MMDROPIT_FUSED=0`` keeps DropIT on the eager path (for
-comparisons).
+upgraded) is not loaded. Setting ``MMDROPIT_FUSED=0``, or :func:`eager_only` around a step,
+keeps DropIT on the eager path (for comparisons).
 
 Example:
     >>> isinstance(fused_enabled(), bool)
@@ -13,17 +13,20 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 NAME = 'mmdropit_cpu_kernels'
-SOURCE = Path(__file__).with_name('dropit_kernels.cpp')
-HEADERS = (Path(__file__).with_name('avx512_paths.h'),)
+_HERE = Path(__file__).parent
+SOURCES = (_HERE / 'dropit_kernels.cpp', _HERE / 'lean_mask_kernels.cpp')
+HEADERS = (_HERE / 'avx512_paths.h', _HERE / 'chunks.h')
 CFLAGS = ('-O3', '-fopenmp')
 LDFLAGS = ('-fopenmp',)
 BUILD_COMMAND = 'python -m mmdropit.kernels.cpu.build'
@@ -47,7 +50,7 @@ def library_path() -> Path:
 def source_stamp() -> str:
     """A hash of what the library is built from: sources, flags and torch version."""
     digest = hashlib.sha256()
-    for path in (SOURCE, *HEADERS):
+    for path in (*SOURCES, *HEADERS):
         digest.update(path.read_bytes())
     digest.update(' '.join((*CFLAGS, *LDFLAGS, torch.__version__)).encode())
     return digest.hexdigest()
@@ -58,9 +61,23 @@ def stamp_path() -> Path:
     return build_directory() / f'{NAME}.stamp'
 
 
+_eager_only = False
+
+
+@contextlib.contextmanager
+def eager_only() -> Iterator[None]:
+    """Keep DropIT on its eager path inside (a side-by-side comparison in one process)."""
+    global _eager_only
+    before, _eager_only = _eager_only, True
+    try:
+        yield
+    finally:
+        _eager_only = before
+
+
 def fused_enabled() -> bool:
-    """False when ``MMDROPIT_FUSED=0`` asks for the eager path."""
-    return os.environ.get('MMDROPIT_FUSED', '1') != '0'
+    """False inside :func:`eager_only` and when ``MMDROPIT_FUSED=0`` asks for the eager path."""
+    return not _eager_only and os.environ.get('MMDROPIT_FUSED', '1') != '0'
 
 
 def _why_not_loadable() -> str | None:

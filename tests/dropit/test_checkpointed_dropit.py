@@ -1,0 +1,57 @@
+"""Inside a checkpoint's region a DropIT layer selects once per step, in the recomputation:
+the first forward pass, whose saved tensors the checkpoint drops, saves placeholders."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mmdropit import from_dropit, to_dropit
+from mmdropit.checkpoint.apply import checkpoint_module, checkpoint_run, uncheckpoint
+
+
+def _model() -> nn.Sequential:
+    torch.manual_seed(0)
+    inner = nn.Sequential(nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 128))
+    return nn.Sequential(nn.Linear(64, 128), nn.GELU(), inner, nn.GELU(), nn.Linear(128, 10))
+
+
+def _step(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    model.zero_grad()
+    model(x).square().mean().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+class SelectionCounter(TorchDispatchMode):
+    """Counts DropIT's selections (calls of the operator ``mmdropit::keep``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func is torch.ops.mmdropit.keep.default
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize('nested', [False, True])
+@pytest.mark.parametrize('fused', ['1', '0'])
+def test_each_layer_selects_once_and_gradients_are_unchanged(nested, fused, monkeypatch):
+    monkeypatch.setenv('MMDROPIT_FUSED', fused)
+    model = to_dropit(_model(), gamma=0.9)
+    x = torch.randn(32, 64)
+    with SelectionCounter() as unplanned_count:
+        unplanned = _step(model, x)
+    checkpoint_run(model, 0, 3)
+    if nested:
+        checkpoint_module(model[2])
+    with SelectionCounter() as planned_count:
+        planned = _step(model, x)
+    for module in model.modules():
+        uncheckpoint(module)
+    from_dropit(model)
+    assert unplanned_count.calls == 3  # the first Linear is not converted
+    assert planned_count.calls == 3  # without placeholders: 5 (plain) or 7 (nested)
+    for got, want in zip(planned, unplanned):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
