@@ -1,5 +1,6 @@
-"""Aggregate parity runs: mean and spread over seeds, difference to the baseline, the target
-check, a Markdown table and an accuracy-vs-gamma plot.
+"""Aggregate parity runs: mean and spread over seeds, difference to the baseline (of means, and
+paired by seed with a 95% interval), the target check, a Markdown table and an
+accuracy-vs-gamma plot.
 
 Example::
 
@@ -31,7 +32,8 @@ def summarize(runs: Sequence[dict]) -> list[dict]:
     """One row per (model, gamma, metric) over the runs that finished.
 
     Each row holds the per-seed values, their mean and sample standard deviation, the
-    difference of means to the same model's gamma-0 row (``None`` without a baseline), whether
+    difference of means to the same model's gamma-0 row (``None`` without a baseline), the
+    paired difference (:func:`paired_difference`), whether
     the target is met (``None`` where no target applies), the mean memory figures (MiB) with
     their ratios to the baseline, and the mean seconds per run.
 
@@ -65,6 +67,7 @@ def summarize(runs: Sequence[dict]) -> list[dict]:
     for row in rows:
         base = baselines.get((row['model'], row['metric']))
         row['delta'] = row['mean'] - base['mean'] if base else None
+        row['paired'] = paired_difference(row, base) if base and row['gamma'] else None
         tolerance = TOLERANCE.get(row['metric'])
         row['met'] = (row['delta'] >= -tolerance
                       if base and tolerance is not None and row['gamma'] == TARGET_GAMMA
@@ -76,15 +79,51 @@ def summarize(runs: Sequence[dict]) -> list[dict]:
     return sorted(rows, key=lambda row: (row['model'], row['metric'], row['gamma']))
 
 
+def paired_difference(row: dict, base: dict, confidence: float = 0.95) -> dict | None:
+    """The mean of the per-seed differences ``row - base`` over the seeds both ran, with its
+    two-sided ``confidence`` interval (Student's t; ``None`` with fewer than two such seeds).
+
+    With the plugin's own random generator a DropIT run and its baseline draw the same data
+    order, initial weights, dropout and drop-path masks at the same seed, so pairing by seed
+    removes the seed-to-seed spread that the difference of means carries.
+
+    Example:
+        >>> base = dict(seeds=[0, 1, 2], values=[90.0, 85.0, 88.0])
+        >>> row = dict(seeds=[0, 1, 2], values=[89.5, 84.0, 88.0])
+        >>> paired = paired_difference(row, base)
+        >>> paired['n'], paired['mean'], round(paired['low'], 2), round(paired['high'], 2)
+        (3, -0.5, -1.74, 0.74)
+    """
+    from scipy.stats import t
+
+    base_values = dict(zip(base['seeds'], base['values']))
+    differences = [value - base_values[seed] for seed, value in zip(row['seeds'], row['values'])
+                   if seed in base_values]
+    if len(differences) < 2:
+        return None
+    mean = statistics.mean(differences)
+    half = (float(t.ppf((1 + confidence) / 2, len(differences) - 1))
+            * statistics.stdev(differences) / len(differences) ** 0.5)
+    return dict(n=len(differences), mean=mean, low=mean - half, high=mean + half,
+                confidence=confidence)
+
+
 def _number(value: float | None, spec: str) -> str:
     return '' if value is None else format(value, spec)
+
+
+def _paired(paired: dict | None) -> str:
+    if paired is None:
+        return ''
+    return f"{paired['mean']:+.2f} [{paired['low']:+.2f}, {paired['high']:+.2f}] (n={paired['n']})"
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
     """The rows as a Markdown table: accuracy per seed, mean +/- sd, difference to the baseline,
     the target check, memory of the first iteration (MiB and x baseline) and seconds per run."""
     memory_columns = [column for _, column in MEMORY]
-    header = (['model', 'gamma', 'metric', 'per seed', 'mean +/- sd', 'vs baseline', 'target']
+    header = (['model', 'gamma', 'metric', 'per seed', 'mean +/- sd', 'vs baseline',
+               'paired [95% CI]', 'target']
               + [f'{column} MiB (x)' for column in memory_columns] + ['s / run'])
     lines = ['| ' + ' | '.join(header) + ' |',
              '|' + '|'.join(['---'] * 3 + ['---'] + ['---:'] * (len(header) - 4)) + '|']
@@ -98,7 +137,8 @@ def markdown_table(rows: Sequence[dict]) -> str:
         cells = [row['model'], f"{row['gamma']:g}", row['metric'],
                  ', '.join(f'{value:.1f}' for value in row['values']),
                  f"{row['mean']:.2f} +/- {row['std']:.2f}",
-                 _number(row['delta'], '+.2f') if row['gamma'] else '', target,
+                 _number(row['delta'], '+.2f') if row['gamma'] else '', _paired(row.get('paired')),
+                 target,
                  *memory, _number(row['seconds'], '.0f')]
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines) + '\n'

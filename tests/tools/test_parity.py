@@ -48,9 +48,14 @@ def test_summary_compares_with_the_baseline_and_checks_the_target():
     rows = {row['gamma']: row for row in summarize(runs)}
     assert rows[0.9]['delta'] == pytest.approx(-1.5) and rows[0.9]['met'] is False
     assert rows[0.5]['values'] == [91.0] and rows[0.5]['met'] is None  # no target at 0.5
+    paired = rows[0.9]['paired']  # differences -1 and -2: t(0.975, 1) = 12.706
+    assert paired['mean'] == pytest.approx(-1.5)
+    assert paired['high'] - paired['mean'] == pytest.approx(12.706 * 0.5, rel=1e-4)
+    assert rows[0.5]['paired'] is None  # one seed only
     assert rows[0.9]['memory']['saved']['ratio'] == pytest.approx(0.55)
     table = markdown_table(list(rows.values()))
-    assert '| vit | 0.9 | top1 | 89.0, 90.0 | 89.50 +/- 0.71 | -1.50 | missed (>= -0.5) |' in table
+    assert ('| vit | 0.9 | top1 | 89.0, 90.0 | 89.50 +/- 0.71 | -1.50 | -1.50 [-7.85, +4.85] (n=2) '
+            '| missed (>= -0.5) |') in table
 
 
 def test_suite_configs_load_with_their_datasets_and_from_scratch_detectors():
