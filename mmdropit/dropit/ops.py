@@ -101,7 +101,9 @@ def keep_sampled(flat: torch.Tensor, gamma: float, shape: torch.Size,
 
     Args are those of :func:`keep_fixed` (without the strategy).
     """
-    if flat.numel() <= SAMPLE_SIZE or not fused_cpu.usable(flat):
+    if flat.numel() <= SAMPLE_SIZE:  # no sample: the exact min-k, as the strategy says
+        return keep_fixed(flat, gamma, 'mink', shape, memory_order)
+    if not fused_cpu.usable(flat):
         keep, scale = select('mink_approx', flat, gamma)
         return compress(flat, keep, scale, shape, memory_order)
     threshold = float(sampled_threshold(flat, gamma))

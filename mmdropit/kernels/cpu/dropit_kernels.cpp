@@ -79,28 +79,35 @@ std::vector<int64_t> key_histogram(const scalar_t* data, const Chunks& chunks, i
   std::vector<int64_t> total(buckets, 0);
   std::mutex merge;
   at::parallel_for(0, chunks.count, 1, [&](int64_t first, int64_t last) {
-    std::vector<int64_t> local(4 * buckets, 0);
-    int64_t* h = local.data();
-    const int64_t begin = chunks.begin(first), end = chunks.end(last - 1);
-    int64_t i = begin;
-    if (above >= 31) {
-      for (; i + 4 <= end; i += 4) {
-        ++h[magnitude_key(data[i]) >> shift];
-        ++h[buckets + (magnitude_key(data[i + 1]) >> shift)];
-        ++h[2 * buckets + (magnitude_key(data[i + 2]) >> shift)];
-        ++h[3 * buckets + (magnitude_key(data[i + 3]) >> shift)];
+    // 32-bit counts (a quarter of the cache of 64-bit ones), flushed every 2^31 elements
+    std::vector<uint32_t> local(4 * buckets);
+    uint32_t* h = local.data();
+    std::vector<int64_t> sums(buckets, 0);
+    const int64_t range_end = chunks.end(last - 1);
+    for (int64_t begin = chunks.begin(first); begin < range_end; begin += int64_t(1) << 31) {
+      const int64_t end = std::min(range_end, begin + (int64_t(1) << 31));
+      std::fill(local.begin(), local.end(), 0u);
+      int64_t i = begin;
+      if (above >= 31) {
+        for (; i + 4 <= end; i += 4) {
+          ++h[magnitude_key(data[i]) >> shift];
+          ++h[buckets + (magnitude_key(data[i + 1]) >> shift)];
+          ++h[2 * buckets + (magnitude_key(data[i + 2]) >> shift)];
+          ++h[3 * buckets + (magnitude_key(data[i + 3]) >> shift)];
+        }
+        for (; i < end; ++i) ++h[magnitude_key(data[i]) >> shift];
+      } else {
+        for (; i < end; ++i) {
+          const uint32_t key = magnitude_key(data[i]);
+          if ((key >> above) == prefix) ++h[(key >> shift) & mask];
+        }
       }
-      for (; i < end; ++i) ++h[magnitude_key(data[i]) >> shift];
-    } else {
-      for (; i < end; ++i) {
-        const uint32_t key = magnitude_key(data[i]);
-        if ((key >> above) == prefix) ++h[(key >> shift) & mask];
+      for (int64_t b = 0; b < buckets; ++b) {
+        sums[b] += int64_t(h[b]) + h[buckets + b] + h[2 * buckets + b] + h[3 * buckets + b];
       }
     }
     std::lock_guard<std::mutex> lock(merge);
-    for (int64_t b = 0; b < buckets; ++b) {
-      total[b] += h[b] + h[buckets + b] + h[2 * buckets + b] + h[3 * buckets + b];
-    }
+    for (int64_t b = 0; b < buckets; ++b) total[b] += sums[b];
   });
   return total;
 }
@@ -160,14 +167,15 @@ uint32_t radix_select(const scalar_t* data, const Chunks& chunks, int64_t rank) 
   return select_in_collected(keys, bucket, rank);
 }
 
-// The sample that brackets the threshold: kSampleLines runs of kLineElements consecutive
-// elements at fixed pseudo-random places (whole cache lines: random single elements cost a
-// cache miss each). The bracket's margin assumes kEffectiveSample independent draws, fewer than
-// the elements read, since neighbours are alike.
-constexpr int64_t kSampleLines = 4096;
+// The sample that brackets the threshold: runs of kLineElements consecutive elements (whole
+// cache lines: random single elements cost a cache miss each) at fixed pseudo-random places, one
+// line per kElementsPerLine elements of the input, between kMinSampleLines and kMaxSampleLines
+// (selecting in a larger sample costs more than it narrows the bracket). The bracket's margin
+// assumes a quarter as many independent draws as elements read, since neighbours are alike.
 constexpr int64_t kLineElements = 16;
-constexpr int64_t kSample = kSampleLines * kLineElements;
-constexpr double kEffectiveSample = 16384;
+constexpr int64_t kElementsPerLine = 512;
+constexpr int64_t kMinSampleLines = 256;
+constexpr int64_t kMaxSampleLines = 4096;
 
 // Fixed pseudo-random positions (splitmix64): no generator state is used or advanced.
 inline uint64_t mix(uint64_t z) {
@@ -228,15 +236,17 @@ template <typename scalar_t>
 int64_t find_threshold(const scalar_t* data, const Chunks& chunks, int64_t rank,
                        std::vector<int64_t>& above, std::vector<int64_t>& equal) {
   const int64_t numel = chunks.numel;
+  const int64_t sample_lines = std::min(kMaxSampleLines, numel / kElementsPerLine);
+  const int64_t sample_size = sample_lines * kLineElements;
   const double quantile = double(rank) / double(numel);
-  const double margin = 5 * std::sqrt(quantile * (1 - quantile) / kEffectiveSample)
-      + 2.0 / kSample;
-  const int64_t low_rank = int64_t((quantile - margin) * kSample);
-  const int64_t high_rank = int64_t(std::ceil((quantile + margin) * kSample));
-  if (numel > 8 * kSample && low_rank >= 1 && high_rank <= kSample) {
-    std::vector<uint32_t> sample(kSample);
+  const double margin = sample_lines < kMinSampleLines ? 1.0
+      : 5 * std::sqrt(quantile * (1 - quantile) / double(sample_size / 4)) + 2.0 / sample_size;
+  const int64_t low_rank = int64_t((quantile - margin) * sample_size);
+  const int64_t high_rank = int64_t(std::ceil((quantile + margin) * sample_size));
+  if (sample_lines >= kMinSampleLines && low_rank >= 1 && high_rank <= sample_size) {
+    std::vector<uint32_t> sample(sample_size);
     const uint64_t lines = uint64_t(numel / kLineElements);
-    for (int64_t j = 0; j < kSampleLines; ++j) {
+    for (int64_t j = 0; j < sample_lines; ++j) {
       const scalar_t* line = data + (mix(j) % lines) * kLineElements;
       for (int64_t e = 0; e < kLineElements; ++e) {
         sample[j * kLineElements + e] = magnitude_key(line[e]);
