@@ -89,8 +89,13 @@ def keep_fixed(flat: torch.Tensor, gamma: float, strategy: str, shape: torch.Siz
     encoding = smaller_encoding(numel, kept, size)
     keep = _keep_shapes if placeholders else torch.ops.mmdropit.keep
     tensors = keep(flat, gamma, strategy, encoding)
-    nbytes = encoded_bytes(numel, kept, size)[encoding]
-    return tensors, CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
+    return tensors, _layout(flat, kept, encoding, shape, memory_order)
+
+
+def _layout(flat: torch.Tensor, kept: int, encoding: str, shape: torch.Size,
+            memory_order: tuple[int, ...] | None) -> CompactLayout:
+    nbytes = encoded_bytes(flat.numel(), kept, flat.element_size())[encoding]
+    return CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
 
 
 def keep_sampled(flat: torch.Tensor, gamma: float, shape: torch.Size,
@@ -108,12 +113,10 @@ def keep_sampled(flat: torch.Tensor, gamma: float, shape: torch.Size,
         return compress(flat, keep, scale, shape, memory_order)
     threshold = float(sampled_threshold(flat, gamma))
     counts = torch.ops.mmdropit_cpu.above_counts(flat, threshold)
-    numel, size = flat.numel(), flat.element_size()
     kept = int(counts.sum())
-    encoding = smaller_encoding(numel, kept, size)
+    encoding = smaller_encoding(flat.numel(), kept, flat.element_size())
     tensors = torch.ops.mmdropit_cpu.write_above(flat, threshold, counts, encoding == 'bitmask')
-    nbytes = encoded_bytes(numel, kept, size)[encoding]
-    return tensors, CompactLayout(shape, flat.dtype, encoding, memory_order, nbytes)
+    return tensors, _layout(flat, kept, encoding, shape, memory_order)
 
 
 def unkeep(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torch.Tensor:

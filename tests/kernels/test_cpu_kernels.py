@@ -163,7 +163,8 @@ for numel in (5, 70_001, 600_003):
         for bitmask in (True, False):
             first, values = torch.ops.mmdropit_cpu.keep_topk(x, kept, bitmask)
             out += [first, values]
-        out.append(torch.ops.mmdropit_cpu.scatter_bitmask(*torch.ops.mmdropit_cpu.keep_topk(x, kept, True), numel))
+            if bitmask:
+                out.append(torch.ops.mmdropit_cpu.scatter_bitmask(first, values, numel))
 torch.save(out, OUT)
 '''
     results = []

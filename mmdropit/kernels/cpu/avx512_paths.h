@@ -20,9 +20,12 @@ namespace mmdropit_avx512 {
 // True when the CPU has what these forms use, unless MMDROPIT_NO_AVX512=1 asks for the portable
 // loops (read once per process; the tests compare both).
 inline bool supported() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-      && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
-      && !(std::getenv("MMDROPIT_NO_AVX512") && std::string(std::getenv("MMDROPIT_NO_AVX512")) == "1");
+  static const bool yes = [] {
+    const char* portable = std::getenv("MMDROPIT_NO_AVX512");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+        && !(portable != nullptr && std::string(portable) == "1");
+  }();
   return yes;
 }
 

@@ -1,9 +1,10 @@
 """Build the fused CPU kernels: ``python -m mmdropit.kernels.cpu.build`` (``make env`` runs it).
 
-Compiles ``dropit_kernels.cpp`` and ``lean_mask_kernels.cpp`` with torch's ``cpp_extension`` (ninja, the C++ compiler torch
-was built for) into :func:`~.library.build_directory` and writes the stamp that lets
-:func:`~.library.load` use it. A second run with the same source and torch does nothing. Without
-a C++ compiler or ninja it prints one line and exits 0: DropIT then runs on its eager path.
+Compiles ``dropit_kernels.cpp`` and ``lean_mask_kernels.cpp`` with torch's ``cpp_extension``
+(ninja, the C++ compiler torch was built for) into :func:`~.library.build_directory` and writes
+the stamp that lets :func:`~.library.load` use it. A second run with the same sources and torch
+does nothing. Without a C++ compiler or ninja it prints one line and exits 0: DropIT then runs
+on its eager path.
 """
 from __future__ import annotations
 
@@ -11,14 +12,12 @@ import shutil
 import sys
 
 from .library import (BUILD_COMMAND, CFLAGS, LDFLAGS, NAME, SOURCES, build_directory,
-                      library_path, source_stamp, stamp_path)
+                      library_path, source_stamp, stamp_path, why_not_loadable)
 
 
 def build(verbose: bool = False) -> bool:
     """Build the library unless an up-to-date one is there; True when it is usable."""
-    stamp = source_stamp()
-    if library_path().is_file() and stamp_path().is_file() \
-            and stamp_path().read_text().strip() == stamp:
+    if why_not_loadable() is None:
         print(f'[mmdropit] fused CPU kernels up to date: {library_path()}')
         return True
     missing = [tool for tool in ('c++', 'ninja') if shutil.which(tool) is None]
@@ -32,14 +31,15 @@ def build(verbose: bool = False) -> bool:
     folder.mkdir(parents=True, exist_ok=True)
     stamp_path().unlink(missing_ok=True)
     try:
-        load(NAME, [str(path) for path in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
-             build_directory=str(folder), is_python_module=False, verbose=verbose)
+        load(NAME, [str(path) for path in SOURCES], extra_cflags=list(CFLAGS),
+             extra_ldflags=list(LDFLAGS), build_directory=str(folder), is_python_module=False,
+             verbose=verbose)
     except (RuntimeError, OSError) as error:  # a compiler error: keep the eager path
         print(f'[mmdropit] warning: building the fused CPU kernels failed '
               f'({str(error).splitlines()[0]}; `{BUILD_COMMAND} --verbose` shows the compiler '
               'output); DropIT uses its eager path')
         return False
-    stamp_path().write_text(stamp + '\n')
+    stamp_path().write_text(source_stamp() + '\n')
     print(f'[mmdropit] fused CPU kernels built: {library_path()}')
     return True
 

@@ -379,7 +379,9 @@ std::tuple<at::Tensor, at::Tensor> keep_topk(const at::Tensor& flat, int64_t kep
     if (kept < numel) {
       threshold = find_threshold(data, chunks, numel - kept, per_chunk.above, equal);
     } else {
-      count_around(data, chunks, threshold, per_chunk.above, equal);
+      for (int64_t c = 0; c < chunks.count; ++c) {
+        per_chunk.above[c] = chunks.end(c) - chunks.begin(c);
+      }
     }
     int64_t missing = kept;
     for (int64_t c = 0; c < chunks.count; ++c) missing -= per_chunk.above[c];
@@ -399,17 +401,13 @@ at::Tensor above_counts(const at::Tensor& flat, double threshold) {
   const Chunks chunks = chunks_of(flat.numel());
   at::Tensor counts = at::zeros({chunks.count}, flat.options().dtype(at::kLong));
   if (flat.numel() == 0) return counts;
-  int64_t* out = counts.mutable_data_ptr<int64_t>();
+  std::vector<int64_t> above(chunks.count, 0), equal(chunks.count, 0);
   const uint32_t key = magnitude_key(static_cast<float>(threshold));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "above_counts",
                                   [&] {
-    const scalar_t* data = flat.const_data_ptr<scalar_t>();
-    for_each_chunk(chunks, [&](int64_t c, int64_t begin, int64_t end) {
-      int64_t n = 0;
-      for (int64_t i = begin; i < end; ++i) n += magnitude_key(data[i]) > key;
-      out[c] = n;
-    });
+    count_around(flat.const_data_ptr<scalar_t>(), chunks, key, above, equal);
   });
+  std::copy(above.begin(), above.end(), counts.mutable_data_ptr<int64_t>());
   return counts;
 }
 
@@ -469,7 +467,9 @@ at::Tensor scatter_bitmask(const at::Tensor& bitmask, const at::Tensor& values, 
   std::vector<int64_t> offset(chunks.count, 0);
   for_each_chunk(chunks, [&](int64_t c, int64_t begin, int64_t end) {
     int64_t n = 0;
-    for (int64_t byte = begin / 8; byte < (end + 7) / 8; ++byte) n += __builtin_popcount(bits[byte]);
+    for (int64_t byte = begin / 8; byte < (end + 7) / 8; ++byte) {
+      n += __builtin_popcount(bits[byte]);
+    }
     offset[c] = n;
   });
   int64_t total = 0;

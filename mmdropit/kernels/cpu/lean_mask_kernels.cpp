@@ -43,7 +43,9 @@ template <typename scalar_t>
 void pack_chunk(const scalar_t* x, int64_t begin, int64_t end, float low, float high,
                 bool bounded, uint8_t* bits) {
   if constexpr (std::is_same_v<scalar_t, float>) {
-    if (mmdropit_avx512::supported()) return pack_chunk_avx512(x, begin, end, low, high, bounded, bits);
+    if (mmdropit_avx512::supported()) {
+      return pack_chunk_avx512(x, begin, end, low, high, bounded, bits);
+    }
   }
   for (int64_t group = begin; group < end; group += 8) {
     const int stop = int(std::min<int64_t>(8, end - group));

@@ -2,10 +2,10 @@
 
 The library is built into ``$MMDROPIT_KERNELS_DIR`` or, by default, a folder named after the
 torch version under torch's extension root (``$TORCH_EXTENSIONS_DIR``, else
-``$XDG_CACHE_HOME/torch_extensions``, ``~/.cache/torch_extensions``). A stamp beside it records a hash of the C++ source, the compiler
-flags and the torch version; a library whose stamp differs (the source changed, torch was
-upgraded) is not loaded. Setting ``MMDROPIT_FUSED=0``, or :func:`eager_only` around a step,
-keeps DropIT on the eager path (for comparisons).
+``$XDG_CACHE_HOME/torch_extensions``, ``~/.cache/torch_extensions``). A stamp beside it records
+a hash of the C++ sources, the compiler flags and the torch version; a library whose stamp
+differs (a source changed, torch was upgraded) is not loaded. Setting ``MMDROPIT_FUSED=0``, or
+:func:`eager_only` around a step, keeps DropIT on the eager path (for comparisons).
 
 Example:
     >>> isinstance(fused_enabled(), bool)
@@ -80,7 +80,8 @@ def fused_enabled() -> bool:
     return not _eager_only and os.environ.get('MMDROPIT_FUSED', '1') != '0'
 
 
-def _why_not_loadable() -> str | None:
+def why_not_loadable() -> str | None:
+    """Why the built library cannot be loaded (``None`` when it is there and current)."""
     if not library_path().is_file():
         return 'they are not built'
     if not stamp_path().is_file() or stamp_path().read_text().strip() != source_stamp():
@@ -95,7 +96,7 @@ def load() -> bool:
     When they cannot be loaded, one warning line says why and how to build them, and DropIT
     stays on its eager path.
     """
-    problem = _why_not_loadable()
+    problem = why_not_loadable()
     if problem is None:
         try:
             torch.ops.load_library(str(library_path()))
