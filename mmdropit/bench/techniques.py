@@ -28,7 +28,7 @@ from torch import nn
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
 from ..codecs import compress_activations, restore_activations
 from ..dropit import from_dropit, to_dropit
-from ..kernels.cpu import eager_only
+from ..kernels.switch import eager_only
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
 from ..planner import (StepProbe, bf16_switch, dropit_switch, plan_within_budget, put_in_effect,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kernels import cpu as fused_cpu
+from ..kernels import fused_ops
 from .quantize import dequantize_kept
 
 _BIT_WEIGHTS: dict[torch.device, torch.Tensor] = {}
@@ -217,9 +217,10 @@ def decompress(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torc
 def scatter_kept(first: torch.Tensor, values: torch.Tensor, numel: int,
                  encoding: str) -> torch.Tensor:
     """The flat dense tensor of ``numel`` elements that :func:`encode` encoded (dropped
-    elements are zero); one fused pass on the CPU when :mod:`mmdropit.kernels.cpu` is built."""
-    if encoding == 'bitmask' and fused_cpu.usable(values):
-        return torch.ops.mmdropit_cpu.scatter_bitmask(first, values, numel)
+    elements are zero); one fused pass where :mod:`mmdropit.kernels` can run."""
+    fused = fused_ops(values) if encoding == 'bitmask' else None
+    if fused is not None:
+        return fused.scatter_bitmask(first, values, numel)
     flat = values.new_zeros(numel)
     if encoding == 'bitmask':
         flat.masked_scatter_(unpack_bits(first, numel), values)

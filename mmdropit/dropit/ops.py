@@ -13,9 +13,10 @@ functions, so both select the same elements.
 ``mink_approx`` keeps a data-dependent count: it is not an operator (a graph break per layer
 under ``torch.compile``); :func:`keep_sampled` selects and encodes it.
 
-On the CPU the operators run DropIT's fused kernels (:mod:`mmdropit.kernels.cpu`) when they are
-built: one or a few parallel passes instead of the eager path's 6-8, with bit-identical results
-(``mink``'s exact threshold does not draw the sample the eager path uses to find it).
+The operators run DropIT's fused kernels (:mod:`mmdropit.kernels`: the C++ extension on the
+CPU when it is built, Triton kernels on a GPU): a few parallel passes instead of the eager
+path's 6-8, with bit-identical results (``mink``'s exact threshold does not draw the sample the
+eager path uses to find it).
 
 Example:
     >>> x = torch.randn(4, 16)
@@ -31,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op, register_fake
 
-from ..kernels import cpu as fused_cpu
+from ..kernels import fused_ops
 from .compact import (CompactLayout, compress, encode, encoded_bytes, index_dtype,
                       restore_shape, scatter_kept, smaller_encoding)
 from .quantize import dequantize_kept
@@ -41,9 +42,9 @@ from .strategies import SAMPLE_SIZE, kept_count, sampled_threshold, select
 @custom_op('mmdropit::keep', mutates_args=())
 def _keep(flat: torch.Tensor, gamma: float, strategy: str,
           encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
-    if strategy == 'mink' and fused_cpu.usable(flat):
-        return torch.ops.mmdropit_cpu.keep_topk(flat, kept_count(flat.numel(), gamma),
-                                                encoding == 'bitmask')
+    fused = fused_ops(flat) if strategy == 'mink' else None
+    if fused is not None:
+        return fused.keep_topk(flat, kept_count(flat.numel(), gamma), encoding == 'bitmask')
     keep, scale = select(strategy, flat, gamma)
     return encode(flat, keep, scale, encoding)
 
@@ -102,20 +103,21 @@ def keep_sampled(flat: torch.Tensor, gamma: float, shape: torch.Size,
                  memory_order: tuple[int, ...] | None) -> tuple[tuple[torch.Tensor, ...],
                                                                 CompactLayout]:
     """``mink_approx``: keep the elements above a sampled threshold, encoded in the smaller
-    encoding for their (data-dependent) count; fused on the CPU when the kernels are built.
+    encoding for their (data-dependent) count; fused where :mod:`mmdropit.kernels` can run.
 
     Args are those of :func:`keep_fixed` (without the strategy).
     """
     if flat.numel() <= SAMPLE_SIZE:  # no sample: the exact min-k, as the strategy says
         return keep_fixed(flat, gamma, 'mink', shape, memory_order)
-    if not fused_cpu.usable(flat):
+    fused = fused_ops(flat)
+    if fused is None:
         keep, scale = select('mink_approx', flat, gamma)
         return compress(flat, keep, scale, shape, memory_order)
     threshold = float(sampled_threshold(flat, gamma))
-    counts = torch.ops.mmdropit_cpu.above_counts(flat, threshold)
+    counts = fused.above_counts(flat, threshold)
     kept = int(counts.sum())
     encoding = smaller_encoding(flat.numel(), kept, flat.element_size())
-    tensors = torch.ops.mmdropit_cpu.write_above(flat, threshold, counts, encoding == 'bitmask')
+    tensors = fused.write_above(flat, threshold, counts, encoding == 'bitmask')
     return tensors, _layout(flat, kept, encoding, shape, memory_order)
 
 

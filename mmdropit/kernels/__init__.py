@@ -3,10 +3,36 @@
 - :mod:`.cpu`: a C++ / OpenMP extension (``dropit_kernels.cpp``), built once by ``make env``
   (``python -m mmdropit.kernels.cpu.build``) with torch's ``cpp_extension`` and loaded, when it
   matches this torch and these sources, the first time a DropIT layer runs on the CPU.
+- :mod:`.cuda`: Triton kernels (``dropit_kernels.py``), compiled by Triton the first time a
+  DropIT layer runs on a GPU.
+- :mod:`.switch`: ``MMDROPIT_FUSED=0`` / :func:`~.switch.eager_only` keep the eager path.
 
-The kernels are implementations of DropIT's custom operators (:mod:`mmdropit.dropit.ops`): a
-layer calls them when they are built and falls back to the eager PyTorch path otherwise (one
-warning line says so). Both paths give bit-identical saved tensors.
+Both give DropIT's custom operators (:mod:`mmdropit.dropit.ops`) the same four operations,
+which :func:`fused_ops` hands out for a tensor. A layer calls them when they can run on its
+input and falls back to the eager PyTorch path otherwise (one warning line says why). Every
+path gives bit-identical saved tensors.
 
-Not built: Triton kernels for CUDA (the GPU path is the eager one).
+Example:
+    >>> ops = fused_ops(torch.randn(4))
+    >>> ops is None or callable(ops.keep_topk)
+    True
 """
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import cpu, cuda
+
+__all__ = ['fused_ops']
+
+
+def fused_ops(x: torch.Tensor) -> Any | None:
+    """The fused operations for ``x``'s device (``keep_topk``, ``above_counts``,
+    ``write_above``, ``scatter_bitmask``), or ``None`` when none can run on it."""
+    if cpu.usable(x):
+        return torch.ops.mmdropit_cpu
+    if cuda.usable(x):
+        return cuda.load()
+    return None

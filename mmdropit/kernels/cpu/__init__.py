@@ -18,6 +18,6 @@ Example:
 """
 import torch  # noqa: F401  (the doctest's namespace)
 
-from .library import build_directory, eager_only, fused_enabled, load, usable
+from .library import build_directory, load, usable
 
-__all__ = ['build_directory', 'eager_only', 'fused_enabled', 'load', 'usable']
+__all__ = ['build_directory', 'load', 'usable']

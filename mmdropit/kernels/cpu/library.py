@@ -4,24 +4,24 @@ The library is built into ``$MMDROPIT_KERNELS_DIR`` or, by default, a folder nam
 torch version under torch's extension root (``$TORCH_EXTENSIONS_DIR``, else
 ``$XDG_CACHE_HOME/torch_extensions``, ``~/.cache/torch_extensions``). A stamp beside it records
 a hash of the C++ sources, the compiler flags and the torch version; a library whose stamp
-differs (a source changed, torch was upgraded) is not loaded. Setting ``MMDROPIT_FUSED=0``, or
-:func:`eager_only` around a step, keeps DropIT on the eager path (for comparisons).
+differs (a source changed, torch was upgraded) is not loaded. :mod:`..switch` turns the kernels
+off for comparisons.
 
 Example:
-    >>> isinstance(fused_enabled(), bool)
-    True
+    >>> library_path().name
+    'mmdropit_cpu_kernels.so'
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
+from ..switch import fused_enabled
 
 NAME = 'mmdropit_cpu_kernels'
 _HERE = Path(__file__).parent
@@ -59,25 +59,6 @@ def source_stamp() -> str:
 def stamp_path() -> Path:
     """The file beside the library that holds :func:`source_stamp` of its build."""
     return build_directory() / f'{NAME}.stamp'
-
-
-_eager_only = False
-
-
-@contextlib.contextmanager
-def eager_only() -> Iterator[None]:
-    """Keep DropIT on its eager path inside (a side-by-side comparison in one process)."""
-    global _eager_only
-    before, _eager_only = _eager_only, True
-    try:
-        yield
-    finally:
-        _eager_only = before
-
-
-def fused_enabled() -> bool:
-    """False inside :func:`eager_only` and when ``MMDROPIT_FUSED=0`` asks for the eager path."""
-    return not _eager_only and os.environ.get('MMDROPIT_FUSED', '1') != '0'
 
 
 def why_not_loadable() -> str | None:
