@@ -72,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--fsdp', action='store_true',
                         help='measure the bytes each of %d gloo processes holds under DDP and '
                         'FSDP2 instead (parameters, gradients, AdamW state)' % FSDP_RANKS)
+    parser.add_argument('--compile', action='store_true',
+                        help='compile every model (torch.compile, inductor) before measuring; '
+                        'the graph breaks of each variant are reported')
     parser.add_argument('--batch-size', type=int,
                         help='images per step for the classification models (default 16)')
     parser.add_argument('--det-batch-size', type=int, default=2,
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
     chosen = [variants[BASELINE]] + [variants[name] for name in args.variants
                                      if name != BASELINE]
     settings = SuiteSettings(args.batch_size, args.det_batch_size, args.steps,
-                             torch.device(args.device), args.seed)
+                             torch.device(args.device), args.seed, args.compile)
     results = run_suite(args.models, args.config, chosen, settings)
     table = write_results(results, settings, out, curve=args.curve)
     for plot in ('checkpoint_curve.png', 'budget_curve.png'):

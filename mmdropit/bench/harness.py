@@ -9,6 +9,7 @@ import statistics
 import time
 
 import torch
+from torch._dynamo.utils import counters
 
 from ..memory import SavedTensorMeter, StepPeakMeter
 from .report import Measurement
@@ -28,6 +29,13 @@ def train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimize
     optimizer.zero_grad(set_to_none=True)
 
 
+def _compiling_step(work: Workload, variant: Variant,
+                    optimizer: torch.optim.Optimizer) -> None:
+    breaks_before = sum(counters['graph_break'].values())
+    train_step(work, variant, optimizer)
+    work.graph_breaks[variant.name] = sum(counters['graph_break'].values()) - breaks_before
+
+
 def _timed_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer,
                 device: torch.device) -> float:
     if device.type == 'cuda':
@@ -40,11 +48,15 @@ def _timed_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimiz
 
 
 def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
-                       device: torch.device) -> tuple[list[Measurement], list[str]]:
+                       device: torch.device,
+                       compiled: bool = False) -> tuple[list[Measurement], list[str]]:
     """Measure one workload under each variant; ``variants[0]`` must be the baseline.
 
     Per variant, one step under the saved-tensor meter (it is also the warm-up: the meter does not
     slow the step down, and the optimizer creates its state there) and one under the peak meter.
+    A compiled model (``compiled``) first takes one step per variant without meters, which
+    compiles what the timed steps run (the meters' observers break DropIT's graphs, so metered
+    steps compile graphs of their own); its graph breaks go to ``work.graph_breaks``.
     Then ``steps`` rounds time every variant once, in order, so each variant's step is timed next
     to a baseline step under the same machine load.
 
@@ -53,6 +65,7 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
         variants: The variants, baseline first.
         steps: Number of timed rounds.
         device: The device the model is on.
+        compiled: Whether ``work.model`` was compiled.
 
     Returns:
         One :class:`Measurement` per variant that ran, and one line per variant that failed on
@@ -64,6 +77,8 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
     for variant in variants:
         try:
             with variant.prepare(work):
+                if compiled:
+                    _compiling_step(work, variant, optimizer)
                 with SavedTensorMeter(work.model) as saved_meter:
                     train_step(work, variant, optimizer)
                 with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:

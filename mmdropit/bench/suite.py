@@ -36,6 +36,8 @@ class SuiteSettings:
         steps: Timed rounds after the measured steps.
         device: Where the models run.
         seed: Seeds torch before each model is built.
+        compile: Compile each model in place (``nn.Module.compile()``, inductor) before it is
+            measured: every variant then runs compiled.
     """
 
     batch_size: int
@@ -43,6 +45,7 @@ class SuiteSettings:
     steps: int
     device: torch.device
     seed: int = 0
+    compile: bool = False
 
 
 @dataclass
@@ -54,12 +57,14 @@ class SuiteResults:
         skipped: One line per variant that failed on a workload.
         split_decisions: Micro-batch splits searched, by ``'<workload> / <budget>'``.
         budget_outcomes: Memory-budget decisions, by ``'<workload> / <budget>-<lossy>'``.
+        graph_breaks: Graph breaks of a compiled run, by ``'<workload> / <variant>'``.
     """
 
     measurements: list[Measurement] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     split_decisions: dict[str, SplitDecision] = field(default_factory=dict)
     budget_outcomes: dict[str, BudgetOutcome] = field(default_factory=dict)
+    graph_breaks: dict[str, int] = field(default_factory=dict)
 
 
 def run_suite(models: list[str], configs: list[str], variants: list[Variant],
@@ -91,8 +96,10 @@ def run_suite(models: list[str], configs: list[str], variants: list[Variant],
                 print(f'[{index}/{len(jobs)}] {name} (its train batch), {device_name}',
                       flush=True)
                 work = config_workload(name, settings.device)
+            if settings.compile:
+                work.model.compile()
             measured, failed = benchmark_workload(work, variants, settings.steps,
-                                                  settings.device)
+                                                  settings.device, settings.compile)
             for row in compare(measured, BASELINE):
                 print(progress_line(row), flush=True)
             for line in failed:
@@ -104,6 +111,9 @@ def run_suite(models: list[str], configs: list[str], variants: list[Variant],
                  for budget, decision in work.split_decisions.items()})
             results.budget_outcomes.update(
                 {f'{work.name} / {key}': outcome for key, outcome in work.budget_outcomes.items()})
+            if settings.compile:
+                results.graph_breaks.update(
+                    {f'{work.name} / {key}': count for key, count in work.graph_breaks.items()})
             del work
             progress.advance(task)
     return results
@@ -115,6 +125,11 @@ def _markdown(table: str, meta: dict) -> str:
     activation = ('not known on CUDA' if on_cuda else
                   'highest activation + temporary bytes at any moment of the step')
     skipped = ''.join(f'- {line}\n' for line in meta['skipped'])
+    compiled = ('' if meta['graph_breaks'] is None else
+                'Every model compiled in place (`torch.compile`, inductor; one untimed step per '
+                'variant before the metered ones compiles it without the meters); graph breaks '
+                'per model / variant: ' + ', '.join(f'{key} {count}' for key, count
+                                                in meta['graph_breaks'].items()) + '.\n\n')
     return (
         '# Memory benchmark\n\n' + provenance_markdown(meta['provenance']) + '\n'
         f"Device: {meta['device']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
@@ -125,7 +140,7 @@ def _markdown(table: str, meta: dict) -> str:
         f'*peak*: peak of the step ({peak_source}). *activation peak*: {activation}. '
         f"*step*: median of {meta['timed_rounds']} timed round(s) after the measured steps; its "
         'ratio is the median of per-round ratios, baseline and variants alternated in one '
-        'process.\n\n' + table
+        'process.\n\n' + compiled + table
         + (f'\nSkipped (the variant failed on this model):\n{skipped}' if skipped else ''))
 
 
@@ -144,6 +159,7 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
         'det_image_size': DET_IMAGE_SIZE,
         'timed_rounds': settings.steps,
         'seed': settings.seed,
+        'graph_breaks': results.graph_breaks if settings.compile else None,
         'skipped': results.skipped,
         'micro_batch_decisions': {key: dict(dataclasses.asdict(decision), text=str(decision))
                                   for key, decision in results.split_decisions.items()},

@@ -49,6 +49,8 @@ class Workload:
         budget_outcomes: Memory-budget decisions made for this workload, by variant name.
         autocast_dtype: Autocast dtype of the forward passes when a budget decision turned it
             on (``None``: off).
+        graph_breaks: Graph breaks ``torch.compile`` made in each variant's measured steps, by
+            variant name (a compiled run only).
     """
 
     name: str
@@ -63,6 +65,7 @@ class Workload:
     split_decisions: dict[float | int, SplitDecision] = field(default_factory=dict)
     budget_outcomes: dict[str, BudgetOutcome] = field(default_factory=dict)
     autocast_dtype: torch.dtype | None = None
+    graph_breaks: dict[str, int] = field(default_factory=dict)
 
     def set_micro_batches(self, count: int) -> None:
         """Run the batch as ``count`` micro-batches (what a memory-budget decision sets)."""

@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from ..common.name_patterns import matches
@@ -155,8 +156,9 @@ def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
         elif not module.weight.requires_grad:
             report.frozen.append(name)
         else:
-            convert_layer(module, DropITState(name, layer_gamma, layer_gamma, strategy,
-                                              value_bits))
+            state = DropITState(name, layer_gamma, layer_gamma, strategy, value_bits)
+            state.reset_counters(module.weight.device)  # where the inputs will most likely be
+            convert_layer(module, state)
             report.layers.append(name)
     if not report.layers:
         raise ConfigError(
@@ -238,8 +240,8 @@ def keep_ratio(model: nn.Module, reset: bool = False) -> float | None:
     """Share of saved-input elements kept by all DropIT layers since their counters were reset
     (``None`` if none ran); ``reset=True`` restarts the counters."""
     states = [module.dropit for module in dropit_layers(model).values()]
-    seen = sum(state.seen for state in states)
-    kept = sum(state.kept for state in states)
+    counted = [state.counters.cpu() for state in states if state.counters is not None]
+    kept, seen = torch.stack(counted).sum(0).tolist() if counted else (0, 0)
     if reset:
         for state in states:
             state.reset_counters()

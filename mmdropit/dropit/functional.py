@@ -58,13 +58,13 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
                                          placeholders=saved_tensors_dropped())
         else:
             tensors, layout = keep_sampled(flat, state.gamma, x.shape, order)
-        state.count(tensors[-1].numel(), x.numel())
+        state.count(tensors[-1].numel(), x.numel(), x.device)
         if state.value_bits is not None:
             tensors, layout = quantize_kept(tensors, layout, state.value_bits)
     else:
         state.warn_dense_once(str(x.dtype).removeprefix('torch.'))
         tensors, layout = (x,), dense_layout(x)
-        state.count(x.numel(), x.numel())
+        state.count(x.numel(), x.numel(), x.device)
     for observer in _OBSERVERS:
         observer(state, x, layout)
     return tensors, layout

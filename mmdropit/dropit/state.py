@@ -4,6 +4,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+import torch
+
 
 @dataclass
 class DropITState:
@@ -16,13 +18,15 @@ class DropITState:
         strategy: ``'mink'``, ``'mink_approx'`` or ``'random'``.
         value_bits: 8, 4 or 2 to keep the kept values as integer codes per group, ``None``
             to keep them in the input's dtype.
-        kept: Elements kept since the counters were last reset.
-        seen: Elements seen since the counters were last reset.
+        counters: Elements kept and seen since the counters were last reset, as a tensor on
+            the device of the layer's inputs (``None``: made at the next count). A tensor, not
+            Python ints: a compiled graph adds to it in place, where reading and writing an int
+            attribute would make ``torch.compile`` guard on its value and recompile every step.
         dense_warned: Whether the "kept dense" warning was given.
 
     Example:
         >>> state = DropITState('blocks.0.mlp.fc1', gamma=0.9, base_gamma=0.9, strategy='mink')
-        >>> state.count(kept=10, seen=100); state.keep_ratio
+        >>> state.count(kept=10, seen=100, device=torch.device('cpu')); state.keep_ratio
         0.1
     """
 
@@ -31,23 +35,31 @@ class DropITState:
     base_gamma: float
     strategy: str
     value_bits: int | None = None
-    kept: int = 0
-    seen: int = 0
+    counters: torch.Tensor | None = field(default=None, repr=False)
     dense_warned: bool = field(default=False, repr=False)
 
     @property
     def keep_ratio(self) -> float | None:
         """Realised share of kept elements since the last reset (``None`` before any step)."""
-        return self.kept / self.seen if self.seen else None
+        if self.counters is None:
+            return None
+        kept, seen = self.counters.tolist()
+        return kept / seen if seen else None
 
-    def count(self, kept: int, seen: int) -> None:
-        """Add one saved input to the counters."""
-        self.kept += kept
-        self.seen += seen
+    def count(self, kept: int, seen: int, device: torch.device) -> None:
+        """Add one saved input to the counters (kept on ``device``)."""
+        if self.counters is None or self.counters.device != device:
+            self.counters = torch.zeros(2, dtype=torch.int64, device=device)
+        self.counters[0] += kept
+        self.counters[1] += seen
 
-    def reset_counters(self) -> None:
-        """Start counting afresh (e.g. at each logged iteration)."""
-        self.kept = self.seen = 0
+    def reset_counters(self, device: torch.device | None = None) -> None:
+        """Start counting afresh (e.g. at each logged iteration): zero the counters in place,
+        or make them on ``device`` when given."""
+        if device is not None:
+            self.counters = torch.zeros(2, dtype=torch.int64, device=device)
+        elif self.counters is not None:
+            self.counters.zero_()
 
     def warn_dense_once(self, dtype_name: str) -> None:
         """Say once that this layer keeps its input dense because compact would not be smaller."""

@@ -88,3 +88,23 @@ def test_codec_variants_save_less_the_fewer_the_bits():
     assert rows[names[3]]['activation_peak_ratio'] < rows[names[1]]['activation_peak_ratio']
     assert not any(type(module).__name__.startswith(('Compressed', 'DropIT'))
                    for module in work.model.modules())
+
+
+def test_a_compiled_run_counts_the_graph_breaks_of_unmetered_steps():
+    """mink traces whole (its custom operators); mink_approx breaks at every DropIT layer whose
+    input is larger than its sample (here 256 x 512)."""
+    variants = catalogue()
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(32, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(),
+                          nn.Linear(512, 10))
+    images, labels = torch.randn(BATCH, 32), torch.randint(0, 10, (BATCH,))
+    work = Workload('mlp', model, lambda: F.cross_entropy(model(images), labels),
+                    lambda enable: None, BATCH)
+    torch._dynamo.reset()
+    work.model.compile(backend='aot_eager')
+    chosen = [variants[name] for name in (BASELINE, 'dropit-mink', 'dropit-approx')]
+    measured, skipped = benchmark_workload(work, chosen, steps=1, device=torch.device('cpu'),
+                                           compiled=True)
+    assert not skipped and len(measured) == 3
+    assert work.graph_breaks[BASELINE] == work.graph_breaks['dropit-mink'] == 0
+    assert work.graph_breaks['dropit-approx'] > 0

@@ -8,6 +8,7 @@ import pytest
 import timm
 import torch
 import torch._dynamo
+import torch._dynamo.testing
 from torch import nn
 
 from mmdropit.dropit import keep_ratio, to_dropit
@@ -36,6 +37,21 @@ def test_a_dropit_model_is_one_graph(build, strategy):
     explained = torch._dynamo.explain(_loss)(model, torch.randn(4, 1, 28, 28))
     assert explained.graph_break_count == 0, explained.break_reasons
     assert explained.graph_count == 1
+
+
+def test_later_steps_reuse_the_compiled_graph_and_still_count():
+    """The layers' counters are a tensor the graph adds to; as Python ints they made dynamo
+    guard on their values and recompile at every step (then fall back to eager)."""
+    torch.manual_seed(0)
+    model = to_dropit(_vit(), gamma=0.9, exclude=[])
+    torch._dynamo.reset()
+    compiler = torch._dynamo.testing.CompileCounter()
+    step = torch.compile(_loss, backend=compiler, fullgraph=True, dynamic=False)
+    for _ in range(2):  # DropITHook reads and resets the counters at each logged iteration
+        for _ in range(3):
+            step(model, torch.randn(4, 1, 28, 28)).backward()
+        assert keep_ratio(model, reset=True) == pytest.approx(0.1, abs=0.01)
+    assert compiler.frame_count == 1
 
 
 @pytest.mark.parametrize('build', [_vit, _cnn])
