@@ -63,9 +63,16 @@ def _both(mark: contextlib.AbstractContextManager,
 
 
 def _contexts(module: nn.Module, selective: bool) -> tuple:
-    forward, recompute = selective_contexts() if selective else (
-        contextlib.nullcontext(), contextlib.nullcontext())
-    return (_both(checkpoint_pass(first=True), forward),
+    """The checkpoint's forward and recompute contexts. A plain checkpoint marks its first
+    pass as one whose saved tensors are dropped (DropIT saves placeholders and selects in the
+    recomputation); a selective one marks both passes as kept, since its recomputation replays
+    the first pass's ops in order and must meet the same ones, even when it runs inside an outer
+    checkpoint's first pass."""
+    if not selective:
+        return (checkpoint_pass(first=True),
+                _both(checkpoint_pass(first=False), _recomputing(module, contextlib.nullcontext())))
+    forward, recompute = selective_contexts()
+    return (_both(checkpoint_pass(first=False), forward),
             _both(checkpoint_pass(first=False), _recomputing(module, recompute)))
 
 

@@ -45,6 +45,8 @@ class Item:
         outputs: Storage ids the item returns (for glue: nothing).
         grad_owner_calls: Calls whose own parameters get their gradient in this item's backward.
         ops: The costly ops the item runs (indices into ``StepRecord.ops``).
+        workspace: The largest backward workspace one of its calls announced (a DropIT layer's
+            rebuilt input); zero for glue.
     """
 
     call: int
@@ -53,6 +55,7 @@ class Item:
     outputs: tuple[int, ...] = ()
     grad_owner_calls: list[int] = field(default_factory=list)
     ops: list[int] = field(default_factory=list)
+    workspace: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,8 @@ def build_chain(record: StepRecord, model: nn.Module,
             subtree = list(record.subtree(index))
             ops = sorted(value for c in subtree for kind, value in c.events if kind == 'op')
             items.append(Item(index, False, record.saves_in(index), call.outputs,
-                              [c.index for c in subtree], ops))
+                              [c.index for c in subtree], ops,
+                              max(c.backward_workspace for c in subtree)))
         else:
             glue: Item | None = None
             for kind, value in call.events:

@@ -5,9 +5,11 @@ are: every tensor kept for items up to ``i`` (a tensor saved by several items li
 passes the earliest of them that is not checkpointed, or the checkpoint whose input it is), the
 gradient flowing through the item (its output's size, twice: incoming and outgoing), and the
 parameter gradients already produced by the items after ``i`` (and the item's own parameter
-gradients, temporaries until autograd accumulates them). When it reaches a checkpointed
-segment, the segment is first recomputed, so everything the segment saves is alive again on top
-of what was kept before it, and is then freed item by item as backward goes back through it.
+gradients, temporaries until autograd accumulates them; and what the item's backward rebuilds,
+e.g. a DropIT layer's dense input, :mod:`mmdropit.common.backward_workspace`). When it reaches a
+checkpointed segment, the segment is first recomputed, so everything the segment saves is alive
+again on top of what was kept before it, and is then freed item by item as backward goes back
+through it.
 A checkpoint keeps its inputs from forward to backward; a selective one (:mod:`.selective`) also
 keeps the outputs of its costly ops, which its recomputation then reuses; a nested one
 (:mod:`.nested`) is recomputed under its inner plan, which the same walk follows.
@@ -50,8 +52,8 @@ class Prediction:
 
 
 def _transients(chain: Chain, grads: list[int]) -> list[int]:
-    return [(0 if item.glue else TRANSIENT_FACTOR * chain.bytes_of(item.outputs)) + grad
-            for item, grad in zip(chain.items, grads)]
+    return [(0 if item.glue else TRANSIENT_FACTOR * chain.bytes_of(item.outputs))
+            + item.workspace + grad for item, grad in zip(chain.items, grads)]
 
 
 def _grad_bytes(chain: Chain) -> list[int]:

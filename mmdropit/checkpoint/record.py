@@ -42,6 +42,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ..common.backward_workspace import observe_workspace
 from ..common.parameters import local_part
 from ..common.recompute_region import recomputed_region
 from ..common.training_state import preserved_training_state
@@ -103,6 +104,9 @@ class ModuleCall:
     needs_grad: bool = False
     saved_bytes: int = 0
     """Bytes of the distinct storages saved inside the call (children included)."""
+    backward_workspace: int = 0
+    """Largest allocation the call's own code announced for its backward pass
+    (:mod:`~mmdropit.common.backward_workspace`: a DropIT layer's rebuilt input)."""
 
 
 @dataclass
@@ -226,6 +230,10 @@ class _Recorder:
                 self.saver.setdefault(sid, call.index)
         return tensor.detach()
 
+    def workspace(self, nbytes: int) -> None:
+        call = self.calls[self.stack[-1]]
+        call.backward_workspace = max(call.backward_workspace, nbytes)
+
     def costly_op(self, output: object, seconds: float) -> None:
         index = len(self.ops)
         tensors, outputs = self.tensor_ids(output)
@@ -304,7 +312,7 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
         ]
         try:
             with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), \
-                    _CostlyOpTimer(recorder):
+                    observe_workspace(recorder.workspace), _CostlyOpTimer(recorder):
                 started = recorder.now()
                 step()
                 recorder.calls[0].seconds = recorder.now() - started

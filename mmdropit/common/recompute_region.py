@@ -51,7 +51,9 @@ def in_recomputed_region() -> bool:
 @contextlib.contextmanager
 def checkpoint_pass(first: bool) -> Iterator[None]:
     """Mark the code inside as a checkpoint's first forward pass (``first``), whose saved
-    tensors the checkpoint drops, or as its recomputation, whose saved tensors are used."""
+    tensors the checkpoint drops, or as a pass whose saved tensors are used: a recomputation, or
+    either pass of a selective checkpoint (its recomputation replays the first pass's ops in
+    order, so a layer must run the same ops in both)."""
     passes = _STATE.__dict__.setdefault('passes', [])
     passes.append(first)
     try:

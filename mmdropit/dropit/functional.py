@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..common.backward_workspace import note_workspace
 from ..common.recompute_region import saved_tensors_dropped
 from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
 from .ops import keep_fixed, keep_sampled, unkeep
@@ -59,6 +60,7 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
         else:
             tensors, layout = keep_sampled(flat, state.gamma, x.shape, order)
         state.count(tensors[-1].numel(), x.numel(), x.device)
+        note_workspace(x.numel() * x.element_size())  # backward rebuilds the dense input
         if state.value_bits is not None:
             tensors, layout = quantize_kept(tensors, layout, state.value_bits)
     else:

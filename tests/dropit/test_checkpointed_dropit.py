@@ -55,3 +55,20 @@ def test_each_layer_selects_once_and_gradients_are_unchanged(nested, fused, monk
     assert planned_count.calls == 3  # without placeholders: 5 (plain) or 7 (nested)
     for got, want in zip(planned, unplanned):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('outer_selective', [False, True])
+def test_selective_checkpoints_replay_dropit_selections(outer_selective):
+    """A selective checkpoint replays its first pass's ops in order in the recomputation, so a
+    DropIT layer selects in both passes there (with placeholders torch raised "mmdropit.keep
+    encountered during backward but not found in storage"); nested either way round."""
+    model = to_dropit(_model(), gamma=0.9)
+    x = torch.randn(32, 64)
+    unplanned = _step(model, x)
+    checkpoint_run(model, 0, 3, selective=outer_selective)
+    checkpoint_module(model[2], selective=not outer_selective)
+    planned = _step(model, x)
+    for module in model.modules():
+        uncheckpoint(module)
+    for got, want in zip(planned, unplanned):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
