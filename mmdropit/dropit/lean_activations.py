@@ -29,11 +29,11 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
+from ..common.custom_operators import through_dispatcher
 from ..kernels import cpu as fused_cpu
 from .compact import pack_bits, unpack_bits
 
 
-@custom_op('mmdropit::pack_passes', mutates_args=())
 def _pack_passes(x: torch.Tensor, low: float, high: float, bounded: bool) -> torch.Tensor:
     """The packed mask of ``low < x`` (and ``x < high`` when ``bounded``), in ``x``'s logical
     order; one fused pass on the CPU where the kernels are built."""
@@ -42,18 +42,23 @@ def _pack_passes(x: torch.Tensor, low: float, high: float, bounded: bool) -> tor
     return pack_bits((x > low) & (x < high) if bounded else x > low)
 
 
+custom_op('mmdropit::pack_passes', _pack_passes, mutates_args=())
+
+
 @register_fake('mmdropit::pack_passes')
 def _pack_passes_shape(x, low, high, bounded):
     return x.new_empty(((x.numel() + 7) // 8,), dtype=torch.uint8)
 
 
-@custom_op('mmdropit::where_passes', mutates_args=())
 def _where_passes(grad: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     """``grad`` where the packed mask is set, zero elsewhere (contiguous)."""
     if grad.is_contiguous() and fused_cpu.usable(grad):
         return torch.ops.mmdropit_cpu.where_bits(grad.view(-1), packed).view(grad.shape)
     passes = unpack_bits(packed, grad.numel()).view(grad.shape)
     return torch.where(passes, grad, 0.0).contiguous()
+
+
+custom_op('mmdropit::where_passes', _where_passes, mutates_args=())
 
 
 @register_fake('mmdropit::where_passes')
@@ -66,7 +71,8 @@ class _LeanActivationFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, kind: str, low: float, high: float, slope: float,
                 inplace: bool) -> torch.Tensor:
         bounded = kind == 'hardtanh'
-        packed = torch.ops.mmdropit.pack_passes(x, low if bounded else 0.0, high, bounded)
+        pack = torch.ops.mmdropit.pack_passes if through_dispatcher() else _pack_passes
+        packed = pack(x, low if bounded else 0.0, high, bounded)
         if kind == 'hardtanh':
             out = F.hardtanh(x, low, high, inplace=inplace)
         elif kind == 'leaky_relu':
@@ -86,7 +92,8 @@ class _LeanActivationFunction(torch.autograd.Function):
             passes = unpack_bits(packed, ctx.numel).view(grad_out.shape)
             grad = torch.where(passes, grad_out, grad_out * ctx.slope)
         else:
-            grad = torch.ops.mmdropit.where_passes(grad_out, packed)
+            where = torch.ops.mmdropit.where_passes if through_dispatcher() else _where_passes
+            grad = where(grad_out, packed)
         return grad, None, None, None, None, None
 
 

@@ -8,7 +8,8 @@ follow from the input's shape and gamma alone, so the selection and the encoding
 custom operator, ``mmdropit::keep``, and the rebuilding inside another,
 ``mmdropit::unkeep``, each with a fake (meta) implementation that gives those shapes without
 running. Compiled graphs call the operators as opaque kernels; eager code calls the same
-functions, so both select the same elements.
+functions directly (:func:`~mmdropit.common.custom_operators.through_dispatcher`: the dispatcher
+costs ~100 us a call), so both select the same elements.
 
 ``mink_approx`` keeps a data-dependent count: it is not an operator (a graph break per layer
 under ``torch.compile``); :func:`keep_sampled` selects and encodes it.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op, register_fake
 
+from ..common.custom_operators import through_dispatcher
 from ..kernels import fused_ops
 from .compact import (CompactLayout, compress, encode, encoded_bytes, index_dtype,
                       restore_shape, scatter_kept, smaller_encoding)
@@ -39,7 +41,6 @@ from .quantize import dequantize_kept
 from .strategies import SAMPLE_SIZE, kept_count, sampled_threshold, select
 
 
-@custom_op('mmdropit::keep', mutates_args=())
 def _keep(flat: torch.Tensor, gamma: float, strategy: str,
           encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
     fused = fused_ops(flat) if strategy == 'mink' else None
@@ -47,6 +48,9 @@ def _keep(flat: torch.Tensor, gamma: float, strategy: str,
         return fused.keep_topk(flat, kept_count(flat.numel(), gamma), encoding == 'bitmask')
     keep, scale = select(strategy, flat, gamma)
     return encode(flat, keep, scale, encoding)
+
+
+custom_op('mmdropit::keep', _keep, mutates_args=())
 
 
 @register_fake('mmdropit::keep')
@@ -58,10 +62,12 @@ def _keep_shapes(flat, gamma, strategy, encoding):
     return first, flat.new_empty((kept,))
 
 
-@custom_op('mmdropit::unkeep', mutates_args=())
 def _unkeep(first: torch.Tensor, values: torch.Tensor, numel: int,
             encoding: str) -> torch.Tensor:
     return scatter_kept(first, values, numel, encoding)
+
+
+custom_op('mmdropit::unkeep', _unkeep, mutates_args=())
 
 
 @register_fake('mmdropit::unkeep')
@@ -88,7 +94,10 @@ def keep_fixed(flat: torch.Tensor, gamma: float, strategy: str, shape: torch.Siz
     numel, size = flat.numel(), flat.element_size()
     kept = kept_count(numel, gamma)
     encoding = smaller_encoding(numel, kept, size)
-    keep = _keep_shapes if placeholders else torch.ops.mmdropit.keep
+    if placeholders:
+        keep = _keep_shapes
+    else:
+        keep = torch.ops.mmdropit.keep if through_dispatcher() else _keep
     tensors = keep(flat, gamma, strategy, encoding)
     return tensors, _layout(flat, kept, encoding, shape, memory_order)
 
@@ -126,5 +135,6 @@ def unkeep(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torch.Te
     if layout.encoding == 'dense':
         return tensors[0]
     first, values = dequantize_kept(tensors, layout)
-    flat = torch.ops.mmdropit.unkeep(first, values, layout.shape.numel(), layout.encoding)
+    unkeep_op = torch.ops.mmdropit.unkeep if through_dispatcher() else _unkeep
+    flat = unkeep_op(first, values, layout.shape.numel(), layout.encoding)
     return restore_shape(flat, layout)
