@@ -20,6 +20,7 @@ from mmdropit.dropit.strategies import kept_count, mink
 from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.cpu.library import library_path
 from mmdropit.kernels.switch import eager_only
+from tests.helpers.kernel_inputs import KINDS, kernel_input
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which('c++') is None, reason='no C++ compiler here')
@@ -29,16 +30,10 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 SIZES = (1, 7, 64, 1000, 70_001, 600_003)
 
 
-def _input(numel: int, dtype: torch.dtype, kind: str) -> torch.Tensor:
-    x = torch.randn(numel, generator=torch.Generator().manual_seed(numel))
-    if kind == 'ties':  # a third exact zeros, and many copies of one value
-        x[::3] = 0
-        x[1::7] = x[min(1, numel - 1)]
-    elif kind == 'mostly_zero':  # the threshold is 0 itself: the bracket cannot hold it
-        x[torch.arange(numel) % 20 != 0] = 0
-    elif kind == 'scaled':  # channels of very different scales, as in a transformer
-        x = x * torch.logspace(-3, 3, 16).repeat(numel // 16 + 1)[:numel]
-    return x.to(dtype)
+@pytest.fixture(autouse=True, scope='module')
+def loaded_kernels():
+    """The tests call ``torch.ops.mmdropit_cpu`` directly: load it whatever runs first."""
+    fused_cpu.load()
 
 
 def test_kernels_are_built_here():
@@ -47,9 +42,9 @@ def test_kernels_are_built_here():
 
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
 @pytest.mark.parametrize('numel', SIZES)
-@pytest.mark.parametrize('kind', ['normal', 'ties', 'mostly_zero', 'scaled'])
+@pytest.mark.parametrize('kind', KINDS)
 def test_keep_topk_equals_eager_mink(dtype, numel, kind):
-    x = _input(numel, dtype, kind)
+    x = kernel_input(numel, dtype, kind)
     for gamma in (0.0, 0.5, 0.9, 0.99):
         kept = kept_count(numel, gamma)
         keep, _ = mink(x, gamma)
@@ -64,7 +59,7 @@ def test_keep_topk_equals_eager_mink(dtype, numel, kind):
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
 @pytest.mark.parametrize('numel', (1, 9, 70_001, 600_003))
 def test_scatter_bitmask_equals_eager(dtype, numel, monkeypatch):
-    x = _input(numel, dtype, 'normal')
+    x = kernel_input(numel, dtype, 'normal')
     bits, values = torch.ops.mmdropit_cpu.keep_topk(x, kept_count(numel, 0.9), True)
     fused = scatter_kept(bits, values, numel, 'bitmask')
     monkeypatch.setenv('MMDROPIT_FUSED', '0')
@@ -76,7 +71,7 @@ def test_scatter_bitmask_equals_eager(dtype, numel, monkeypatch):
 @pytest.mark.parametrize('dtype', (torch.float32, torch.bfloat16), ids=str)
 @pytest.mark.parametrize('gamma', (0.5, 0.9, 0.985))  # 0.985: indices are the smaller
 def test_sampled_threshold_path_equals_eager(dtype, gamma, monkeypatch):
-    x = _input(600_003, dtype, 'scaled')
+    x = kernel_input(600_003, dtype, 'scaled')
     reseed(3)
     fused, fused_layout = keep_sampled(x, gamma, x.shape, None)
     monkeypatch.setenv('MMDROPIT_FUSED', '0')
@@ -183,11 +178,11 @@ torch.save(out, OUT)
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
 @pytest.mark.parametrize('numel', (1, 9, 70_001))
 def test_lean_masks_equal_eager(dtype, numel):
-    x = _input(numel, dtype, 'ties') * 3
+    x = kernel_input(numel, dtype, 'ties') * 3
     x[::11] = float('inf')
     x[5::13] = float('nan')
     x[2::17] = 1.0  # on hardtanh's bound: outside
-    grad = _input(numel, dtype, 'normal')
+    grad = kernel_input(numel, dtype, 'normal')
     for low, high, bounded in ((0.0, float('inf'), False), (-1.0, 1.0, True), (0.0, 6.0, True)):
         passes = (x > low) & (x < high) if bounded else x > 0
         bits = torch.ops.mmdropit_cpu.pack_between(x, low, high, bounded)

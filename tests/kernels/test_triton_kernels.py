@@ -14,6 +14,7 @@ from mmdropit.common.random_source import reseed
 from mmdropit.dropit.compact import encode, pack_bits, scatter_kept
 from mmdropit.dropit.strategies import kept_count, mink, sampled_threshold
 from mmdropit.kernels.switch import eager_only
+from tests.helpers.kernel_inputs import KINDS, kernel_input
 
 triton = pytest.importorskip('triton', reason='Triton ships with the CUDA build of torch')
 
@@ -35,22 +36,10 @@ def kernels():
     return dropit_kernels
 
 
-def _input(numel: int, dtype: torch.dtype, kind: str) -> torch.Tensor:
-    x = torch.randn(numel, generator=torch.Generator().manual_seed(numel))
-    if kind == 'ties':  # a third exact zeros, and many copies of one value
-        x[::3] = 0
-        x[1::7] = x[min(1, numel - 1)]
-    elif kind == 'mostly_zero':  # the threshold is 0 itself: the bracket cannot hold it
-        x[torch.arange(numel) % 20 != 0] = 0
-    elif kind == 'scaled':  # channels of very different scales, as in a transformer
-        x = x * torch.logspace(-3, 3, 16).repeat(numel // 16 + 1)[:numel]
-    return x.to(DEVICE, dtype)
-
-
 @pytest.mark.parametrize('dtype, numel', CASES, ids=str)
-@pytest.mark.parametrize('kind', ['normal', 'ties', 'mostly_zero', 'scaled'])
+@pytest.mark.parametrize('kind', KINDS)
 def test_keep_topk_equals_eager_mink(kernels, dtype, numel, kind):
-    x = _input(numel, dtype, kind)
+    x = kernel_input(numel, dtype, kind, DEVICE)
     for gamma in (0.0, 0.5, 0.9, 0.99):
         kept = kept_count(numel, gamma)
         keep, _ = mink(x, gamma)
@@ -63,7 +52,7 @@ def test_keep_topk_equals_eager_mink(kernels, dtype, numel, kind):
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=str)
 def test_bracketed_threshold_in_half_precision(kernels, dtype):
-    x = _input(BRACKETED, dtype, 'scaled')
+    x = kernel_input(BRACKETED, dtype, 'scaled', DEVICE)
     keep, _ = mink(x, 0.9)
     bits, values = kernels.keep_topk(x, kept_count(x.numel(), 0.9), True)
     assert torch.equal(bits, pack_bits(keep)) and torch.equal(values, x[keep])
@@ -74,7 +63,7 @@ def test_bracket_finds_the_threshold_without_a_full_selection(kernels, monkeypat
         raise AssertionError('the bracket missed on ordinary data')
 
     monkeypatch.setattr(kernels, '_kth_magnitude', no_full_selection)
-    x = _input(BRACKETED, torch.float32, 'normal')
+    x = kernel_input(BRACKETED, torch.float32, 'normal', DEVICE)
     keep, _ = mink(x, 0.9)
     bits, values = kernels.keep_topk(x, kept_count(x.numel(), 0.9), True)
     assert torch.equal(bits, pack_bits(keep)) and torch.equal(values, x[keep])
@@ -82,7 +71,7 @@ def test_bracket_finds_the_threshold_without_a_full_selection(kernels, monkeypat
 
 def test_bracket_that_misses_falls_back_to_the_exact_threshold(kernels, monkeypatch):
     """A sample that brackets the wrong place (forced here) still gives the exact min-k."""
-    x = _input(BRACKETED, torch.float32, 'scaled')
+    x = kernel_input(BRACKETED, torch.float32, 'scaled', DEVICE)
     keep, _ = mink(x, 0.9)
     monkeypatch.setattr(kernels, '_sampled_magnitudes',
                         lambda flat: torch.linspace(0, 1e-9, kernels.SAMPLE, device=DEVICE))
@@ -93,7 +82,7 @@ def test_bracket_that_misses_falls_back_to_the_exact_threshold(kernels, monkeypa
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
 @pytest.mark.parametrize('gamma', (0.5, 0.9))
 def test_above_threshold_equals_eager_mink_approx(kernels, dtype, gamma):
-    x = _input(BRACKETED, dtype, 'scaled')
+    x = kernel_input(BRACKETED, dtype, 'scaled', DEVICE)
     reseed(3)
     threshold = float(sampled_threshold(x, gamma))
     keep = x.abs() > threshold
@@ -108,7 +97,7 @@ def test_above_threshold_equals_eager_mink_approx(kernels, dtype, gamma):
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
 @pytest.mark.parametrize('numel', (1, 9, 1000, BRACKETED))
 def test_scatter_bitmask_equals_eager(kernels, dtype, numel):
-    x = _input(numel, dtype, 'normal')
+    x = kernel_input(numel, dtype, 'normal', DEVICE)
     keep, _ = mink(x, 0.9)
     bits, values = encode(x, keep, 1.0, 'bitmask')
     with eager_only():
