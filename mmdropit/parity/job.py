@@ -53,16 +53,22 @@ class ParityJob:
     cfg_options: dict = dataclasses.field(default_factory=dict)
 
 
+LOSSY_HOOKS = ('DropITHook', 'CompressActivationsHook')
+"""Hooks a baseline run (gamma 0) removes: it trains exactly."""
+
+
 def with_gamma(cfg: Config, gamma: float) -> Config:
     """Set the config's DropIT gamma, in place.
 
-    A positive gamma updates the config's ``DropITHook`` (keeping its other settings) or adds
-    ``DropITHook(gamma=gamma, strategy='mink')``; ``0`` removes every DropITHook.
+    A positive gamma updates the config's ``DropITHook`` (keeping its other settings, e.g.
+    ``value_bits``) or adds ``DropITHook(gamma=gamma, strategy='mink')``; ``0`` is the exact
+    baseline: every DropITHook and every CompressActivationsHook removed.
 
     Example:
-        >>> cfg = Config(dict(custom_hooks=[dict(type='DropITHook', gamma=0.9, audit=True)]))
-        >>> with_gamma(cfg, 0.5).custom_hooks
-        [{'type': 'DropITHook', 'gamma': 0.5, 'audit': True}]
+        >>> cfg = Config(dict(custom_hooks=[dict(type='DropITHook', gamma=0.9, audit=True),
+        ...                                 dict(type='CompressActivationsHook', bits=8)]))
+        >>> with_gamma(cfg, 0.5).custom_hooks[1]
+        {'type': 'DropITHook', 'gamma': 0.5, 'audit': True}
         >>> with_gamma(cfg, 0).custom_hooks
         []
     """
@@ -72,7 +78,7 @@ def with_gamma(cfg: Config, gamma: float) -> Config:
     dropit = [hook for hook in hooks if hook['type'] == 'DropITHook']
     others = [hook for hook in hooks if hook['type'] != 'DropITHook']
     if gamma == 0:
-        cfg.custom_hooks = others
+        cfg.custom_hooks = [hook for hook in others if hook['type'] not in LOSSY_HOOKS]
     elif dropit:
         cfg.custom_hooks = others + [dict(dropit[0], gamma=gamma)]
     else:
