@@ -18,7 +18,7 @@
 #   tests            pytest -m cuda, and DropIT's Triton kernels against the eager path, compiled
 #                    on CUDA tensors (tests.log)
 #   bench            DeiT-S and ResNet-50, batch 64: baseline, per-block checkpointing, DropIT
-#                    (Triton kernels and eager path, exact and sampled threshold),
+#                    (Triton kernels and eager path, exact and sampled threshold, fp32 and bf16),
 #                    least-memory plan, plan at 0.5, 4 micro-batches, bf16 and fp16 autocast,
 #                    MemoryBudgetHook at 0.5 (bench/)
 #   detect           Faster R-CNN R50-FPN, batch 2, the same variants (needs mmcv's ops; detect/)
@@ -41,7 +41,7 @@ BUILD_LOG=/tmp/mmcv-build.log
 PY=${PYTHON:-python3}
 export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-VARIANTS=grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5
+VARIANTS=grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5
 
 for stage in "${STAGES[@]}"; do
   case $stage in
