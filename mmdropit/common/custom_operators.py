@@ -19,6 +19,8 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -26,3 +28,9 @@ def through_dispatcher() -> bool:
     """Whether custom operators must go through the dispatcher: while ``torch.compile`` traces,
     and under a dispatch mode (fake tensors, operator counters, memory trackers)."""
     return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+
+
+def operator_or_body(operator: Callable, body: Callable) -> Callable:
+    """``operator`` (a ``torch.ops`` custom operator) where :func:`through_dispatcher` says so,
+    else ``body``, the Python function it was made from."""
+    return operator if through_dispatcher() else body

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
-from ..common.custom_operators import through_dispatcher
+from ..common.custom_operators import operator_or_body
 from ..kernels import cpu as fused_cpu
 from .compact import pack_bits, unpack_bits
 
@@ -71,7 +71,7 @@ class _LeanActivationFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, kind: str, low: float, high: float, slope: float,
                 inplace: bool) -> torch.Tensor:
         bounded = kind == 'hardtanh'
-        pack = torch.ops.mmdropit.pack_passes if through_dispatcher() else _pack_passes
+        pack = operator_or_body(torch.ops.mmdropit.pack_passes, _pack_passes)
         packed = pack(x, low if bounded else 0.0, high, bounded)
         if kind == 'hardtanh':
             out = F.hardtanh(x, low, high, inplace=inplace)
@@ -92,7 +92,7 @@ class _LeanActivationFunction(torch.autograd.Function):
             passes = unpack_bits(packed, ctx.numel).view(grad_out.shape)
             grad = torch.where(passes, grad_out, grad_out * ctx.slope)
         else:
-            where = torch.ops.mmdropit.where_passes if through_dispatcher() else _where_passes
+            where = operator_or_body(torch.ops.mmdropit.where_passes, _where_passes)
             grad = where(grad_out, packed)
         return grad, None, None, None, None, None
 

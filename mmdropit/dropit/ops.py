@@ -8,7 +8,7 @@ follow from the input's shape and gamma alone, so the selection and the encoding
 custom operator, ``mmdropit::keep``, and the rebuilding inside another,
 ``mmdropit::unkeep``, each with a fake (meta) implementation that gives those shapes without
 running. Compiled graphs call the operators as opaque kernels; eager code calls the same
-functions directly (:func:`~mmdropit.common.custom_operators.through_dispatcher`: the dispatcher
+functions directly (:func:`~mmdropit.common.custom_operators.operator_or_body`: the dispatcher
 costs ~100 us a call), so both select the same elements.
 
 ``mink_approx`` keeps a data-dependent count: it is not an operator (a graph break per layer
@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op, register_fake
 
-from ..common.custom_operators import through_dispatcher
+from ..common.custom_operators import operator_or_body
 from ..kernels import fused_ops
 from .compact import (CompactLayout, compress, encode, encoded_bytes, index_dtype,
                       restore_shape, scatter_kept, smaller_encoding)
@@ -94,10 +94,7 @@ def keep_fixed(flat: torch.Tensor, gamma: float, strategy: str, shape: torch.Siz
     numel, size = flat.numel(), flat.element_size()
     kept = kept_count(numel, gamma)
     encoding = smaller_encoding(numel, kept, size)
-    if placeholders:
-        keep = _keep_shapes
-    else:
-        keep = torch.ops.mmdropit.keep if through_dispatcher() else _keep
+    keep = _keep_shapes if placeholders else operator_or_body(torch.ops.mmdropit.keep, _keep)
     tensors = keep(flat, gamma, strategy, encoding)
     return tensors, _layout(flat, kept, encoding, shape, memory_order)
 
@@ -135,6 +132,6 @@ def unkeep(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torch.Te
     if layout.encoding == 'dense':
         return tensors[0]
     first, values = dequantize_kept(tensors, layout)
-    unkeep_op = torch.ops.mmdropit.unkeep if through_dispatcher() else _unkeep
+    unkeep_op = operator_or_body(torch.ops.mmdropit.unkeep, _unkeep)
     flat = unkeep_op(first, values, layout.shape.numel(), layout.encoding)
     return restore_shape(flat, layout)
