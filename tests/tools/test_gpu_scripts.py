@@ -51,12 +51,13 @@ def test_on_device_runs_the_stages_in_the_order_given(tmp_path):
                    'mmcv-background', 'bench', 'detect', 'summary')
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert len(lines) == 5 and not any(tmp_path.iterdir())  # a dry run writes nothing
-    assert 'pip install' in lines[0] and '.gpu/wheels/*.whl' in lines[0]
+    assert len(lines) == 6 and not any(tmp_path.iterdir())  # a dry run writes nothing
+    assert 'pip install' in lines[0] and '.gpu/wheels/' in lines[0]
     assert lines[1].startswith('setsid: build mmcv')
-    assert '--device cuda --models deit_small,resnet50 --batch-size 64' in lines[2]
-    assert '--models faster_rcnn --det-batch-size 2' in lines[3]
-    assert 'tools/gpu/summary.py' in lines[4]
+    assert '--device cuda --models deit_small --batch-size 64 --steps 10' in lines[2]
+    assert '--models resnet50 --batch-size 64' in lines[3]
+    assert '--models faster_rcnn --det-batch-size 2' in lines[4]
+    assert 'tools/gpu/summary.py' in lines[5]
 
 
 @pytest.mark.parametrize('args,message', [

@@ -2,8 +2,8 @@
 # Run on the GPU machine (device tool), from the repository root, with .gpu carried:
 #
 #   bash tools/gpu/on_device.sh OUT STAGE...        e.g. (two calls, back to back)
-#   bash tools/gpu/on_device.sh $OUT setup mmcv-background bench snapshot
-#   bash tools/gpu/on_device.sh $OUT setup mmcv-wait tests detect summary
+#   bash tools/gpu/on_device.sh $OUT setup mmcv-background kernel-tests mmcv-wait mmcv-save tests
+#   bash tools/gpu/on_device.sh $OUT setup mmcv bench detect snapshot summary
 #   bash tools/gpu/on_device.sh --dry-run OUT STAGE...   print the commands only
 #
 # Stages (each writes into OUT):
@@ -15,8 +15,12 @@
 #   mmcv-background  the same in the background (setsid), to overlap other stages; the machine
 #                    keeps it across calls while it stays warm (30 s idle)
 #   mmcv-wait        wait for a background build (at most 8 minutes)
-#   tests            pytest -m cuda, and DropIT's Triton kernels against the eager path, compiled
-#                    on CUDA tensors (tests.log)
+#   mmcv-save        pack the built mmcv into OUT/mmcv-prebuilt.tgz.part-* (15 MB parts, within the
+#                    device tool's file limits); carried back as .gpu/prebuilt/, a later machine
+#                    unpacks them instead of building (the mmcv stages look there first)
+#   kernel-tests     DropIT's Triton kernels against the eager path, compiled on CUDA tensors
+#                    (needs no mmcv: runs beside a background build; kernel-tests.log)
+#   tests            pytest -m cuda over the whole suite (needs mmcv; tests.log)
 #   bench            DeiT-S and ResNet-50, batch 64: baseline, per-block checkpointing, DropIT
 #                    (Triton kernels and eager path, exact and sampled threshold, fp32 and bf16),
 #                    least-memory plan, plan at 0.5, 4 micro-batches, bf16 and fp16 autocast,
@@ -29,7 +33,7 @@ DRY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ $# -lt 2 ]]; then
   echo "usage: bash tools/gpu/on_device.sh [--dry-run] OUT STAGE... (stages: setup mmcv" \
-       "mmcv-background mmcv-wait tests bench detect snapshot summary)" >&2
+       "mmcv-background mmcv-wait mmcv-save kernel-tests tests bench detect snapshot summary)" >&2
   exit 2
 fi
 OUT=$1; shift
@@ -39,13 +43,14 @@ SITE=/tmp/site
 MMCV_SITE=/tmp/site-mmcv
 BUILD_LOG=/tmp/mmcv-build.log
 PY=${PYTHON:-python3}
+STEPS=${STEPS:-10}  # timed rounds per benchmark (a GPU step is short: more rounds, less noise)
 export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 VARIANTS=grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5
 
 for stage in "${STAGES[@]}"; do
   case $stage in
-    setup|mmcv|mmcv-background|mmcv-wait|tests|bench|detect|snapshot|summary) ;;
+    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|kernel-tests|tests|bench|detect|snapshot|summary) ;;
     *) echo "error: unknown stage '$stage'" >&2; exit 2 ;;
   esac
 done
@@ -60,6 +65,12 @@ run() {  # run (or print) a command, its output also in OUT/<log>
 
 build_mmcv() {
   local arch
+  if compgen -G "$ROOT/.gpu/prebuilt/mmcv-prebuilt.tgz.part-*" > /dev/null; then
+    mkdir -p "$MMCV_SITE"
+    cat "$ROOT"/.gpu/prebuilt/mmcv-prebuilt.tgz.part-* | tar xz -C "$MMCV_SITE" &&
+      echo "mmcv 2.1.0 unpacked from .gpu/prebuilt (built on an earlier machine)" > "$OUT/mmcv.txt" &&
+      return 0
+  fi
   arch=$($PY -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')
   if MMCV_WITH_OPS=1 FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS="$(nproc)" \
      $PY -m pip install -q --no-build-isolation --no-deps --target "$MMCV_SITE" \
@@ -101,15 +112,22 @@ for stage in "${STAGES[@]}"; do
         [[ -f /tmp/mmcv-build.done ]] || echo "mmcv build not finished after 8 minutes" \
           > "$OUT/mmcv.txt"
       fi ;;
+    mmcv-save)
+      if (( DRY )); then echo "tar $MMCV_SITE | split  > $OUT/mmcv-prebuilt.tgz.part-*"
+      else tar cz -C "$MMCV_SITE" . | split -b 15M -d - "$OUT/mmcv-prebuilt.tgz.part-"; fi ;;
+    kernel-tests)
+      run kernel-tests.log $PY -m pytest -q -p no:cacheprovider \
+        "$ROOT/tests/kernels/test_triton_kernels.py" ;;
     tests)
-      run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests"
-      run tests.log $PY -m pytest -q -p no:cacheprovider "$ROOT/tests/kernels/test_triton_kernels.py" ;;
-    bench)
-      run bench.log $PY "$ROOT/tools/benchmark.py" --device cuda --models deit_small,resnet50 \
-        --batch-size 64 --variants "$VARIANTS" --out "$OUT/bench" ;;
+      run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests" ;;
+    bench)  # one process per model: a model that runs out of time still leaves the one before
+      for model in deit_small resnet50; do
+        run bench.log $PY "$ROOT/tools/benchmark.py" --device cuda --models $model \
+          --batch-size 64 --steps "$STEPS" --variants "$VARIANTS" --out "$OUT/bench-$model"
+      done ;;
     detect)
       run detect.log $PY "$ROOT/tools/benchmark.py" --device cuda --models faster_rcnn \
-        --det-batch-size 2 --variants "$VARIANTS" --out "$OUT/detect" ;;
+        --det-batch-size 2 --steps "$STEPS" --variants "$VARIANTS" --out "$OUT/detect" ;;
     snapshot)
       run snapshot.log $PY "$ROOT/tools/gpu/memory_snapshot.py" --model deit_small \
         --batch-size 64 --variants baseline,ckpt-plan-min --out "$OUT" ;;
