@@ -16,6 +16,7 @@ Example:
     python tools/benchmark.py --models deit_small,faster_rcnn --steps 5 --device cuda
     python tools/benchmark.py --micro --models deit_small --batch-size 64   # micro-batching
     python tools/benchmark.py --budget --models deit_small --batch-size 64  # one memory budget
+    python tools/benchmark.py --ogc-table --ogc-scale 8      # plans on the OGC paper's 18 models
 
 The measuring is done by :mod:`mmdropit.bench`; a new memory technique is one more variant in
 :func:`mmdropit.bench.variants.catalogue`.
@@ -34,6 +35,8 @@ from mmdropit.bench import (BASELINE, BUDGET_VARIANTS, CURVE_VARIANTS, DEFAULT_V
                             write_results)
 from mmdropit.bench.fsdp import FSDP_RANKS, run_fsdp
 from mmdropit.bench.models import DET_IMAGE_SIZE, MODELS
+from mmdropit.bench.ogc_models import OGC_ROWS
+from mmdropit.bench.ogc_table import run_ogc_table, write_ogc_results
 
 DEFAULT_OUT = 'work_dirs/benchmark'
 QUICK_MODELS = ('deit_tiny', 'resnet50')
@@ -72,6 +75,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--fsdp', action='store_true',
                         help='measure the bytes each of %d gloo processes holds under DDP and '
                         'FSDP2 instead (parameters, gradients, AdamW state)' % FSDP_RANKS)
+    parser.add_argument('--ogc-table', action='store_true',
+                        help='measure our least-memory plan and our plan at the paper\'s cut on '
+                        'the models of the OGC paper\'s table instead, beside its figures '
+                        '(--models then names rows: %s)' % ', '.join(OGC_ROWS))
+    parser.add_argument('--ogc-scale', type=int, default=8,
+                        help='with --ogc-table: divide the paper\'s batch sizes by this (default 8)')
     parser.add_argument('--compile', action='store_true',
                         help='compile every model (torch.compile, inductor) before measuring; '
                         'the graph breaks of each variant are reported')
@@ -88,7 +97,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f'{",".join(QUICK_MODELS)} at batch {QUICK_BATCH_SIZE}, '
                              f'{QUICK_STEPS} timed round')
     args = parser.parse_args(argv)
-    if args.models or not args.config:
+    if args.ogc_scale < 1:
+        raise SystemExit('--ogc-scale must be at least 1')
+    if args.ogc_table:
+        args.models = _names(args.models or ','.join(OGC_ROWS), OGC_ROWS, 'OGC table row')
+    elif args.models or not args.config:
         args.models = _names(args.models or ','.join(QUICK_MODELS if args.quick else MODELS),
                              MODELS, 'model')
     else:
@@ -121,6 +134,12 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
     if args.fsdp:
         return run_fsdp(args.models, out)
     warnings.filterwarnings('ignore', message='torch.utils.checkpoint: the use_reentrant')
+    if args.ogc_table:
+        results = run_ogc_table(args.models, args.ogc_scale, args.steps,
+                                torch.device(args.device), args.seed)
+        print('\n' + write_ogc_results(results, out, args.ogc_scale, args.steps), end='')
+        print(f'wrote {out / "ogc_table.md"}, {out / "ogc_table.json"}')
+        return [m for result in results for m in result.measurements]
     variants = catalogue()
     chosen = [variants[BASELINE]] + [variants[name] for name in args.variants
                                      if name != BASELINE]
