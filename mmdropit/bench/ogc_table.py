@@ -120,7 +120,8 @@ def run_ogc_table(names: Sequence[str], scale: int, steps: int, device: torch.de
     Returns:
         One result per name, in order.
     """
-    measured: dict[tuple[str, int, int], tuple[list[Measurement], tuple[PlanPoint, ...]]] = {}
+    measured: dict[tuple[str, int, int],
+                   tuple[tuple[Measurement, ...], tuple[PlanPoint, ...]]] = {}
     results = []
     for name in names:
         row = OGC_ROWS[name]
@@ -141,10 +142,10 @@ def run_ogc_table(names: Sequence[str], scale: int, steps: int, device: torch.de
                     PAPER_OBJECTIVE: 'None--ogc'}
             planning = {variant: work.plans[key].planning_seconds
                         for variant, key in keys.items() if key in work.plans}
-            measured[key] = (measurements, _points(measurements, static, planning))
+            measured[key] = (tuple(measurements), _points(measurements, static, planning))
             del work
         measurements, points = measured[key]
-        results.append(OGCResult(row, batch_size, tuple(measurements), points))
+        results.append(OGCResult(row, batch_size, measurements, points))
         for point in points:
             print(f'{name:13} {point.variant:18} activation cut {point.activation_cut:5.2f} '
                   f'(paper {row.memory_cut:.2f})  overhead {point.time_overhead:+5.2f} '

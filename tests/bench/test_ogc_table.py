@@ -1,4 +1,5 @@
 """The OGC paper's table: its figures, its models built offline, and our plans measured on them."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -63,12 +64,16 @@ def test_a_plan_dominates_only_with_more_cut_at_no_more_overhead():
 
 
 @pytest.mark.slow
-def test_stand_ins_of_one_architecture_are_measured_once():
-    results = run_ogc_table(['amoebanet', 'darts'], scale=64, steps=1, device=CPU)
-    assert [result.row.name for result in results] == ['amoebanet', 'darts']
+def test_rows_of_one_architecture_are_measured_once(monkeypatch):
+    # as the AmoebaNet and DARTS rows share PNASNet-5; two small ResNet-18 rows stand for them
+    for name in ('first', 'second'):
+        monkeypatch.setitem(OGC_ROWS, name, dataclasses.replace(
+            OGC_ROWS['resnet18'], name=name, our_image_size=64))
+    results = run_ogc_table(['first', 'second'], scale=64, steps=1, device=CPU)  # batch 4
+    assert [result.row.name for result in results] == ['first', 'second']
     assert results[0].measurements is results[1].measurements
     least = {point.variant: point for point in results[0].points}[LEAST_MEMORY]
-    assert 0.3 < least.activation_cut < 1
+    assert 0.1 < least.activation_cut < 1
     assert least.forward_backward_cut < least.activation_cut  # parameters weigh in
     assert least.planning_seconds > 0
 
