@@ -60,6 +60,13 @@ def test_on_device_runs_the_stages_in_the_order_given(tmp_path):
     assert 'tools/gpu/summary.py' in lines[5]
 
 
+def test_the_ogc_stage_runs_the_table_at_the_papers_batch_sizes(tmp_path):
+    result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'ogc')
+    assert result.returncode == 0, result.stderr
+    assert ('--device cuda --ogc-table --ogc-scale 1 --steps 10 --out ' + str(tmp_path / 'ogc')
+            in result.stdout)
+
+
 @pytest.mark.parametrize('args,message', [
     ([], 'usage: bash tools/gpu/on_device.sh'),
     (['/tmp/out', 'benchmark'], "error: unknown stage 'benchmark'"),

@@ -26,6 +26,8 @@
 #                    least-memory plan, plan at 0.5, 4 micro-batches, bf16 and fp16 autocast,
 #                    MemoryBudgetHook at 0.5 (bench/)
 #   detect           Faster R-CNN R50-FPN, batch 2, the same variants (needs mmcv's ops; detect/)
+#   ogc              our plans on the OGC paper's 18 models at its own batch sizes (--ogc-table
+#                    --ogc-scale 1), where its GPU figures compare directly (ogc/)
 #   snapshot         CUDA memory snapshots of a DeiT-S baseline step and a planned one (HTML)
 #   summary          a short table of every benchmark.json under OUT, printed last
 set -uo pipefail
@@ -33,7 +35,7 @@ DRY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ $# -lt 2 ]]; then
   echo "usage: bash tools/gpu/on_device.sh [--dry-run] OUT STAGE... (stages: setup mmcv" \
-       "mmcv-background mmcv-wait mmcv-save kernel-tests tests bench detect snapshot summary)" >&2
+       "mmcv-background mmcv-wait mmcv-save kernel-tests tests bench detect ogc snapshot summary)" >&2
   exit 2
 fi
 OUT=$1; shift
@@ -50,7 +52,7 @@ VARIANTS=grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eag
 
 for stage in "${STAGES[@]}"; do
   case $stage in
-    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|kernel-tests|tests|bench|detect|snapshot|summary) ;;
+    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|kernel-tests|tests|bench|detect|ogc|snapshot|summary) ;;
     *) echo "error: unknown stage '$stage'" >&2; exit 2 ;;
   esac
 done
@@ -128,6 +130,9 @@ for stage in "${STAGES[@]}"; do
     detect)
       run detect.log $PY "$ROOT/tools/benchmark.py" --device cuda --models faster_rcnn \
         --det-batch-size 2 --steps "$STEPS" --variants "$VARIANTS" --out "$OUT/detect" ;;
+    ogc)
+      run ogc.log $PY "$ROOT/tools/benchmark.py" --device cuda --ogc-table --ogc-scale 1 \
+        --steps "$STEPS" --out "$OUT/ogc" ;;
     snapshot)
       run snapshot.log $PY "$ROOT/tools/gpu/memory_snapshot.py" --model deit_small \
         --batch-size 64 --variants baseline,ckpt-plan-min --out "$OUT" ;;
