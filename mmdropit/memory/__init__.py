@@ -3,6 +3,8 @@
 - :class:`SavedTensorMeter`: the bytes autograd keeps for backward, each storage once;
 - :class:`StepPeakMeter`: the peak of a training step, by category (MemTracker on CPU, the
   allocator's counters on CUDA);
+- :class:`ProfiledPeakMeter`: the peak above a region's start from the profiler's memory events
+  (works around compiled code);
 - :func:`trial_peak` and :func:`trial_seconds`: the peak and the time of a trial forward and
   backward pass, training state put back.
 
@@ -17,11 +19,12 @@ Example:
     6144
 """
 from .peak import CATEGORIES, StepPeak, StepPeakMeter
+from .profiled_peak import ProfiledPeak, ProfiledPeakMeter
 from .saved import SavedActivations, SavedTensorMeter, measure_saved_activations
 from .trial_peak import pending_optimizer_state_bytes, state_bytes, trial_peak, trial_seconds
 
 __all__ = [
-    'CATEGORIES', 'SavedActivations', 'SavedTensorMeter', 'StepPeak', 'StepPeakMeter',
+    'CATEGORIES', 'ProfiledPeak', 'ProfiledPeakMeter', 'SavedActivations', 'SavedTensorMeter', 'StepPeak', 'StepPeakMeter',
     'measure_saved_activations', 'pending_optimizer_state_bytes', 'state_bytes', 'trial_peak',
     'trial_seconds',
 ]
