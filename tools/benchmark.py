@@ -17,6 +17,7 @@ Example:
     python tools/benchmark.py --micro --models deit_small --batch-size 64   # micro-batching
     python tools/benchmark.py --budget --models deit_small --batch-size 64  # one memory budget
     python tools/benchmark.py --ogc-table --ogc-scale 8      # plans on the OGC paper's 18 models
+    python tools/benchmark.py --compile-budget --models deit_small,resnet50   # vs compile's budget
 
 The measuring is done by :mod:`mmdropit.bench`; a new memory technique is one more variant in
 :func:`mmdropit.bench.variants.catalogue`.
@@ -33,6 +34,7 @@ import torch
 from mmdropit.bench import (BASELINE, BUDGET_VARIANTS, CURVE_VARIANTS, DEFAULT_VARIANTS,
                             MICRO_VARIANTS, Measurement, SuiteSettings, catalogue, run_suite,
                             write_results)
+from mmdropit.bench.compile_budget import run_comparison, write_comparison
 from mmdropit.bench.fsdp import FSDP_RANKS, run_fsdp
 from mmdropit.bench.models import DET_IMAGE_SIZE, MODELS
 from mmdropit.bench.ogc_models import OGC_ROWS
@@ -81,6 +83,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         '(--models then names rows: %s)' % ', '.join(OGC_ROWS))
     parser.add_argument('--ogc-scale', type=int, default=8,
                         help='with --ogc-table: divide the paper\'s batch sizes by this (default 8)')
+    parser.add_argument('--compile-budget', action='store_true',
+                        help='compare our plans (eager and compiled) with torch.compile\'s '
+                        'activation_memory_budget swept from 1 to 0 instead, one process per '
+                        'setting; writes compile_budget.md, .json and .png')
     parser.add_argument('--compile', action='store_true',
                         help='compile every model (torch.compile, inductor) before measuring; '
                         'the graph breaks of each variant are reported')
@@ -97,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f'{",".join(QUICK_MODELS)} at batch {QUICK_BATCH_SIZE}, '
                              f'{QUICK_STEPS} timed round')
     args = parser.parse_args(argv)
+    if args.compile_budget and args.device != 'cpu':
+        raise SystemExit('--compile-budget measures CPU steps (its meter reads the CPU '
+                         'allocator): add --device cpu')
     if args.ogc_scale < 1:
         raise SystemExit('--ogc-scale must be at least 1')
     if args.ogc_table:
@@ -127,13 +136,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
     """Run the benchmark and write ``benchmark.md``, ``benchmark.png`` and ``benchmark.json``
-    (with ``--fsdp``: ``fsdp.json``, and return its rows)."""
+    (with ``--fsdp``: ``fsdp.json``, with ``--compile-budget``: ``compile_budget.*``; both
+    return their rows as dicts)."""
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.fsdp:
         return run_fsdp(args.models, out)
     warnings.filterwarnings('ignore', message='torch.utils.checkpoint: the use_reentrant')
+    if args.compile_budget:
+        compared = run_comparison(args.models, args.batch_size, args.steps, args.seed)
+        print('\n' + write_comparison(compared, out, args.batch_size, args.steps), end='')
+        print(f'wrote {out / "compile_budget.md"}, {out / "compile_budget.json"}, '
+              f'{out / "compile_budget.png"}')
+        return [vars(result) for result in compared]
     if args.ogc_table:
         results = run_ogc_table(args.models, args.ogc_scale, args.steps,
                                 torch.device(args.device), args.seed)

@@ -6,7 +6,9 @@
   undone, and the catalogue of variants built from them;
 - :mod:`.harness`: saved bytes, the step peak and alternated step times of every variant;
 - :mod:`.suite`, :mod:`.report` and :mod:`.plot`: a whole run, its table, JSON and plots;
-- :mod:`.fsdp`: bytes per process under DDP and FSDP2.
+- :mod:`.fsdp`: bytes per process under DDP and FSDP2;
+- :mod:`.ogc_table` and :mod:`.compile_budget`: our plans beside the OGC paper's table and
+  beside ``torch.compile``'s activation memory budget.
 
 ``tools/benchmark.py`` is its command line. Model libraries (timm, mmdet, mmengine) are imported
 only when a model that needs them is built.

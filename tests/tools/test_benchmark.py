@@ -77,6 +77,14 @@ def test_unknown_config_is_one_line(tmp_path):
     assert 'config file(s) not found: no/such.py' in run.stderr
 
 
+def test_compile_budget_on_cuda_is_one_line(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--compile-budget', '--device',
+         'cuda', '--out', str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode != 0 and 'Traceback' not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].endswith('add --device cpu')
+
+
 @pytest.mark.slow
 def test_checkpoint_curve_measures_the_planner_and_the_hand_made_plans(tmp_path):
     out = tmp_path / 'curve'
