@@ -36,8 +36,8 @@ class SuiteSettings:
         steps: Timed rounds after the measured steps.
         device: Where the models run.
         seed: Seeds torch before each model is built.
-        compile: Compile each model in place (``nn.Module.compile()``, inductor) before it is
-            measured: every variant then runs compiled.
+        compile: Compile each model's forward in place (:meth:`Workload.compile`, inductor)
+            before it is measured: every variant then runs compiled.
     """
 
     batch_size: int
@@ -97,7 +97,7 @@ def run_suite(models: list[str], configs: list[str], variants: list[Variant],
                       flush=True)
                 work = config_workload(name, settings.device)
             if settings.compile:
-                work.model.compile()
+                work.compile()
             measured, failed = benchmark_workload(work, variants, settings.steps,
                                                   settings.device, settings.compile)
             for row in compare(measured, BASELINE):

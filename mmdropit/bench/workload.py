@@ -67,6 +67,16 @@ class Workload:
     autocast_dtype: torch.dtype | None = None
     graph_breaks: dict[str, int] = field(default_factory=dict)
 
+    def compile(self, **options) -> None:
+        """Compile the model's forward in place (``torch.compile(model.forward, **options)``):
+        the loss closures call the model, so every later step runs compiled.
+
+        Not ``nn.Module.compile()``: that compiles the module's ``_call_impl``, a frame of
+        ``torch.nn`` that dynamo (torch 2.13) skips, compiling instead the first frame outside
+        torch it meets -- all of a timm model's forward, but nothing of an ``nn.Sequential``.
+        """
+        self.model.forward = torch.compile(self.model.forward, **options)
+
     def set_micro_batches(self, count: int) -> None:
         """Run the batch as ``count`` micro-batches (what a memory-budget decision sets)."""
         self.micro_batches = count
