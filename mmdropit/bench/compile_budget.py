@@ -54,7 +54,8 @@ class Setting:
         compiled: Whether the model's forward is compiled (``torch.compile``, inductor).
         compile_budget: ``activation_memory_budget`` of the partitioner (1.0: its default).
         plan: Our planner's budget (a fraction of the unplanned activation peak), ``'min'`` for
-            the least-memory plan, or ``None`` for no plan.
+            the least-memory plan, or ``None`` for no plan; single-level when compiled, as
+            ``CheckpointPlanHook`` plans for ``compile=True``.
     """
 
     compiled: bool = False
@@ -88,7 +89,7 @@ SETTINGS = (
     Setting(),
     *(Setting(compiled=True, compile_budget=budget) for budget in COMPILE_BUDGETS),
     *(Setting(plan=plan) for plan in PLAN_BUDGETS),
-    *(Setting(compiled=True, plan=plan) for plan in PLAN_BUDGETS[:2]),
+    *(Setting(compiled=True, plan=plan) for plan in PLAN_BUDGETS),
 )
 """What a comparison measures per model, in table order."""
 
@@ -168,7 +169,8 @@ def measure_setting(model: str, setting: Setting, batch_size: int, steps: int,
     if setting.plan is not None:
         started = time.perf_counter()
         budget = None if setting.plan == LEAST_MEMORY else setting.plan
-        plan_checkpoints(work.model, work.loss, budget).apply(work.model)
+        plan_checkpoints(work.model, work.loss, budget,
+                         nested=not setting.compiled).apply(work.model)
         plan_seconds = time.perf_counter() - started
     functorch_config.activation_memory_budget = setting.compile_budget
     if setting.compiled:

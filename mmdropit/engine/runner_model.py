@@ -18,6 +18,15 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if is_model_wrapper(model) else model
 
 
+def compiles_model(runner) -> bool:
+    """Whether ``runner`` trains its model under ``torch.compile`` (``compile=True`` or a dict
+    in the config; ``Runner`` reads it from its config, ``FlexibleRunner`` keeps it)."""
+    setting = getattr(runner, '_compile', None)
+    if setting is None:
+        setting = runner.cfg.get('compile', None)
+    return bool(setting) or isinstance(setting, dict)
+
+
 def loss_of(model: nn.Module, data: dict | tuple | list,
             forward_context: Callable[[], contextlib.AbstractContextManager] | None = None
             ) -> torch.Tensor:

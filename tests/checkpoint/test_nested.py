@@ -2,10 +2,12 @@
 is below single-level plans and predicted close to the measured peak."""
 from __future__ import annotations
 
+import pytest
 import timm
 import torch
 from torch import nn
 
+from mmdropit import ConfigError
 from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, build_chain,
                                  chain_costs, least_peak, plan_for_chain, record_step)
 from mmdropit.memory import StepPeakMeter
@@ -63,3 +65,24 @@ def test_least_memory_plan_nests_goes_lower_and_is_predicted_close_to_measured()
     assert abs(plan.planned.activation_peak - truth) <= 0.15 * truth, (plan.planned, truth)
     plan.remove(model)
     _assert_same_step(model, plan, x, y)
+
+
+def test_single_level_plans_for_compiled_models_never_nest_and_say_so_below_their_floor():
+    """``nested=False`` (what CheckpointPlanHook uses under torch.compile) searches single-level
+    plans only: its least-memory plan is at the single-level floor, and a budget that only a
+    nested plan reaches is an error naming single-level plans."""
+    torch.manual_seed(0)
+    model = timm.create_model('deit_tiny_patch16_224', img_size=64, num_classes=5)
+    x, y = torch.randn(8, 3, 64, 64), torch.randint(0, 5, (8,))
+    chain = build_chain(record_step(model, lambda: nn.functional.cross_entropy(model(x), y)),
+                        model)
+    nested, single = plan_for_chain(chain), plan_for_chain(chain, nested=False)
+    assert any(target.inner for target in nested.targets)
+    assert single.targets and not any(target.inner for target in single.targets)
+    floor = least_peak(chain_costs(chain))
+    assert nested.planned.activation_peak < single.planned.activation_peak
+    assert single.planned.activation_peak <= floor + floor // 16
+    between = (nested.planned.activation_peak + single.planned.activation_peak) // 2
+    assert plan_for_chain(chain, between).planned.activation_peak <= between
+    with pytest.raises(ConfigError, match='below what any single-level plan reaches'):
+        plan_for_chain(chain, between, nested=False)

@@ -10,7 +10,7 @@ from mmengine.runner import Runner
 
 import mmdropit  # noqa: F401
 from mmdropit import ConfigError
-from mmdropit.checkpoint import is_checkpointed
+from mmdropit.checkpoint import CheckpointPlan, is_checkpointed
 from mmdropit.engine.hooks import CheckpointPlanHook
 from tests.conftest import (FLEXIBLE_RUNNER, ROOT, TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT,
                             assert_ranks_identical, log_text, run_tool, train_on_two_ranks,
@@ -94,9 +94,10 @@ def test_ddp_two_gloo_processes_share_one_plan_and_stay_in_sync(tmp_path, runner
 def test_mmengine_compile_trains_with_a_plan_and_dropit(tmp_path):
     """``compile=True`` (inductor): the plan made on the first iteration is applied to the
     compiled model (dynamo re-traces it with the checkpoints as its checkpoint regions), and the
-    losses are those of the eager run (the plan is exact)."""
+    losses are those of the eager run (the plan is exact). The compiled run's least-memory plan
+    is single-level, the eager run's nests."""
     config = ROOT / 'configs' / 'tiny' / 'vit-tiny_dropit-mink0.9_ckpt-plan_mnist5k.py'
-    losses = []
+    losses, nests = [], []
     for compiled in (False, True):
         result = run_tool('tools/train.py', str(config), '--work-dir',
                           str(tmp_path / str(compiled)), '--cfg-options', *TINY_VIT_2_ITERS,
@@ -104,4 +105,7 @@ def test_mmengine_compile_trains_with_a_plan_and_dropit(tmp_path):
         log = result.stdout + result.stderr
         assert 'Checkpoint plan (' in log
         losses.append(re.findall(r'Epoch\(train\).*?\bloss: ([0-9.]+)', log))
+        plan_file, = (tmp_path / str(compiled)).glob('checkpoint_plan_*.json')
+        nests.append(any(target.inner for target in CheckpointPlan.load(plan_file).targets))
     assert len(losses[1]) == 2 and losses[1] == losses[0]
+    assert nests == [True, False]

@@ -20,7 +20,7 @@ from ...checkpoint import (BUDGET_HELP, DEFAULT_GRANULARITY, CheckpointPlan,
                            plan_checkpoints)
 from ...common.budget import parse_budget
 from ...errors import ConfigError
-from ..runner_model import batch_loss, unwrap
+from ..runner_model import batch_loss, compiles_model, unwrap
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
 @HOOKS.register_module()
@@ -34,6 +34,10 @@ class CheckpointPlanHook(ShapeBucketHook):
     bucket reuses its plan. DropIT layers (converted earlier by ``DropITHook``) are planned with
     the bytes they really keep. Under DDP every rank records (collectives such as SyncBN stay
     matched) and rank 0's plan is used by all. Works under Runner and FlexibleRunner.
+
+    Under ``torch.compile`` (``compile=True`` in the config) plans are single-level: the
+    compiled backward recomputes a checkpoint nested in another together with the outer one, so
+    nesting would cost time and keep no less (docs/checkpoint.md, "Under torch.compile").
 
     A model that cannot be planned (recording fails, no checkpointable module) gets a warning
     saying why and trains without a plan. A budget below what any plan reaches is an error
@@ -79,7 +83,8 @@ class CheckpointPlanHook(ShapeBucketHook):
         step = batch_loss(model, data_batch, lambda: runner.optim_wrapper.optim_context(model))
         where = shape_text(key)
         try:
-            plan = plan_checkpoints(model, step, self.budget, self.granularity)
+            plan = plan_checkpoints(model, step, self.budget, self.granularity,
+                                    nested=not compiles_model(runner))
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of planning leaves training as is
