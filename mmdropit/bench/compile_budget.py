@@ -144,8 +144,9 @@ def _build(build: Builder, model: str, batch_size: int, seed: int) -> Workload:
 
 def measure_setting(model: str, setting: Setting, batch_size: int, steps: int,
                     seed: int = 0, build: Builder | None = None) -> SettingResult:
-    """Measure ``setting`` on ``model`` in this process (it changes the partitioner's global
-    setting: :func:`run_comparison` gives each setting a process of its own).
+    """Measure ``setting`` on ``model`` in this process (the partitioner's global setting is
+    changed while it runs, and compile caches stay: :func:`run_comparison` gives each setting a
+    process of its own).
 
     Args:
         model: A name from :data:`~.models.MODELS`.
@@ -172,32 +173,33 @@ def measure_setting(model: str, setting: Setting, batch_size: int, steps: int,
         plan_checkpoints(work.model, work.loss, budget,
                          nested=not setting.compiled).apply(work.model)
         plan_seconds = time.perf_counter() - started
-    functorch_config.activation_memory_budget = setting.compile_budget
-    if setting.compiled:
-        torch._dynamo.reset()
-        counters.clear()
-        work.compile()
-        started = time.perf_counter()
-        train_step(work, plain, work.optimizer)
-        compile_seconds = time.perf_counter() - started
-        graphs = counters['stats']['unique_graphs']
-        breaks = sum(counters['graph_break'].values())
-    for each in (twin, work):
-        train_step(each, plain, each.optimizer)  # warm-up; the optimizer creates its state
-    state = _state_bytes(work.model, work.optimizer)
-    if not setting.compiled:
-        with StepPeakMeter(work.model, work.optimizer, torch.device('cpu'),
-                           reset_peak=True) as tracker:
-            train_step(work, plain, work.optimizer)
-        tracked = tracker.result.peak_bytes - state
-    with ProfiledPeakMeter() as meter:
-        train_step(work, plain, work.optimizer)
-    times: dict[str, list[float]] = {'twin': [], 'setting': []}
-    for _ in range(steps):
-        for key, each in (('twin', twin), ('setting', work)):
+    # the partitioner's setting is global: restored when the measurement ends
+    with functorch_config.patch(activation_memory_budget=setting.compile_budget):
+        if setting.compiled:
+            torch._dynamo.reset()
+            counters.clear()
+            work.compile()
             started = time.perf_counter()
-            train_step(each, plain, each.optimizer)
-            times[key].append(time.perf_counter() - started)
+            train_step(work, plain, work.optimizer)
+            compile_seconds = time.perf_counter() - started
+            graphs = counters['stats']['unique_graphs']
+            breaks = sum(counters['graph_break'].values())
+        for each in (twin, work):
+            train_step(each, plain, each.optimizer)  # warm-up; the optimizer creates its state
+        state = _state_bytes(work.model, work.optimizer)
+        if not setting.compiled:
+            with StepPeakMeter(work.model, work.optimizer, torch.device('cpu'),
+                               reset_peak=True) as tracker:
+                train_step(work, plain, work.optimizer)
+            tracked = tracker.result.peak_bytes - state
+        with ProfiledPeakMeter() as meter:
+            train_step(work, plain, work.optimizer)
+        times: dict[str, list[float]] = {'twin': [], 'setting': []}
+        for _ in range(steps):
+            for key, each in (('twin', twin), ('setting', work)):
+                started = time.perf_counter()
+                train_step(each, plain, each.optimizer)
+                times[key].append(time.perf_counter() - started)
     return SettingResult(
         model=model, setting=setting.name, family=setting.family,
         peak_growth_bytes=meter.result.peak_bytes, tracked_growth_bytes=tracked,

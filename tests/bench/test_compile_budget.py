@@ -7,6 +7,7 @@ import json
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._functorch import config as functorch_config
 
 from mmdropit.bench.compile_budget import (SETTINGS, Setting, measure_setting, run_comparison,
                                            write_comparison)
@@ -42,6 +43,9 @@ def test_a_plan_lowers_the_metered_peak_and_a_compiled_setting_is_one_graph():
     assert (compiled.graphs, compiled.graph_breaks) == (1, 0)
     assert compiled.compile_seconds > 0 and compiled.tracked_growth_bytes is None
     assert eager.state_bytes == planned.state_bytes == compiled.state_bytes
+    # the partitioner's global setting is put back (later compiled code in this process,
+    # e.g. the next test, would otherwise recompute everything)
+    assert functorch_config.activation_memory_budget == 1.0
 
 
 def test_each_setting_runs_in_a_process_of_its_own_and_is_reported(tmp_path):
