@@ -19,6 +19,7 @@ import torch
 from ..microbatch import SplitDecision
 from ..planner import BudgetOutcome
 from ..reporting import progress_bar, provenance, provenance_markdown
+from .budget_grid import check_against_grid, grid_markdown
 from .harness import benchmark_workload
 from .models import DET_IMAGE_SIZE, DETECTION_MODELS, IMAGE_SIZE, MODELS, config_workload
 from .plot import plot_ratios, plot_tradeoff
@@ -166,6 +167,15 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
         'budget_decisions': {key: outcome.to_json()
                              for key, outcome in results.budget_outcomes.items()},
     }
+    checks = check_against_grid(compare(results.measurements, BASELINE),
+                                meta['budget_decisions'])
+    grid = ''
+    if any(check.grid_fitting for check in checks):
+        meta['grid_checks'] = [dict(dataclasses.asdict(check), time_vs_grid=check.time_vs_grid)
+                               for check in checks]
+        grid = ('\nThe planner beside the fastest grid point that fits its budget (measured step '
+                'peak; times as ratios to the baseline):\n\n' + grid_markdown(checks))
+        table += grid
     (out / 'benchmark.md').write_text(_markdown(table, meta))
     write_json(results.measurements, out / 'benchmark.json', BASELINE, meta)
     plot_ratios(results.measurements, out / 'benchmark.png', BASELINE)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ContextManager
 
+from .budget_grid import GRID_MICRO_BATCHES, GRID_PLANS, grid_name
 from .techniques import (bf16_autocast, checkpoint_plan, compressed_activations,
                          decided_autocast, dropit, fp16_autocast, grad_checkpointing,
                          memory_budget, micro_batches, mmengine_checkpointing, uniform_sqrt)
@@ -69,6 +70,13 @@ class Variant:
     name: str
     prepare: Callable[[Workload], ContextManager[None]] = _nothing
     forward: Callable[[Workload], ContextManager[None]] = _nothing
+
+
+def _grid_point(micro: int, plan: float | str | None) -> Variant:
+    """``micro`` micro-batches under the planner's plan for ``plan`` (``'min'``: least memory,
+    ``None``: no plan): one point of the budget grid (:mod:`.budget_grid`)."""
+    inner = None if plan is None else checkpoint_plan(None if plan == 'min' else plan)
+    return Variant(grid_name(micro, plan), prepare=micro_batches(micro, inner=inner))
 
 
 def catalogue() -> dict[str, Variant]:
@@ -117,5 +125,7 @@ def catalogue() -> dict[str, Variant]:
         *(Variant(f'budget-{budget}', prepare=memory_budget(budget)) for budget in BUDGETS),
         *(Variant(f'budget-{budget}-lossy', prepare=memory_budget(budget, lossy=True),
                   forward=decided_autocast) for budget in BUDGETS),
+        *(_grid_point(micro, plan) for micro in GRID_MICRO_BATCHES for plan in GRID_PLANS
+          if (micro, plan) != (1, None)),
     ]
     return {variant.name: variant for variant in variants}

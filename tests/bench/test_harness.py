@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmdropit.bench import BASELINE, Workload, benchmark_workload, catalogue, compare
+from mmdropit.bench.budget_grid import (GRID_MICRO_BATCHES, GRID_VARIANTS, check_against_grid,
+                                         grid_markdown)
 from mmdropit.bench.variants import MICRO_BUDGET
 
 BATCH = 256
@@ -108,3 +110,31 @@ def test_a_compiled_run_counts_the_graph_breaks_of_unmetered_steps():
     assert not skipped and len(measured) == 3
     assert work.graph_breaks[BASELINE] == work.graph_breaks['dropit-mink'] == 0
     assert work.graph_breaks['dropit-approx'] > 0
+
+
+def test_the_grid_measures_every_exact_combination_and_checks_the_planner():
+    """The budget grid on the MLP: every micro-batch count under every plan is measured, and
+    the planner's decision is compared with the fastest grid point whose measured peak fits
+    its budget."""
+    work = _workload('mlp', 2)
+    variants = catalogue()
+    chosen = [variants[name] for name in (BASELINE, 'budget-0.5', *GRID_VARIANTS)]
+    measured, skipped = benchmark_workload(work, chosen, steps=1, device=torch.device('cpu'))
+    # no plan of this MLP reaches 0.3 of its activations: those points are skipped, one line each
+    assert len(skipped) == len(GRID_MICRO_BATCHES) and all(
+        'plan-0.3: checkpoint budget 0.3 is below what any plan reaches' in line
+        for line in skipped)
+    assert len(measured) == 2 + len(GRID_VARIANTS) - len(skipped)
+    rows = compare(measured, BASELINE)
+    peaks = {row['variant']: row['peak_bytes'] for row in rows}
+    assert peaks['grid-micro16'] < peaks['grid-micro2'] < peaks[BASELINE]
+    assert peaks['grid-micro1+plan-min'] < peaks['grid-micro1+plan-0.7'] < peaks[BASELINE]
+    decision = next(iter(work.budget_outcomes.values())).to_json()
+    check, = check_against_grid(rows, {'mlp / 0.5-False': decision})
+    fitting = [row for row in rows if row['variant'] in GRID_VARIANTS
+               and row['peak_bytes'] <= decision['budget_bytes']]
+    assert 0 < check.grid_fitting == len(fitting) < len(GRID_VARIANTS)
+    assert check.grid_best_time == min(row['time_ratio'] for row in fitting)
+    assert check.grid_best_peak_bytes <= check.budget_bytes
+    assert check.planner_peak_bytes == peaks['budget-0.5'] <= check.budget_bytes
+    assert '| mlp | budget-0.5 |' in grid_markdown([check])
