@@ -191,7 +191,9 @@ def test_bad_arguments_fail_at_build_time(kwargs, message):
     ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5, allow=['bf16'])]\n"
      "optim_wrapper = dict(type='MixedPrecisionOptimWrapper')",
      'no lossy technique left to add (bf16 already set in the config)'),
-], ids=['impossible', 'checkpoint-plan-hook', 'micro-batches', 'nothing-lossy-left'])
+    ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5)]\ncompile = True",
+     'does not plan compiled training'),
+], ids=['impossible', 'checkpoint-plan-hook', 'micro-batches', 'nothing-lossy-left', 'compiled'])
 def test_conflicts_and_impossible_budgets_are_one_line_through_train_py(tmp_path, extra, message):
     config = tmp_path / 'config.py'
     config.write_text(f"_base_ = r'{TINY_VIT}'\n{extra}\n")

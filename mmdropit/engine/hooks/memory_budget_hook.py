@@ -33,7 +33,7 @@ from ...planner.search import LOWER
 from ..optim.autocast_switch import AutocastSwitch
 from ..optim.batch_split import batch_size_of
 from ..optim.micro_batching import MicroBatching, MicroBatchTrainStep, max_over_ranks
-from ..runner_model import batch_loss, unwrap
+from ..runner_model import batch_loss, compiles_model, unwrap
 from .checkpoint_plan_hook import CheckpointPlanHook
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
@@ -136,8 +136,9 @@ class MemoryBudgetHook(ShapeBucketHook):
 
     Raises:
         ConfigError: A malformed budget or an unknown technique (at build time); lossy
-            techniques asked for when none can be added (before training); a budget below
-            what the techniques reach (the message gives the least predicted peak).
+            techniques asked for when none can be added, or a compiled run (``compile`` in
+            the config; before training); a budget below what the techniques reach (the
+            message gives the least predicted peak).
     """
 
     priority = 'HIGH'  # after DropITHook (VERY_HIGH): plans the converted model
@@ -159,6 +160,10 @@ class MemoryBudgetHook(ShapeBucketHook):
         if any(isinstance(hook, CheckpointPlanHook) for hook in runner.hooks):
             raise ConfigError('MemoryBudgetHook chooses the checkpoint plan itself: remove '
                               'CheckpointPlanHook from custom_hooks')
+        if compiles_model(runner):
+            raise ConfigError('MemoryBudgetHook does not plan compiled training (compile in the '
+                              'config): its trial passes would measure eager steps; drop '
+                              'compile, or use CheckpointPlanHook, which plans for compile')
         model = unwrap(runner.model)
         kept = {'bf16': isinstance(runner.optim_wrapper, AmpOptimWrapper),
                 'dropit': bool(dropit_layers(model)),
