@@ -73,10 +73,11 @@ def plot_ratios(measurements: Sequence[Measurement], path: str | Path,
 
 def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
                   baseline: str = 'baseline', curve: Sequence[str] = (),
-                  memory: str = 'activation_peak_ratio') -> Path:
+                  memory: str = 'activation_peak_ratio',
+                  background: Sequence[str] = ()) -> Path:
     """Draw memory against step time (both as ratios to the baseline), one panel per model:
-    the variants named in ``curve`` joined as a line (by memory), every other variant as a
-    labelled point.
+    the variants named in ``curve`` joined as a line (by memory), those in ``background`` as
+    small grey points without labels, every other variant as a labelled point.
 
     Args:
         measurements: The measurements to draw.
@@ -85,6 +86,7 @@ def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
         curve: Variants that form the curve (e.g. the planner at several budgets).
         memory: The memory ratio drawn: ``'activation_peak_ratio'`` or ``'peak_ratio'`` (the
             whole step's peak).
+        background: Variants drawn as unlabelled grey points (e.g. a grid of combinations).
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -115,8 +117,12 @@ def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
         if line:
             ax.plot([r['time_ratio'] for r in line], [r[memory] for r in line],
                     'o-', color='tab:blue', label='planner (budgets)')
+        grey = [row for row in mine if row['variant'] in background]
+        if grey:
+            ax.plot([r['time_ratio'] for r in grey], [r[memory] for r in grey], '.',
+                    color='0.6', label='grid (every combination)')
         for row in mine:
-            if row['variant'] in curve:
+            if row['variant'] in curve or row['variant'] in background:
                 continue
             ax.plot(row['time_ratio'], row[memory], 's', markersize=7)
             ax.annotate(row['variant'], (row['time_ratio'], row[memory]),
@@ -126,7 +132,7 @@ def plot_tradeoff(measurements: Sequence[Measurement], path: str | Path,
         ax.set_ylabel(f'{"activation peak" if memory.startswith("activation") else "step peak"} '
                       '(x baseline)')
         ax.grid(alpha=0.3)
-        if line:
+        if line or grey:
             ax.legend(loc='best', fontsize=8)
     figure.savefig(path, dpi=110)
     return Path(path)
