@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .report import MIB
+
 GRID_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch counts of the grid (counts above a model's batch size are skipped)."""
 GRID_PLANS: tuple[float | str | None, ...] = (None, 0.7, 0.5, 0.3, 'min')
@@ -33,8 +35,9 @@ GRID_PLANS: tuple[float | str | None, ...] = (None, 0.7, 0.5, 0.3, 'min')
 activation peak, and the least-memory plan."""
 GRID_TOLERANCE = 0.10
 """The planner's time may exceed the grid's fastest fitting point by this share (the target)."""
-
-MIB = 2**20
+GRID_POINTS = tuple((micro, plan) for micro in GRID_MICRO_BATCHES for plan in GRID_PLANS
+                    if (micro, plan) != (1, None))
+"""Every grid point but the baseline (one micro-batch, no plan), as (micro-batches, plan)."""
 
 
 def grid_name(micro_batches: int, plan: float | str | None) -> str:
@@ -42,9 +45,8 @@ def grid_name(micro_batches: int, plan: float | str | None) -> str:
     return f'grid-micro{micro_batches}' + ('' if plan is None else f'+plan-{plan}')
 
 
-GRID_VARIANTS = tuple(grid_name(micro, plan) for micro in GRID_MICRO_BATCHES
-                      for plan in GRID_PLANS if (micro, plan) != (1, None))
-"""Every grid point but the baseline (one micro-batch, no plan)."""
+GRID_VARIANTS = tuple(grid_name(micro, plan) for micro, plan in GRID_POINTS)
+"""The variant names of :data:`GRID_POINTS`."""
 
 
 @dataclass(frozen=True)

@@ -169,13 +169,11 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
     }
     checks = check_against_grid(compare(results.measurements, BASELINE),
                                 meta['budget_decisions'])
-    grid = ''
     if any(check.grid_fitting for check in checks):
         meta['grid_checks'] = [dict(dataclasses.asdict(check), time_vs_grid=check.time_vs_grid)
                                for check in checks]
-        grid = ('\nThe planner beside the fastest grid point that fits its budget (measured step '
-                'peak; times as ratios to the baseline):\n\n' + grid_markdown(checks))
-        table += grid
+        table += ('\nThe planner beside the fastest grid point that fits its budget (measured '
+                  'step peak; times as ratios to the baseline):\n\n' + grid_markdown(checks))
     (out / 'benchmark.md').write_text(_markdown(table, meta))
     write_json(results.measurements, out / 'benchmark.json', BASELINE, meta)
     plot_ratios(results.measurements, out / 'benchmark.png', BASELINE)

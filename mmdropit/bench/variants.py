@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ContextManager
 
-from .budget_grid import GRID_MICRO_BATCHES, GRID_PLANS, grid_name
+from .budget_grid import GRID_POINTS, grid_name
 from .techniques import (bf16_autocast, checkpoint_plan, compressed_activations,
                          decided_autocast, dropit, fp16_autocast, grad_checkpointing,
                          memory_budget, micro_batches, mmengine_checkpointing, uniform_sqrt)
@@ -125,7 +125,6 @@ def catalogue() -> dict[str, Variant]:
         *(Variant(f'budget-{budget}', prepare=memory_budget(budget)) for budget in BUDGETS),
         *(Variant(f'budget-{budget}-lossy', prepare=memory_budget(budget, lossy=True),
                   forward=decided_autocast) for budget in BUDGETS),
-        *(_grid_point(micro, plan) for micro in GRID_MICRO_BATCHES for plan in GRID_PLANS
-          if (micro, plan) != (1, None)),
+        *(_grid_point(micro, plan) for micro, plan in GRID_POINTS),
     ]
     return {variant.name: variant for variant in variants}
