@@ -95,11 +95,20 @@ class Segment:
 
 @dataclass
 class Chain:
-    """Items in forward order and the segments over them."""
+    """Items in forward order and the segments over them.
+
+    Attributes:
+        items: The chain's items, in forward order.
+        segments: The checkpointable segments over them.
+        record: The recorded step.
+        searches: What plan searches on this chain built and solved (their costs and search
+            spaces), kept for the next search on it.
+    """
 
     items: list[Item]
     segments: list[Segment]
     record: StepRecord
+    searches: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
     def bytes_of(self, storage_ids: set[int] | tuple[int, ...]) -> int:
         """Bytes of the given storages."""

@@ -149,7 +149,8 @@ class CheckpointPlan:
 
 
 class _SearchSpace:
-    """Segments to choose from, their additive costs, and the least-memory plan among them."""
+    """Segments to choose from, their additive costs, the least-memory plan among them, and
+    every plan solved so far (a later search on the same chain starts from them)."""
 
     def __init__(self, chain: Chain, segments: list[Segment], costs: ChainCosts) -> None:
         self.chain, self.segments, self.costs = chain, segments, costs
@@ -157,27 +158,59 @@ class _SearchSpace:
         self.floor = least_peak(costs)
         self.least = self.segments_of(least_time(costs, self.floor))
         self.lowest = predict(chain, self.least)
+        self._solved = {self.floor: (self.least, self.lowest.activation_peak)}
 
     def segments_of(self, chosen: list[SegmentCost] | None) -> list[Segment]:
         return [self.segments[self._index[id(cost)]] for cost in chosen or []]
+
+    def _solve(self, limit: int) -> tuple[list[Segment], int]:
+        """The fastest plan within the additive ``limit``, and its exact activation peak."""
+        if limit not in self._solved:
+            plan = self.segments_of(least_time(self.costs, limit))
+            self._solved[limit] = (plan, predict(self.chain, plan).activation_peak)
+        return self._solved[limit]
 
     def fastest_fitting(self, target: int) -> list[Segment]:
         """The fastest plan whose exact prediction fits ``target`` bytes.
 
         The solver works on the additive model, whose bytes differ from the exact prediction
         where storages are shared (DenseNet's features); so the additive limit is bisected
-        until the exact prediction of the solver's plan fits."""
-        best, low, high = self.least, self.floor, max(self.costs.peak([]), self.floor)
-        for _ in range(BISECTION_STEPS):  # the additive limit, to about 1/2**BISECTION_STEPS
+        until the exact prediction of the solver's plan fits, to within
+        ``1 / 2**BISECTION_STEPS`` of the additive range, starting from the limits earlier
+        searches solved."""
+        top = max(self.costs.peak([]), self.floor)
+        resolution = max((top - self.floor) >> BISECTION_STEPS, 1)
+        low = max((limit for limit, (_, peak) in self._solved.items() if peak <= target),
+                  default=self.floor)
+        best = self._solved[low][0]
+        high = min((limit - 1 for limit, (_, peak) in self._solved.items()
+                    if peak > target and limit > low), default=top)
+        while high - low > resolution:
             middle = (low + high + 1) // 2
-            candidate = self.segments_of(least_time(self.costs, middle))
-            if predict(self.chain, candidate).activation_peak <= target:
-                best, low = candidate, middle
+            plan, peak = self._solve(middle)
+            if peak <= target:
+                best, low = plan, middle
             else:
                 high = middle - 1
-            if low >= high:
-                break
         return best
+
+
+def _search_space(chain: Chain, nested: bool) -> _SearchSpace:
+    """The search space of ``chain``'s single-level segments, or with nested ones too, built
+    once per chain."""
+    key = ('space', nested)
+    if key not in chain.searches:
+        costs = _costs(chain)
+        chain.searches[key] = (_SearchSpace(chain, *with_nested(chain.segments, costs))
+                               if nested else _SearchSpace(chain, chain.segments, costs))
+    return chain.searches[key]
+
+
+def _costs(chain: Chain) -> ChainCosts:
+    """The additive costs of ``chain``'s single-level segments, computed once per chain."""
+    if 'costs' not in chain.searches:
+        chain.searches['costs'] = chain_costs(chain)
+    return chain.searches['costs']
 
 
 def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
@@ -198,7 +231,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
                       'called once, needs a gradient and is not the last one); training runs '
                       'without a checkpoint plan', stacklevel=3)
         return plan
-    flat_costs = chain_costs(chain)
+    flat_costs = _costs(chain)
     if objective == 'ogc':
         ogc = {id(cost) for cost in least_ogc_cost(flat_costs)}
         chosen = [segment for segment, cost in zip(chain.segments, flat_costs.segments)
@@ -210,10 +243,9 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     if target is not None and baseline.activation_peak <= target:
         chosen = []
     else:
-        space = _SearchSpace(chain, chain.segments, flat_costs)
+        space = _search_space(chain, nested=False)
         if target is None or space.lowest.activation_peak > target:
-            deepest = (_SearchSpace(chain, *with_nested(chain.segments, flat_costs)) if nested
-                       else space)
+            deepest = _search_space(chain, nested)
             lowest = deepest.lowest.activation_peak
             if target is None:  # the fastest plan near the least peak
                 target = lowest + lowest // LEAST_MEMORY_TOLERANCE

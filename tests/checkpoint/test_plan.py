@@ -12,6 +12,8 @@ from torch import nn
 from mmdropit import ConfigError, plan_checkpoints, to_dropit
 from mmdropit.checkpoint import (BUDGET_HELP, CheckpointPlan, ModuleTarget, RunTarget, Target,
                                  is_checkpointed)
+from mmdropit.checkpoint.chain import build_chain
+from mmdropit.checkpoint.plan import plan_for_chain
 from mmdropit.checkpoint.record import record_step
 from mmdropit.checkpoint.targets import walk
 from mmdropit.common.budget import parse_budget
@@ -211,6 +213,22 @@ def test_budget_fraction_is_met_and_is_faster_than_least_memory():
     assert half.planned.activation_peak <= 0.7 * half.baseline.activation_peak
     assert half.planned.recompute_seconds <= least.planned.recompute_seconds
     assert least.planned.activation_peak <= half.planned.activation_peak
+
+
+def test_later_searches_on_one_chain_reuse_the_earlier_ones_and_match_fresh_searches():
+    """Plans searched one after another on one chain (as the memory budget does, dozens of
+    times) start from the limits solved before; each fits its budget, and is as fast as the
+    same search on a fresh chain, to the bisection's resolution."""
+    torch.manual_seed(0)
+    model, x = _Net(depth=10), torch.randn(8, 3, 16, 16)
+    record = record_step(model, lambda: model(x).sum())
+    reused = build_chain(record, model)
+    for budget in (0.8, 0.4, 0.6, 0.5, 0.6):
+        plan = plan_for_chain(reused, budget)
+        fresh = plan_for_chain(build_chain(record, model), budget)
+        assert plan.planned.activation_peak <= budget * plan.baseline.activation_peak
+        assert plan.planned.recompute_seconds <= fresh.planned.recompute_seconds * 1.05 + 1e-9
+    assert {key for key in reused.searches} >= {'costs', ('space', False)}
 
 
 def test_impossible_budget_names_the_least_reachable_peak():
