@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -95,11 +96,11 @@ class StepProbe:
         return self.agree_peak(trial_peak(lambda: self.run_part(size), self.model,
                                           self.optimizer, gradients_held=held))
 
-    def seconds(self, size: int) -> float:
-        """The agreed time of a trial pass of ``size`` samples: the faster of two passes (the
-        first may be cold)."""
+    def seconds(self, size: int, passes: int = 2) -> float:
+        """The agreed time of a trial pass of ``size`` samples: the fastest of ``passes``
+        passes (the first may be cold, unless a pass of the same size just ran)."""
         return self.agree_seconds(min(trial_seconds(lambda: self.run_part(size), self.model)
-                                      for _ in range(2)))
+                                      for _ in range(passes)))
 
     def chain(self) -> Chain:
         """The recorded forward pass, cut into the chain checkpoint plans are searched on."""
@@ -223,15 +224,17 @@ def _measured(probe: StepProbe, switch: Switch, fixed: int, whole: Callable[[], 
               seconds: Callable[[], float]) -> MeasuredSettings:
     """``switch`` as a technique; each setting's peak and time are measured on the whole batch
     when first needed, as ratios to ``whole()`` (less ``fixed``) and ``seconds()`` (a setting
-    under which the batch runs out of memory is not offered)."""
+    under which the batch runs out of memory is not offered). One timed pass follows the
+    measured one, which warms it up: a lossy choice is timed again before it is kept."""
     def effect_of(setting: object) -> Effect | None:
         switch.apply(setting)
         try:
-            peak, duration = probe.peak(probe.batch_size), probe.seconds(probe.batch_size)
+            peak = probe.peak(probe.batch_size)
+            if peak is None:
+                return None
+            duration = probe.seconds(probe.batch_size, passes=1)
         finally:
             switch.remove()
-        if peak is None:
-            return None
         return Effect(max(peak - fixed, 0) / max(whole() - fixed, 1), duration / seconds())
 
     return MeasuredSettings(switch.name, switch.settings, effect_of, switch.text, switch.apply,
@@ -245,7 +248,9 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     peak fits ``budget``.
 
     Techniques, in the order they are applied: the ``switches`` (lossy ones), micro-batches,
-    and the fastest checkpoint plan that fits what they leave.
+    and the fastest checkpoint plan that fits what they leave. A lossy decision is timed beside
+    the fastest exact combination that fits, which is taken unless the lossy one is faster (see
+    :func:`~.search.decide`).
 
     Args:
         probe: How to measure the step.
@@ -281,6 +286,11 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         peak = probe.peak(size, gradients_held=size < probe.batch_size)
         return 2 * budget_bytes if peak is None else peak  # out of memory: halve the target
 
+    def measure_seconds(estimate: Estimate) -> float:
+        put_in_effect(estimate, techniques, target)
+        sizes = Counter(micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1)))
+        return sum(count * probe.seconds(size) for size, count in sizes.items()) / step_seconds()
+
     if saved is not None:
         budget_bytes = saved['budget_bytes']
         chosen = Estimate(fixed, max(saved['predicted_peak_bytes'] - fixed, 0),
@@ -301,7 +311,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     micro_batches.undivided_saving = max(whole - unplanned, 0)
     try:
         decision = decide(Estimate(fixed, max(whole - fixed, 0)), techniques, budget_bytes,
-                          measure, lower)
+                          measure, lower, measure_seconds)
     except BaseException:
         remove_all(techniques, target)  # a failed search leaves the model as it was
         raise

@@ -1,5 +1,6 @@
 """Combine techniques under one memory budget: predict every combination, take the fastest that
-fits with a margin, measure it, and tighten when the measurement does not fit.
+fits with a margin, measure it, and tighten when the measurement does not fit. A lossy
+combination is also timed, beside the fastest exact one, and kept only if it is faster.
 
 Example:
     >>> from .techniques import MicroBatches
@@ -8,11 +9,12 @@ Example:
     ...                   measure=lambda estimate: estimate.peak_bytes + 20)
     >>> decision.chosen.summary, decision.measured_bytes
     ('4 micro-batches of at most 4', 620)
-    >>> print(decision.table().splitlines()[0])
-    | combination | predicted peak MiB | measured peak MiB | predicted time | chosen |
+    >>> decision.table().splitlines()[0].split(' | ')[1:]
+    ['predicted peak MiB', 'measured peak MiB', 'predicted time', 'measured time', 'chosen |']
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -26,21 +28,52 @@ MARGIN = 0.05
 ATTEMPTS = 3
 """Measured combinations that did not fit before the search gives up."""
 
+EXACT_PREFERENCE = 1.05
+"""A lossy combination is kept only if the fastest exact one that fits measures more than this
+many times its step time (the exact one costs no accuracy)."""
+
 MIB = 2**20
 
 LOWER = 'sharding the model state with FSDP over several processes'
 """What goes lower than every technique here, for the error message of a budget none reaches."""
 
 
-def combinations(start: Estimate, techniques: Sequence[Technique],
-                 budget_bytes: int) -> list[Estimate]:
+def combinations(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
+                 fits: Callable[[Estimate], bool] | None = None) -> list[Estimate]:
     """Every combination of the techniques' candidates, each technique applied on top of the
-    ones before it (in the order given)."""
+    ones before it (in the order given).
+
+    With ``fits`` (whether a combination fits the budget), a last technique that never makes a
+    step faster (:attr:`~.techniques.Technique.slows_only`, as a checkpoint plan) is offered the
+    combinations before it fastest first, and none slower than a fitting combination already
+    found (those are listed as they are): nothing it would add could be chosen, and each of its
+    candidates may cost a search.
+    """
     frontier = [start]
-    for technique in techniques:
+    for index, technique in enumerate(techniques):
+        if fits is not None and technique.slows_only and index == len(techniques) - 1:
+            return _fastest_first(frontier, technique, budget_bytes, fits)
         frontier = [after for before in frontier
                     for after in technique.candidates(before, budget_bytes)]
     return frontier
+
+
+def _fastest_first(frontier: Sequence[Estimate], technique: Technique, budget_bytes: int,
+                   fits: Callable[[Estimate], bool]) -> list[Estimate]:
+    """``technique``'s candidates on each of ``frontier``, fastest first; from the first
+    combination slower than a fitting candidate on, the combinations as they are (so that the
+    decision table still shows them)."""
+    found: list[Estimate] = []
+    fastest = math.inf
+    for before in sorted(frontier, key=lambda e: (e.time_ratio, e.peak_bytes)):
+        if before.time_ratio > fastest:
+            found.append(before)
+            continue
+        for after in technique.candidates(before, budget_bytes):
+            found.append(after)
+            if fits(after):
+                fastest = min(fastest, after.time_ratio)
+    return found
 
 
 @dataclass
@@ -54,6 +87,8 @@ class Decision:
         considered: Every combination predicted, in the last search.
         measured: Measured peaks by combination summary (those measured that did not fit, and
             the chosen one).
+        timed: Measured step times (ratios to the step without techniques) by combination
+            summary: a lossy choice and the exact combination it was checked against.
     """
 
     budget_bytes: int
@@ -61,18 +96,21 @@ class Decision:
     measured_bytes: int
     considered: list[Estimate] = field(default_factory=list)
     measured: dict[str, int] = field(default_factory=dict)
+    timed: dict[str, float] = field(default_factory=dict)
 
     def table(self) -> str:
         """The decision table: every combination, its predicted and measured peak, its
-        predicted time, and which was chosen."""
+        predicted and measured time, and which was chosen."""
         lines = ['| combination | predicted peak MiB | measured peak MiB | predicted time '
-                 '| chosen |', '|---|---:|---:|---:|---|']
+                 '| measured time | chosen |', '|---|---:|---:|---:|---:|---|']
         for estimate in sorted(self.considered, key=lambda e: (e.time_ratio, e.peak_bytes)):
             measured = self.measured.get(estimate.summary)
+            timed = self.timed.get(estimate.summary)
             lines.append(
                 f'| {estimate.summary} | {estimate.peak_bytes / MIB:.1f} | '
                 f'{"" if measured is None else f"{measured / MIB:.1f}"} | '
-                f'{estimate.time_ratio:.2f}x | {"<-" if estimate is self.chosen else ""} |')
+                f'{estimate.time_ratio:.2f}x | {"" if timed is None else f"{timed:.2f}x"} | '
+                f'{"<-" if estimate.summary == self.chosen.summary else ""} |')
         return '\n'.join(lines)
 
 
@@ -92,21 +130,37 @@ def put_in_effect(estimate: Estimate, techniques: Sequence[Technique], target: T
 
 def fastest_fitting(considered: Sequence[Estimate], limit: int,
                     correction: float = 1.0) -> Estimate | None:
-    """The fastest estimate whose predicted peak, its activations multiplied by
-    ``correction``, is at most ``limit`` (the lower peak among equally fast ones); ``None``
-    when none fits."""
-    fitting = [estimate for estimate in considered
-               if estimate.fixed_bytes + estimate.activation_bytes * correction <= limit]
+    """The fastest estimate that :func:`fits_within` ``limit`` with ``correction`` (the lower
+    peak among equally fast ones); ``None`` when none fits."""
+    fitting = [estimate for estimate in considered if fits_within(estimate, limit, correction)]
     return min(fitting, key=lambda e: (e.time_ratio, e.peak_bytes), default=None)
+
+
+def fits_within(estimate: Estimate, limit: int, correction: float = 1.0) -> bool:
+    """Whether ``estimate``'s predicted peak, its activations multiplied by ``correction``, is
+    at most ``limit``."""
+    return estimate.fixed_bytes + estimate.activation_bytes * correction <= limit
+
+
+def is_lossy(estimate: Estimate, techniques: Sequence[Technique]) -> bool:
+    """Whether ``estimate`` uses a technique that changes the computed gradients."""
+    lossy = {technique.name for technique in techniques if technique.lossy}
+    return any(choice.technique in lossy for choice in estimate.choices)
 
 
 def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
            measure: Callable[[Estimate], int],
-           lower: str = LOWER) -> Decision:
+           lower: str = LOWER, seconds: Callable[[Estimate], float] | None = None) -> Decision:
     """The fastest combination whose predicted peak fits ``budget_bytes`` with
     :data:`MARGIN` and whose measured peak fits it. When a measured peak does not fit, its
     activations measured some factor above their prediction (the state's bytes are known): all
     predicted activations are taken to be that short, and the search runs again.
+
+    Lossy techniques' effects are measured one at a time and multiplied, which can be far off
+    for a combination of several (bf16 on micro-batches of one sample, say); so with
+    ``seconds``, a lossy choice is timed, and the fastest exact combination predicted to fit is
+    measured and timed too unless predicted clearly slower; the exact one is taken when it fits
+    and is within :data:`EXACT_PREFERENCE` of the lossy one's time.
 
     Args:
         start: The step without any technique, as measured.
@@ -114,6 +168,8 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         budget_bytes: The budget for the whole step's peak.
         measure: Applies a combination and returns its measured peak (it stays applied).
         lower: What would go lower than these techniques, for the error message.
+        seconds: Applies a combination and returns its measured step time as a ratio to the
+            step without techniques (it stays applied).
 
     Returns:
         The decision; the chosen combination is applied.
@@ -128,7 +184,8 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
     for _ in range(ATTEMPTS):
         # techniques size their settings (a plan's share) for predictions corrected so far
         sized_for = start.fixed_bytes + int((limit - start.fixed_bytes) / correction)
-        considered = combinations(start, techniques, sized_for)
+        considered = combinations(start, techniques, sized_for,
+                                  lambda e: fits_within(e, limit, correction))
         chosen = fastest_fitting(considered, limit, correction)
         if chosen is None and measured:
             break  # no corrected prediction fits
@@ -142,7 +199,13 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         peak = measure(chosen)
         measured[chosen.summary] = peak
         if peak <= budget_bytes:
-            return Decision(budget_bytes, chosen, peak, considered, measured)
+            decision = Decision(budget_bytes, chosen, peak, considered, measured)
+            if seconds is not None and is_lossy(chosen, techniques):
+                exact = [t for t in techniques if not t.lossy]
+                _check_against_exact(decision, combinations(
+                    start, exact, sized_for, lambda e: fits_within(e, limit, correction)),
+                    limit, correction, measure, seconds)
+            return decision
         # the chosen combination's activations measured `short` times their prediction (the
         # state's bytes are known): predictions are taken to be that short from now on
         short = (peak - chosen.fixed_bytes) / max(chosen.activation_bytes, 1)
@@ -152,3 +215,26 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         f'above it ({", ".join(f"{k}: {v / MIB:.1f} MiB" for k, v in measured.items())}) and no '
         f'other is predicted to fit after correcting for that; raise the budget, or go lower '
         f'with {lower}')
+
+
+def _check_against_exact(decision: Decision, exact_combinations: list[Estimate], limit: int,
+                         correction: float, measure: Callable[[Estimate], int],
+                         seconds: Callable[[Estimate], float]) -> None:
+    """Time ``decision``'s lossy choice, and take the fastest exact combination predicted to
+    fit instead when it measures within the budget and within :data:`EXACT_PREFERENCE` of
+    that time (the decision's combination is in effect on return)."""
+    lossy = decision.chosen
+    shown = {estimate.summary for estimate in decision.considered}
+    decision.considered += [e for e in exact_combinations if e.summary not in shown]
+    exact = fastest_fitting(exact_combinations, limit, correction)
+    decision.timed[lossy.summary] = lossy_time = seconds(lossy)
+    if exact is None or exact.time_ratio > lossy_time * EXACT_PREFERENCE:
+        return
+    decision.measured[exact.summary] = peak = measure(exact)
+    if peak <= decision.budget_bytes:
+        decision.timed[exact.summary] = exact_time = seconds(exact)
+        if exact_time <= lossy_time * EXACT_PREFERENCE:
+            decision.chosen, decision.measured_bytes = exact, peak
+            return
+    # the lossy choice stays: put it back in effect, timing it once more
+    decision.timed[lossy.summary] = min(lossy_time, seconds(lossy))

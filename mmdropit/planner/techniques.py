@@ -39,9 +39,18 @@ class Target(Protocol):
 
 
 class Technique(ABC):
-    """One memory technique: its candidate settings and how to apply and remove one."""
+    """One memory technique: its candidate settings and how to apply and remove one.
+
+    Attributes:
+        name: How decisions name it.
+        lossy: Whether it changes the computed gradients (tried only when the user allows it).
+        slows_only: Whether its candidates are never faster than the step they start from (the
+            search then skips starting points slower than a fitting combination).
+    """
 
     name: str
+    lossy: bool = False
+    slows_only: bool = False
 
     @abstractmethod
     def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
@@ -124,6 +133,15 @@ class MicroBatches(Technique):
         target.set_micro_batches(1)
 
 
+@dataclass(frozen=True)
+class _SearchedPlan:
+    """A plan searched for a share of the unplanned activations, and the share it reaches."""
+
+    asked: float
+    reaches: float
+    plan: CheckpointPlan
+
+
 class CheckpointPlans(Technique):
     """The fastest checkpoint plan whose predicted activations fit what the budget leaves.
 
@@ -139,12 +157,14 @@ class CheckpointPlans(Technique):
     """
 
     name = 'checkpoint-plan'
+    slows_only = True
 
     def __init__(self, record: Callable[[], Chain], step_seconds: Callable[[], float]) -> None:
         self._record = record
         self.step_seconds = step_seconds
         self._chain: Chain | None = None
-        self._plans: dict[float | None, CheckpointPlan] = {}
+        self._plans: list[_SearchedPlan] = []
+        self._least_plan: CheckpointPlan | None = None
 
     @property
     def chain(self) -> Chain:
@@ -155,21 +175,26 @@ class CheckpointPlans(Technique):
 
     def _plan(self, share: float) -> CheckpointPlan:
         """The fastest plan within ``share`` of the unplanned activations, or the least-memory
-        plan when no plan reaches that share; shares are rounded down to 1/256 so that
-        near-equal searches are made once."""
+        plan when no plan reaches that share. Shares are rounded down to 1/256, and a plan
+        searched for a larger share that also fits this one is that share's plan too (the
+        fastest among more plans is the fastest among fewer that hold it), so near-equal
+        searches are made once."""
         share = math.floor(share * 256) / 256
-        if share not in self._plans:
-            try:
-                self._plans[share] = plan_for_chain(self.chain, budget=share) if share > 0 \
-                    else self._least()
-            except ConfigError:  # below what any plan reaches
-                self._plans[share] = self._least()
-        return self._plans[share]
+        for searched in self._plans:
+            if searched.reaches <= share <= searched.asked:
+                return searched.plan
+        try:
+            plan = plan_for_chain(self.chain, budget=share) if share > 0 else self._least()
+        except ConfigError:  # below what any plan reaches
+            plan = self._least()
+        reaches = plan.planned.activation_peak / max(plan.baseline.activation_peak, 1)
+        self._plans.append(_SearchedPlan(max(share, reaches), min(share, reaches), plan))
+        return plan
 
     def _least(self) -> CheckpointPlan:
-        if None not in self._plans:
-            self._plans[None] = plan_for_chain(self.chain, budget=None)
-        return self._plans[None]
+        if self._least_plan is None:
+            self._least_plan = plan_for_chain(self.chain, budget=None)
+        return self._least_plan
 
     def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
         yield estimate
@@ -233,6 +258,8 @@ class MeasuredSettings(Technique):
         ...  for e in bf16.candidates(Estimate(100, 500), budget_bytes=400)]
         [('nothing', 500, 1.0), ('bf16', 300, 0.8)]
     """
+
+    lossy = True  # bf16 autocast, DropIT, quantized activations
 
     def __init__(self, name: str, settings: Sequence[object],
                  effect_of: Callable[[object], Effect | None], text: Callable[[object], str],

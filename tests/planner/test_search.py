@@ -1,0 +1,121 @@
+"""The memory-budget search: the fastest-first bound on slow techniques, and lossy decisions
+checked against the fastest exact combination by measured time."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from mmdropit.planner.estimate import Choice, Estimate
+from mmdropit.planner.search import EXACT_PREFERENCE, combinations, decide, fits_within
+from mmdropit.planner.techniques import Technique
+
+
+class Scaled(Technique):
+    """A technique whose settings scale activations and time by fixed factors; what is in
+    effect is written to ``applied``."""
+
+    def __init__(self, name: str, effects: dict[str, tuple[float, float]], applied: dict,
+                 lossy: bool = False, slows_only: bool = False) -> None:
+        self.name, self.effects, self.applied = name, effects, applied
+        self.lossy, self.slows_only = lossy, slows_only
+        self.offered: list[str] = []
+
+    def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
+        self.offered.append(estimate.summary)
+        yield estimate
+        for setting, (memory, time) in self.effects.items():
+            yield estimate.choose(Choice(self.name, setting, setting),
+                                  int(estimate.activation_bytes * memory),
+                                  estimate.time_ratio * time)
+
+    def apply(self, setting: object, target: object) -> None:
+        self.applied[self.name] = setting
+
+    def remove(self, target: object) -> None:
+        self.applied.pop(self.name, None)
+
+
+def _techniques(applied: dict, slows_only: bool = True) -> list[Scaled]:
+    lossy = Scaled('lossy', {'half-precision': (0.6, 0.5)}, applied, lossy=True)
+    split = Scaled('split', {'two parts': (0.5, 1.1), 'four parts': (0.25, 1.3)}, applied)
+    plan = Scaled('plan', {'plan': (0.4, 1.3)}, applied, slows_only=slows_only)
+    return [lossy, split, plan]
+
+
+def _in_effect(estimate: Estimate, techniques: list[Scaled], applied: dict) -> None:
+    applied.clear()
+    for choice in estimate.choices:
+        next(t for t in techniques if t.name == choice.technique).apply(choice.setting, None)
+
+
+@pytest.mark.parametrize('budget', [900, 600, 350, 200])
+def test_the_bound_skips_no_combination_that_could_be_chosen(budget):
+    """The fastest-first expansion of the last, only-slower technique chooses what the
+    exhaustive one chooses, and offers that technique fewer starting points."""
+    start = Estimate(100, 1000)
+    bounded, exhaustive = _techniques({}), _techniques({})
+    fits = lambda e: fits_within(e, budget)  # noqa: E731
+    fast = combinations(start, bounded, budget, fits)
+    every = combinations(start, exhaustive, budget)
+    assert len(every) == 2 * 3 * 2
+    assert {e.summary for e in every if 'plan' not in e.summary} <= {e.summary for e in fast}
+    best = min((e for e in every if fits(e)), key=lambda e: (e.time_ratio, e.peak_bytes))
+    assert min((e for e in fast if fits(e)), key=lambda e: (e.time_ratio, e.peak_bytes)) == best
+    assert len(bounded[-1].offered) < len(exhaustive[-1].offered) == 6
+
+
+def _decide(budget: int, measured_time: dict[str, float], peak_over: dict[str, int] = {}):
+    applied: dict = {}
+    techniques = _techniques(applied)
+    log: list[tuple[str, str]] = []
+
+    def measure(estimate: Estimate) -> int:
+        _in_effect(estimate, techniques, applied)
+        log.append(('peak', estimate.summary))
+        return estimate.peak_bytes + peak_over.get(estimate.summary, 0)
+
+    def seconds(estimate: Estimate) -> float:
+        _in_effect(estimate, techniques, applied)
+        log.append(('time', estimate.summary))
+        return measured_time.get(estimate.summary, estimate.time_ratio)
+
+    decision = decide(Estimate(100, 1000), techniques, budget, measure, seconds=seconds)
+    return decision, applied, log
+
+
+def test_a_lossy_choice_slower_than_predicted_gives_way_to_the_exact_one():
+    # predicted: half-precision 0.5x fits 900; exact: two parts 1.1x. Measured: lossy 1.3x.
+    decision, applied, log = _decide(900, {'half-precision': 1.3})
+    assert decision.chosen.summary == 'two parts'
+    assert applied == {'split': 'two parts'}
+    assert log == [('peak', 'half-precision'), ('time', 'half-precision'),
+                   ('peak', 'two parts'), ('time', 'two parts')]
+    assert decision.timed == {'half-precision': 1.3, 'two parts': pytest.approx(1.1)}
+    assert '1.30x' in decision.table()
+
+
+def test_a_lossy_choice_as_fast_as_predicted_is_kept_without_measuring_the_exact_one():
+    decision, applied, log = _decide(900, {})
+    assert decision.chosen.summary == 'half-precision'
+    assert applied == {'lossy': 'half-precision'}
+    # the exact one (1.1x) is predicted more than EXACT_PREFERENCE slower than 0.5x
+    assert 1.1 > 0.5 * EXACT_PREFERENCE
+    assert log == [('peak', 'half-precision'), ('time', 'half-precision')]
+
+
+def test_the_lossy_choice_stays_in_effect_when_the_exact_one_does_not_fit():
+    decision, applied, log = _decide(900, {'half-precision': 1.3}, {'two parts': 500})
+    assert decision.chosen.summary == 'half-precision'
+    assert applied == {'lossy': 'half-precision'}
+    assert log[-1] == ('time', 'half-precision')
+    assert decision.measured['two parts'] > 900
+
+
+def test_an_exact_decision_is_not_timed():
+    applied: dict = {}
+    techniques = _techniques(applied)[1:]
+    timed = []
+    decision = decide(Estimate(100, 1000), techniques, 900, lambda e: e.peak_bytes,
+                      seconds=lambda e: timed.append(e) or 1.0)
+    assert decision.chosen.summary == 'two parts' and not timed and not decision.timed
