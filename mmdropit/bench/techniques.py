@@ -32,7 +32,7 @@ from ..kernels.switch import eager_only
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
 from ..planner import (StepProbe, bf16_switch, dropit_switch, plan_within_budget, put_in_effect,
-                       remove_all)
+                       quantize_switch, remove_all)
 from .workload import Workload
 
 Prepare = Callable[[Workload], ContextManager[None]]
@@ -227,8 +227,8 @@ def _search_split(work: Workload, budget: float) -> SplitDecision:
 def memory_budget(budget: float, lossy: bool = False) -> Prepare:
     """The combination of techniques that ``MemoryBudgetHook`` would choose for ``budget`` (a
     fraction of the measured step peak), decided once per workload
-    (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, bf16 autocast
-    and DropIT are tried too."""
+    (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, what
+    ``MemoryBudgetHook(lossy=True)`` tries too: DropIT, quantized activations, bf16 autocast."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         key = f'{budget}-{lossy}'
@@ -245,7 +245,8 @@ def memory_budget(budget: float, lossy: bool = False) -> Prepare:
                 with decided_autocast(work):
                     return work.loss()
 
-            switches = [dropit_switch(work.model), bf16_switch(work)] if lossy else []
+            switches = [dropit_switch(work.model), quantize_switch(work.model),
+                        bf16_switch(work)] if lossy else []
             probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_loss)
             try:
                 work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches)

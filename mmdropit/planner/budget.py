@@ -220,22 +220,25 @@ def decode_choices(rows: Sequence[dict], techniques: Sequence[Technique]) -> tup
                         row['text']) for row in rows)
 
 
-def _measured(probe: StepProbe, switch: Switch, fixed: int, whole: Callable[[], int],
-              seconds: Callable[[], float]) -> MeasuredSettings:
-    """``switch`` as a technique; each setting's peak and time are measured on the whole batch
-    when first needed, as ratios to ``whole()`` (less ``fixed``) and ``seconds()`` (a setting
-    under which the batch runs out of memory is not offered). One timed pass follows the
-    measured one, which warms it up: a lossy choice is timed again before it is kept."""
+def _measured(probe: StepProbe, switch: Switch, fixed: int, size: int,
+              plain_peak: Callable[[], int], plain_seconds: Callable[[], float]
+              ) -> MeasuredSettings:
+    """``switch`` as a technique; each setting's peak and time are measured on the batch's
+    first ``size`` samples when first needed, as ratios to ``plain_peak()`` (less ``fixed``) and
+    ``plain_seconds()``, those of the same samples without it (a setting under which they run
+    out of memory is not offered). One timed pass follows the measured one, which warms it up:
+    a lossy choice is timed again before it is kept."""
     def effect_of(setting: object) -> Effect | None:
         switch.apply(setting)
         try:
-            peak = probe.peak(probe.batch_size)
+            peak = probe.peak(size)
             if peak is None:
                 return None
-            duration = probe.seconds(probe.batch_size, passes=1)
+            duration = probe.seconds(size, passes=1)
         finally:
             switch.remove()
-        return Effect(max(peak - fixed, 0) / max(whole() - fixed, 1), duration / seconds())
+        return Effect(max(peak - fixed, 0) / max(plain_peak() - fixed, 1),
+                      duration / plain_seconds())
 
     return MeasuredSettings(switch.name, switch.settings, effect_of, switch.text, switch.apply,
                             switch.remove)
@@ -275,9 +278,17 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     def step_seconds() -> float:
         return seconds_of(probe.batch_size)
 
+    # lossy settings are measured on half the batch (their effects are ratios, and their
+    # peak passes, under the meter, are the search's slowest part)
+    part = (probe.batch_size + 1) // 2
+
+    @functools.cache
+    def part_peak() -> int:
+        return whole if part == probe.batch_size else probe.peak(part) or whole
+
     micro_batches = MicroBatches(probe.batch_size, seconds_of)
-    techniques = [*(_measured(probe, switch, fixed, lambda: whole, step_seconds)
-                    for switch in switches),
+    techniques = [*(_measured(probe, switch, fixed, part, part_peak,
+                              functools.partial(seconds_of, part)) for switch in switches),
                   micro_batches, CheckpointPlans(probe.chain, step_seconds)]
 
     def measure(estimate: Estimate) -> int:
