@@ -14,6 +14,7 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -160,7 +161,9 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
     for a combination of several (bf16 on micro-batches of one sample, say); so with
     ``seconds``, a lossy choice is timed, and the fastest exact combination predicted to fit is
     measured and timed too unless predicted clearly slower; the exact one is taken when it fits
-    and is within :data:`EXACT_PREFERENCE` of the lossy one's time.
+    and is within :data:`EXACT_PREFERENCE` of the lossy one's time. When the lossy
+    combinations measured over the budget and no corrected one is predicted to fit, the exact
+    techniques are searched on their own.
 
     Args:
         start: The step without any technique, as measured.
@@ -210,6 +213,13 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         # state's bytes are known): predictions are taken to be that short from now on
         short = (peak - chosen.fixed_bytes) / max(chosen.activation_bytes, 1)
         correction = max(correction, short)
+    exact = [technique for technique in techniques if not technique.lossy]
+    if len(exact) < len(techniques):
+        # lossy predictions can be far off together; the exact ones are searched on their own
+        with contextlib.suppress(ConfigError):
+            decision = decide(start, exact, budget_bytes, measure, lower)
+            decision.measured = {**measured, **decision.measured}
+            return decision
     raise ConfigError(
         f'memory budget {budget_bytes / MIB:.1f} MiB: the combinations predicted to fit measured '
         f'above it ({", ".join(f"{k}: {v / MIB:.1f} MiB" for k, v in measured.items())}) and no '

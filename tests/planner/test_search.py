@@ -119,3 +119,16 @@ def test_an_exact_decision_is_not_timed():
     decision = decide(Estimate(100, 1000), techniques, 900, lambda e: e.peak_bytes,
                       seconds=lambda e: timed.append(e) or 1.0)
     assert decision.chosen.summary == 'two parts' and not timed and not decision.timed
+
+
+def test_lossy_combinations_measured_far_over_fall_back_to_the_exact_search():
+    """Lossy effects multiplied can be far off together: when the lossy combinations measured
+    over the budget and no corrected one is predicted to fit, the exact techniques are
+    searched on their own and their choice is proved as usual."""
+    over = {summary: 10_000 for summary in ('half-precision', 'half-precision + two parts',
+                                            'half-precision + four parts')}
+    decision, applied, log = _decide(350, {}, over)
+    assert 'half-precision' not in decision.chosen.summary
+    assert decision.measured_bytes <= 350
+    assert applied == {choice.technique: choice.setting for choice in decision.chosen.choices}
+    assert any(summary.startswith('half-precision') for summary in decision.measured)
