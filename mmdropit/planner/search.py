@@ -129,12 +129,12 @@ def put_in_effect(estimate: Estimate, techniques: Sequence[Technique], target: T
         by_name[choice.technique].apply(choice.setting, target)
 
 
-def fastest_fitting(considered: Sequence[Estimate], limit: int,
-                    correction: float = 1.0) -> Estimate | None:
-    """The fastest estimate that :func:`fits_within` ``limit`` with ``correction`` (the lower
-    peak among equally fast ones); ``None`` when none fits."""
-    fitting = [estimate for estimate in considered if fits_within(estimate, limit, correction)]
-    return min(fitting, key=lambda e: (e.time_ratio, e.peak_bytes), default=None)
+def fastest_fitting(considered: Sequence[Estimate],
+                    fits: Callable[[Estimate], bool]) -> Estimate | None:
+    """The fastest estimate that ``fits`` (the lower peak among equally fast ones); ``None``
+    when none does."""
+    return min((estimate for estimate in considered if fits(estimate)),
+               key=lambda e: (e.time_ratio, e.peak_bytes), default=None)
 
 
 def fits_within(estimate: Estimate, limit: int, correction: float = 1.0) -> bool:
@@ -143,10 +143,48 @@ def fits_within(estimate: Estimate, limit: int, correction: float = 1.0) -> bool
     return estimate.fixed_bytes + estimate.activation_bytes * correction <= limit
 
 
-def is_lossy(estimate: Estimate, techniques: Sequence[Technique]) -> bool:
-    """Whether ``estimate`` uses a technique that changes the computed gradients."""
-    lossy = {technique.name for technique in techniques if technique.lossy}
-    return any(choice.technique in lossy for choice in estimate.choices)
+@dataclass
+class _Corrections:
+    """How far measured activations were above their prediction, learnt from measured misses:
+    a miss of an exact combination counts for every combination; one of a lossy combination
+    only for combinations with the same lossy choices (their effects were measured one at a
+    time and multiplied, which can be far off for that one set and right for others).
+
+    Attributes:
+        limit: Predicted peaks must be at most this.
+        lossy: Names of the lossy techniques.
+        overall: The factor for every combination.
+        by_lossy_choices: The factor per set of lossy choices.
+    """
+
+    limit: int
+    lossy: frozenset[str]
+    overall: float = 1.0
+    by_lossy_choices: dict[frozenset[str], float] = field(default_factory=dict)
+
+    def lossy_choices(self, estimate: Estimate) -> frozenset[str]:
+        """``estimate``'s lossy choices (empty when it is exact)."""
+        return frozenset(c.text for c in estimate.choices if c.technique in self.lossy)
+
+    def fits(self, estimate: Estimate) -> bool:
+        """Whether ``estimate``'s corrected prediction is within the limit."""
+        factor = max(self.overall, self.by_lossy_choices.get(self.lossy_choices(estimate), 1.0))
+        return fits_within(estimate, self.limit, factor)
+
+    def sized_for(self, start: Estimate) -> int:
+        """The budget techniques size their settings for (a plan's share): the limit, the
+        activations' part shrunk by the overall factor."""
+        return start.fixed_bytes + int((self.limit - start.fixed_bytes) / self.overall)
+
+    def learn(self, estimate: Estimate, peak: int) -> None:
+        """Take ``estimate``'s measured ``peak`` into account: its activations measured some
+        factor above their prediction (the state's bytes are known)."""
+        short = (peak - estimate.fixed_bytes) / max(estimate.activation_bytes, 1)
+        key = self.lossy_choices(estimate)
+        if key:
+            self.by_lossy_choices[key] = max(self.by_lossy_choices.get(key, 1.0), short)
+        else:
+            self.overall = max(self.overall, short)
 
 
 def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
@@ -154,8 +192,9 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
            lower: str = LOWER, seconds: Callable[[Estimate], float] | None = None) -> Decision:
     """The fastest combination whose predicted peak fits ``budget_bytes`` with
     :data:`MARGIN` and whose measured peak fits it. When a measured peak does not fit, its
-    activations measured some factor above their prediction (the state's bytes are known): all
-    predicted activations are taken to be that short, and the search runs again.
+    activations measured some factor above their prediction (the state's bytes are known): the
+    predicted activations are taken to be that short (all of them after an exact combination's
+    miss, those with the same lossy choices after a lossy one's), and the search runs again.
 
     Lossy techniques' effects are measured one at a time and multiplied, which can be far off
     for a combination of several (bf16 on micro-batches of one sample, say); so with
@@ -182,14 +221,13 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             peak), or the measured ones did not fit and, corrected by their overshoot, no
             other is predicted to (at most :data:`ATTEMPTS` are measured).
     """
-    limit, correction = int(budget_bytes * (1 - MARGIN)), 1.0
+    corrections = _Corrections(int(budget_bytes * (1 - MARGIN)),
+                               frozenset(t.name for t in techniques if t.lossy))
     measured: dict[str, int] = {}
     for _ in range(ATTEMPTS):
-        # techniques size their settings (a plan's share) for predictions corrected so far
-        sized_for = start.fixed_bytes + int((limit - start.fixed_bytes) / correction)
-        considered = combinations(start, techniques, sized_for,
-                                  lambda e: fits_within(e, limit, correction))
-        chosen = fastest_fitting(considered, limit, correction)
+        sized_for = corrections.sized_for(start)
+        considered = combinations(start, techniques, sized_for, corrections.fits)
+        chosen = fastest_fitting(considered, corrections.fits)
         if chosen is None and measured:
             break  # no corrected prediction fits
         if chosen is None:
@@ -203,16 +241,13 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         measured[chosen.summary] = peak
         if peak <= budget_bytes:
             decision = Decision(budget_bytes, chosen, peak, considered, measured)
-            if seconds is not None and is_lossy(chosen, techniques):
+            if seconds is not None and corrections.lossy_choices(chosen):
                 exact = [t for t in techniques if not t.lossy]
-                _check_against_exact(decision, combinations(
-                    start, exact, sized_for, lambda e: fits_within(e, limit, correction)),
-                    limit, correction, measure, seconds)
+                _check_against_exact(decision, combinations(start, exact, sized_for,
+                                                            corrections.fits),
+                                     corrections.fits, measure, seconds)
             return decision
-        # the chosen combination's activations measured `short` times their prediction (the
-        # state's bytes are known): predictions are taken to be that short from now on
-        short = (peak - chosen.fixed_bytes) / max(chosen.activation_bytes, 1)
-        correction = max(correction, short)
+        corrections.learn(chosen, peak)
     exact = [technique for technique in techniques if not technique.lossy]
     if len(exact) < len(techniques):
         # lossy predictions can be far off together; the exact ones are searched on their own
@@ -227,8 +262,8 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         f'with {lower}')
 
 
-def _check_against_exact(decision: Decision, exact_combinations: list[Estimate], limit: int,
-                         correction: float, measure: Callable[[Estimate], int],
+def _check_against_exact(decision: Decision, exact_combinations: list[Estimate],
+                         fits: Callable[[Estimate], bool], measure: Callable[[Estimate], int],
                          seconds: Callable[[Estimate], float]) -> None:
     """Time ``decision``'s lossy choice, and take the fastest exact combination predicted to
     fit instead when it measures within the budget and within :data:`EXACT_PREFERENCE` of
@@ -236,7 +271,7 @@ def _check_against_exact(decision: Decision, exact_combinations: list[Estimate],
     lossy = decision.chosen
     shown = {estimate.summary for estimate in decision.considered}
     decision.considered += [e for e in exact_combinations if e.summary not in shown]
-    exact = fastest_fitting(exact_combinations, limit, correction)
+    exact = fastest_fitting(exact_combinations, fits)
     decision.timed[lossy.summary] = lossy_time = seconds(lossy)
     if exact is None or exact.time_ratio > lossy_time * EXACT_PREFERENCE:
         return

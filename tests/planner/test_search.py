@@ -132,3 +132,21 @@ def test_lossy_combinations_measured_far_over_fall_back_to_the_exact_search():
     assert decision.measured_bytes <= 350
     assert applied == {choice.technique: choice.setting for choice in decision.chosen.choices}
     assert any(summary.startswith('half-precision') for summary in decision.measured)
+
+
+def test_a_lossy_miss_corrects_only_combinations_with_the_same_lossy_choices():
+    """Measured far over, the 'coarse' set is corrected; 'fine', measured on its own as well,
+    keeps its prediction and is chosen (a global correction would have ruled out every
+    lossy combination)."""
+    applied: dict = {}
+    lossy = Scaled('lossy', {'coarse': (0.3, 0.5), 'fine': (0.5, 0.6)}, applied, lossy=True)
+    techniques = [lossy, *_techniques(applied)[1:]]
+
+    def measure(estimate: Estimate) -> int:
+        _in_effect(estimate, techniques, applied)
+        return estimate.peak_bytes + (10_000 if 'coarse' in estimate.summary else 0)
+
+    decision = decide(Estimate(100, 1000), techniques, 700, measure,
+                      seconds=lambda e: e.time_ratio)
+    assert decision.chosen.summary == 'fine'
+    assert decision.measured == {'coarse': 10_400, 'fine': 600}
