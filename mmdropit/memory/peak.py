@@ -82,7 +82,9 @@ class _ActivationPeakTracker(MemTracker):
 
     MemTracker registers a gradient hook on every parameter of every module it sees, which raises
     for parameters that do not require gradients (frozen stages of a detector). Those parameters
-    are marked as already hooked: they never receive a gradient, so nothing is missed.
+    are marked as already hooked: they never receive a gradient, so nothing is missed. Under
+    FSDP2 a module's parameters during its forward are the gathered ones, new tensors each
+    time, so they are marked as each module's forward starts.
     """
 
     def __init__(self, device: torch.device, frozen: list[nn.Parameter]) -> None:
@@ -100,6 +102,9 @@ class _ActivationPeakTracker(MemTracker):
         if (module in self.memory_tracking and not self._mod_tracker.is_bw
                 and set(self._mod_tracker.parents) - {name} == {'Global'}):
             del self.memory_tracking[module]
+        for param in module.parameters():
+            if not param.requires_grad:
+                self._param_to_grad_hook_handles.setdefault(param, (_NoHook(), _NoHook()))
         super()._pre_fw_hook(module, inputs)
 
     def __torch_dispatch__(self, func: torch._ops.OpOverload, types: tuple[type, ...],

@@ -43,6 +43,7 @@ def pending_optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> in
 
     Zero once the optimizer has state. For torch's own optimizers the count is their moments
     (``amsgrad`` adds one, plain SGD without momentum has none); for others it is unknown and 0.
+    This process's shards only, under FSDP2.
     """
     if optimizer is None or optimizer.state:
         return 0
@@ -54,8 +55,8 @@ def pending_optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> in
         if type(optimizer).__name__ == 'RMSprop':
             moments += bool(group.get('momentum')) + bool(group.get('centered'))
         moments += bool(group.get('amsgrad'))
-        total += moments * sum(p.numel() * p.element_size() for p in group['params']
-                               if p.requires_grad)
+        total += moments * sum(local_part(p).numel() * p.element_size()
+                               for p in group['params'] if p.requires_grad)
     return total
 
 

@@ -220,25 +220,45 @@ def decode_choices(rows: Sequence[dict], techniques: Sequence[Technique]) -> tup
                         row['text']) for row in rows)
 
 
-def _measured(probe: StepProbe, switch: Switch, fixed: int, size: int,
-              plain_peak: Callable[[], int], plain_seconds: Callable[[], float]
-              ) -> MeasuredSettings:
-    """``switch`` as a technique; each setting's peak and time are measured on the batch's
-    first ``size`` samples when first needed, as ratios to ``plain_peak()`` (less ``fixed``) and
-    ``plain_seconds()``, those of the same samples without it (a setting under which they run
-    out of memory is not offered). One timed pass follows the measured one, which warms it up:
-    a lossy choice is timed again before it is kept."""
+def per_pass_bytes(batch_size: int, activations: int, one_sample: Callable[[], int]) -> int:
+    """Bytes a pass holds beyond the model's state whatever its size (FSDP2's gathered
+    parameters, workspaces), on the line through the activations of the whole batch and of
+    ``one_sample()`` (0 when that line says less, or one sample cannot train alone).
+
+    Example:
+        >>> per_pass_bytes(16, 16 * 10 + 40, lambda: 10 + 40)
+        40
+    """
+    if batch_size < 2:
+        return 0
+    try:
+        single = one_sample()
+    except (RuntimeError, ValueError):  # e.g. BatchNorm1d cannot train on one sample
+        return 0
+    return max((batch_size * single - activations) // (batch_size - 1), 0)
+
+
+def _measured(probe: StepProbe, switch: Switch, held: Callable[[], int],
+              sizes: Callable[[], list[int]], plain_peak: Callable[[int], int],
+              plain_seconds: Callable[[], float]) -> MeasuredSettings:
+    """``switch`` as a technique; each setting's peak is measured on the batch's first
+    ``sizes()`` samples (one or two sizes, smaller first) when first needed, and its time on the
+    largest of them, against ``plain_peak(size)`` and ``plain_seconds()``, those of the same
+    samples without it, less ``held()``, what every pass holds anyway
+    (:meth:`~.techniques.Effect.from_peaks`; a setting under which they run out of memory is
+    not offered). One timed pass follows the measured one, which warms it up: a lossy choice
+    is timed again before it is kept."""
     def effect_of(setting: object) -> Effect | None:
         switch.apply(setting)
         try:
-            peak = probe.peak(size)
-            if peak is None:
+            peaks = [probe.peak(size) for size in sizes()]
+            if None in peaks:
                 return None
-            duration = probe.seconds(size, passes=1)
+            duration = probe.seconds(sizes()[-1], passes=1)
         finally:
             switch.remove()
-        return Effect(max(peak - fixed, 0) / max(plain_peak() - fixed, 1),
-                      duration / plain_seconds())
+        return Effect.from_peaks([plain_peak(size) - held() for size in sizes()],
+                                 [peak - held() for peak in peaks], duration / plain_seconds())
 
     return MeasuredSettings(switch.name, switch.settings, effect_of, switch.text, switch.apply,
                             switch.remove)
@@ -273,21 +293,31 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     started = time.perf_counter()
     seconds_of = functools.cache(probe.seconds)
     fixed = state_bytes(probe.model, probe.optimizer)
-    whole = budget_bytes = 0  # measured below, before anything is searched
+    whole = budget_bytes = per_pass = 0  # measured below, before anything is searched
 
     def step_seconds() -> float:
         return seconds_of(probe.batch_size)
 
-    # lossy settings are measured on half the batch (their effects are ratios, and their
-    # peak passes, under the meter, are the search's slowest part)
+    # lossy settings are measured on half the batch (their peak passes, under the meter, are
+    # the search's slowest part) and on an eighth of it, to tell bytes they add whatever the
+    # batch (bf16's cast weights) from a share of the activations
     part = (probe.batch_size + 1) // 2
 
     @functools.cache
-    def part_peak() -> int:
-        return whole if part == probe.batch_size else probe.peak(part) or whole
+    def plain_peak(size: int) -> int:
+        return whole if size == probe.batch_size else probe.peak(size) or whole
+
+    @functools.cache
+    def lossy_sizes() -> list[int]:
+        small = max(part // 8, 1)
+        try:
+            plain_peak(small)
+        except (RuntimeError, ValueError):  # e.g. BatchNorm1d cannot train on one sample
+            return [part]
+        return sorted({small, part})
 
     micro_batches = MicroBatches(probe.batch_size, seconds_of)
-    techniques = [*(_measured(probe, switch, fixed, part, part_peak,
+    techniques = [*(_measured(probe, switch, lambda: fixed + per_pass, lossy_sizes, plain_peak,
                               functools.partial(seconds_of, part)) for switch in switches),
                   micro_batches, CheckpointPlans(probe.chain, step_seconds)]
 
@@ -320,9 +350,10 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
                           'size')
     budget_bytes = resolve_budget(budget, unplanned)
     micro_batches.undivided_saving = max(whole - unplanned, 0)
+    per_pass = per_pass_bytes(probe.batch_size, whole - fixed, lambda: plain_peak(1) - fixed)
     try:
-        decision = decide(Estimate(fixed, max(whole - fixed, 0)), techniques, budget_bytes,
-                          measure, lower, measure_seconds)
+        decision = decide(Estimate(fixed + per_pass, max(whole - fixed - per_pass, 0)),
+                          techniques, budget_bytes, measure, lower, measure_seconds)
     except BaseException:
         remove_all(techniques, target)  # a failed search leaves the model as it was
         raise

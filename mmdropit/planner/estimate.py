@@ -38,12 +38,15 @@ class Estimate:
             micro-batch when the batch is split).
         time_ratio: Step time relative to the step without any technique.
         choices: The techniques' settings, in the order they were chosen.
+        lossy_ratio: The share of the activations that the lossy choices left (1 without
+            any); ``activation_bytes / lossy_ratio`` is what they would be without them.
     """
 
     fixed_bytes: int
     activation_bytes: int
     time_ratio: float = 1.0
     choices: tuple[Choice, ...] = ()
+    lossy_ratio: float = 1.0
 
     @property
     def peak_bytes(self) -> int:

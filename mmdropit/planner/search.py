@@ -147,14 +147,14 @@ def fits_within(estimate: Estimate, limit: int, correction: float = 1.0) -> bool
 class _Corrections:
     """How far measured activations were above their prediction, learnt from measured misses:
     a miss of an exact combination counts for every combination; one of a lossy combination
-    only for combinations with the same lossy choices (their effects were measured one at a
+    only for combinations with the same lossy techniques (their effects were measured one at a
     time and multiplied, which can be far off for that one set and right for others).
 
     Attributes:
         limit: Predicted peaks must be at most this.
         lossy: Names of the lossy techniques.
         overall: The factor for every combination.
-        by_lossy_choices: The factor per set of lossy choices.
+        by_lossy_choices: The factor per set of lossy techniques.
     """
 
     limit: int
@@ -163,8 +163,9 @@ class _Corrections:
     by_lossy_choices: dict[frozenset[str], float] = field(default_factory=dict)
 
     def lossy_choices(self, estimate: Estimate) -> frozenset[str]:
-        """``estimate``'s lossy choices (empty when it is exact)."""
-        return frozenset(c.text for c in estimate.choices if c.technique in self.lossy)
+        """The lossy techniques ``estimate`` uses (empty when it is exact); their settings
+        (DropIT's gammas, say) go wrong alike, so they are not told apart."""
+        return frozenset(c.technique for c in estimate.choices if c.technique in self.lossy)
 
     def fits(self, estimate: Estimate) -> bool:
         """Whether ``estimate``'s corrected prediction is within the limit."""
@@ -194,7 +195,7 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
     :data:`MARGIN` and whose measured peak fits it. When a measured peak does not fit, its
     activations measured some factor above their prediction (the state's bytes are known): the
     predicted activations are taken to be that short (all of them after an exact combination's
-    miss, those with the same lossy choices after a lossy one's), and the search runs again.
+    miss, those with the same lossy techniques after a lossy one's), and the search runs again.
 
     Lossy techniques' effects are measured one at a time and multiplied, which can be far off
     for a combination of several (bf16 on micro-batches of one sample, say); so with
@@ -235,8 +236,9 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             raise ConfigError(
                 f'memory budget {budget_bytes / MIB:.1f} MiB is below what these techniques reach: '
                 f'the least predicted step peak is {least.peak_bytes / MIB:.1f} MiB '
-                f'({least.summary}; parameters, gradients and optimizer state alone are '
-                f'{start.fixed_bytes / MIB:.1f} MiB); raise the budget, or go lower with {lower}')
+                f'({least.summary}; what none of them lowers, parameters, gradients, optimizer '
+                f'state and what every pass holds, is {start.fixed_bytes / MIB:.1f} MiB); raise '
+                f'the budget, or go lower with {lower}')
         peak = measure(chosen)
         measured[chosen.summary] = peak
         if peak <= budget_bytes:

@@ -146,8 +146,13 @@ class CheckpointPlans(Technique):
     """The fastest checkpoint plan whose predicted activations fit what the budget leaves.
 
     The cost model's activation peak is relative: a plan predicted at a share ``r`` of the
-    recorded step's activation peak is predicted to leave ``r`` of the estimate's activations.
-    Its recompute time adds ``recompute_seconds / step_seconds`` to the time ratio.
+    recorded step's activation peak is predicted to leave ``r`` of the estimate's activations,
+    counted at their exact size: what a plan keeps is mostly the tensors at its checkpoints'
+    boundaries (a transformer's fp32 residual stream), which lossy techniques leave as they are
+    (bf16 autocast keeps the residuals in fp32, DropIT and quantized activations compress what
+    the layers inside save), so their saving is not multiplied with the plan's (see
+    :attr:`~.estimate.Estimate.lossy_ratio`). Its recompute time adds
+    ``recompute_seconds / step_seconds`` to the time ratio.
 
     Args:
         record: Records the step (:func:`~mmdropit.checkpoint.chain.build_chain`); called once,
@@ -200,14 +205,15 @@ class CheckpointPlans(Technique):
         yield estimate
         if estimate.peak_bytes <= budget_bytes or not estimate.activation_bytes:
             return
-        plan = self._plan((budget_bytes - estimate.fixed_bytes) / estimate.activation_bytes)
+        exact = estimate.activation_bytes / estimate.lossy_ratio
+        plan = self._plan((budget_bytes - estimate.fixed_bytes) / exact)
         if not plan.targets:
             return
         share = plan.planned.activation_peak / max(plan.baseline.activation_peak, 1)
         count = len(plan.targets)
         choice = Choice(self.name, plan, f'checkpoint plan ({count} top-level checkpoint'
                         f'{"" if count == 1 else "s"}, {share:.2f} of the activations)')
-        yield estimate.choose(choice, int(estimate.activation_bytes * share),
+        yield estimate.choose(choice, int(min(estimate.activation_bytes, exact * share)),
                               estimate.time_ratio
                               + plan.planned.recompute_seconds / max(self.step_seconds(), 1e-9))
 
@@ -231,10 +237,34 @@ class Effect:
     Attributes:
         activation_ratio: Activations and temporaries at the step's peak.
         time_ratio: Step time.
+        constant_bytes: Bytes it adds whatever the batch size (bf16 autocast's cast copies of
+            the weights): counted with the state's, so micro-batches do not scale them.
     """
 
     activation_ratio: float
     time_ratio: float
+    constant_bytes: int = 0
+
+    @classmethod
+    def from_peaks(cls, without: Sequence[int], with_it: Sequence[int], time_ratio: float
+                   ) -> Effect:
+        """The effect that turns activations ``without`` into ``with_it`` (each measured at
+        one or two batch sizes, smaller first, the state's bytes left out): a ratio of the
+        activations plus constant bytes, fitted through both sizes.
+
+        Example:
+            >>> Effect.from_peaks([100, 800], [80, 430], 0.5)   # half the activations, +30
+            Effect(activation_ratio=0.5, time_ratio=0.5, constant_bytes=30)
+            >>> Effect.from_peaks([800], [400], 1.1)
+            Effect(activation_ratio=0.5, time_ratio=1.1, constant_bytes=0)
+        """
+        large, large_with = without[-1], with_it[-1]
+        if len(without) > 1 and large > without[0]:
+            ratio = max((large_with - with_it[0]) / (large - without[0]), 0.0)
+            constant = int(large_with - ratio * large)
+            if constant >= 0:
+                return cls(ratio, time_ratio, constant)
+        return cls(max(large_with, 0) / max(large, 1), time_ratio)
 
 
 class MeasuredSettings(Technique):
@@ -279,9 +309,11 @@ class MeasuredSettings(Technique):
         yield estimate
         for setting, effect in self.effects().items():
             if effect is not None:
-                yield estimate.choose(Choice(self.name, setting, self._text(setting)),
-                                      int(estimate.activation_bytes * effect.activation_ratio),
-                                      estimate.time_ratio * effect.time_ratio)
+                chosen = estimate.choose(Choice(self.name, setting, self._text(setting)),
+                                         int(estimate.activation_bytes * effect.activation_ratio),
+                                         estimate.time_ratio * effect.time_ratio)
+                yield replace(chosen, fixed_bytes=estimate.fixed_bytes + effect.constant_bytes,
+                              lossy_ratio=estimate.lossy_ratio * effect.activation_ratio)
 
     def apply(self, setting: object, target: Target) -> None:
         self._apply(setting)

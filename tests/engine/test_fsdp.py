@@ -2,6 +2,7 @@
 gradient accumulation, full-state checkpoints (plain load and resume), launch errors."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -120,6 +121,22 @@ def test_fully_shard_with_micro_batches_in_bf16_and_a_plan(tmp_path):
                 [DROPIT, PLAN, "dict(type='FullyShardCheckpointHook')"])
     assert 'runs as 2 micro-batch(es) of sizes [8, 8]' in log and 'Checkpoint plan (' in log
     assert len(losses(log)) == 2
+
+
+def test_memory_budget_under_fully_shard_bounds_each_rank(tmp_path):
+    """MemoryBudgetHook under FSDP2: the budget is per rank, and a rank's fixed bytes are its
+    shards of the parameters, gradients and optimizer state (about half of DDP's on two)."""
+    hook = "dict(type='MemoryBudgetHook', budget=0.85)"
+    decisions = {}
+    for kind, extra, hooks in (('ddp', '', [hook]),
+                               ('fsdp2', FULLY_SHARD, [hook, "dict(type='FullyShardCheckpointHook')"])):
+        log = train(tmp_path / kind, extra, hooks)
+        assert 'MemoryBudgetHook for inputs 16x' in log, log[-2000:]
+        assert len(losses(log)) == 2
+        decisions[kind], = json.loads((tmp_path / kind / 'memory_plan.json').read_text()).values()
+    for decision in decisions.values():
+        assert decision['measured_peak_bytes'] <= decision['budget_bytes']
+    assert 0.4 < decisions['fsdp2']['fixed_bytes'] / decisions['ddp']['fixed_bytes'] < 0.6
 
 
 def test_fsdp1_wrapper_trains_under_runner(tmp_path, runs):

@@ -134,13 +134,15 @@ def test_lossy_combinations_measured_far_over_fall_back_to_the_exact_search():
     assert any(summary.startswith('half-precision') for summary in decision.measured)
 
 
-def test_a_lossy_miss_corrects_only_combinations_with_the_same_lossy_choices():
-    """Measured far over, the 'coarse' set is corrected; 'fine', measured on its own as well,
-    keeps its prediction and is chosen (a global correction would have ruled out every
-    lossy combination)."""
+def test_a_lossy_miss_corrects_only_combinations_with_the_same_lossy_techniques():
+    """Measured far over, combinations with the 'coarse' technique are corrected, whatever its
+    setting; 'fine', measured on its own as well, keeps its prediction and is chosen (a global
+    correction would have ruled out every lossy combination)."""
     applied: dict = {}
-    lossy = Scaled('lossy', {'coarse': (0.3, 0.5), 'fine': (0.5, 0.6)}, applied, lossy=True)
-    techniques = [lossy, *_techniques(applied)[1:]]
+    coarse = Scaled('coarse', {'coarse 1': (0.3, 0.5), 'coarse 2': (0.32, 0.5)}, applied,
+                    lossy=True)
+    fine = Scaled('fine', {'fine': (0.5, 0.6)}, applied, lossy=True)
+    techniques = [coarse, fine, *_techniques(applied)[1:]]
 
     def measure(estimate: Estimate) -> int:
         _in_effect(estimate, techniques, applied)
@@ -149,4 +151,5 @@ def test_a_lossy_miss_corrects_only_combinations_with_the_same_lossy_choices():
     decision = decide(Estimate(100, 1000), techniques, 700, measure,
                       seconds=lambda e: e.time_ratio)
     assert decision.chosen.summary == 'fine'
-    assert decision.measured == {'coarse': 10_400, 'fine': 600}
+    # 'coarse 2' is as wrong as 'coarse 1' and is not measured; 'coarse 1 + fine' is another set
+    assert decision.measured == {'coarse 1': 10_400, 'coarse 1 + fine': 10_250, 'fine': 600}
