@@ -24,7 +24,8 @@ from .estimate import Estimate
 from .techniques import Target, Technique
 
 MARGIN = 0.05
-"""A combination is chosen only if its predicted peak is at most ``1 - MARGIN`` of the budget."""
+"""A combination is chosen only if its predicted peak is at most ``1 - MARGIN`` of the budget,
+unless none is: then one predicted within the budget itself is tried (its measurement decides)."""
 
 ATTEMPTS = 3
 """Measured combinations that did not fit before the search gives up."""
@@ -192,7 +193,7 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
            measure: Callable[[Estimate], int],
            lower: str = LOWER, seconds: Callable[[Estimate], float] | None = None) -> Decision:
     """The fastest combination whose predicted peak fits ``budget_bytes`` with
-    :data:`MARGIN` and whose measured peak fits it. When a measured peak does not fit, its
+    :data:`MARGIN` (without it when none does) and whose measured peak fits it. When a measured peak does not fit, its
     activations measured some factor above their prediction (the state's bytes are known): the
     predicted activations are taken to be that short (all of them after an exact combination's
     miss, those with the same lossy techniques after a lossy one's), and the search runs again.
@@ -229,6 +230,13 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         sized_for = corrections.sized_for(start)
         considered = combinations(start, techniques, sized_for, corrections.fits)
         chosen = fastest_fitting(considered, corrections.fits)
+        if chosen is None and corrections.limit < budget_bytes:
+            # none fits with the margin: those predicted within the budget itself are tried,
+            # and their measurement decides
+            corrections.limit = budget_bytes
+            sized_for = corrections.sized_for(start)
+            considered = combinations(start, techniques, sized_for, corrections.fits)
+            chosen = fastest_fitting(considered, corrections.fits)
         if chosen is None and measured:
             break  # no corrected prediction fits
         if chosen is None:

@@ -153,3 +153,11 @@ def test_a_lossy_miss_corrects_only_combinations_with_the_same_lossy_techniques(
     assert decision.chosen.summary == 'fine'
     # 'coarse 2' is as wrong as 'coarse 1' and is not measured; 'coarse 1 + fine' is another set
     assert decision.measured == {'coarse 1': 10_400, 'coarse 1 + fine': 10_250, 'fine': 600}
+
+
+def test_a_combination_predicted_within_the_budget_but_not_its_margin_is_tried():
+    applied: dict = {}
+    techniques = _techniques(applied)[1:]
+    # the least predicted peak, four parts + plan, is 200: above 0.95 of 205, below 205
+    decision = decide(Estimate(100, 1000), techniques, 205, lambda e: e.peak_bytes)
+    assert decision.chosen.summary == 'four parts + plan' and decision.measured_bytes == 200
