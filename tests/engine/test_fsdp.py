@@ -138,6 +138,18 @@ def test_memory_budget_under_fully_shard_bounds_each_rank(tmp_path):
         assert decision['measured_peak_bytes'] <= decision['budget_bytes']
     assert 0.4 < decisions['fsdp2']['fixed_bytes'] / decisions['ddp']['fixed_bytes'] < 0.6
 
+    # below what every pass holds (the gathered parameters): one line, naming more processes
+    low = tmp_path / 'low'
+    low.mkdir()
+    (low / 'config.py').write_text(
+        BASE + FULLY_SHARD + "custom_hooks = [dict(type='MemoryBudgetHook', budget=0.3), "
+        "dict(type='FullyShardCheckpointHook')]\n")
+    result = run_dist_train(str(low / 'config.py'), 2, '--work-dir', str(low), '--cfg-options',
+                            *TINY_VIT_2_ITERS, 'train_dataloader.batch_size=16', check=False)
+    assert result.returncode != 0
+    assert 'is below what these techniques reach' in result.stdout + result.stderr
+    assert 'sharding over more than 2 processes' in result.stdout + result.stderr
+
 
 def test_fsdp1_wrapper_trains_under_runner(tmp_path, runs):
     log = train(tmp_path, "model_wrapper_cfg = dict(type='FSDPModelWrapper')\n",
