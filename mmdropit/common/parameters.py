@@ -9,8 +9,12 @@ Example:
     [(2,), (2, 4)]
     >>> local_part(net.weight) is net.weight   # not sharded: the tensor itself
     True
+    >>> is_sharded(net.parameters())
+    False
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -19,6 +23,11 @@ from torch.distributed.tensor import DTensor
 def local_part(tensor: torch.Tensor) -> torch.Tensor:
     """This process's part of a tensor: the local shard of an FSDP2 ``DTensor`` parameter."""
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def is_sharded(tensors: Iterable[torch.Tensor]) -> bool:
+    """Whether any of ``tensors`` is an FSDP2 shard (a ``DTensor``)."""
+    return any(isinstance(tensor, DTensor) for tensor in tensors)
 
 
 def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -249,16 +249,18 @@ def _measured(probe: StepProbe, switch: Switch, held: Callable[[], int],
     not offered). One timed pass follows the measured one, which warms it up: a lossy choice
     is timed again before it is kept."""
     def effect_of(setting: object) -> Effect | None:
+        measured_sizes = sizes()
+        without = [plain_peak(size) - held() for size in measured_sizes]  # before it applies
         switch.apply(setting)
         try:
-            peaks = [probe.peak(size) for size in sizes()]
+            peaks = [probe.peak(size) for size in measured_sizes]
             if None in peaks:
                 return None
-            duration = probe.seconds(sizes()[-1], passes=1)
+            duration = probe.seconds(measured_sizes[-1], passes=1)
         finally:
             switch.remove()
-        return Effect.from_peaks([plain_peak(size) - held() for size in sizes()],
-                                 [peak - held() for peak in peaks], duration / plain_seconds())
+        return Effect.from_peaks(without, [peak - held() for peak in peaks],
+                                 duration / plain_seconds())
 
     return MeasuredSettings(switch.name, switch.settings, effect_of, switch.text, switch.apply,
                             switch.remove)
@@ -271,8 +273,9 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     peak fits ``budget``.
 
     Techniques, in the order they are applied: the ``switches`` (lossy ones), micro-batches,
-    and the fastest checkpoint plan that fits what they leave. A lossy decision is timed beside
-    the fastest exact combination that fits, which is taken unless the lossy one is faster (see
+    and the fastest checkpoint plan that fits what they leave (searched on the step recorded
+    with nothing applied). A lossy decision is timed beside the fastest exact combination that
+    fits, which is taken unless the lossy one is more than 5% faster (see
     :func:`~.search.decide`).
 
     Args:
@@ -316,10 +319,14 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
             return [part]
         return sorted({small, part})
 
+    def record_plain_step() -> Chain:
+        remove_all(techniques, target)  # a measured combination may still be in effect
+        return probe.chain()
+
     micro_batches = MicroBatches(probe.batch_size, seconds_of)
     techniques = [*(_measured(probe, switch, lambda: fixed + per_pass, lossy_sizes, plain_peak,
                               functools.partial(seconds_of, part)) for switch in switches),
-                  micro_batches, CheckpointPlans(probe.chain, step_seconds)]
+                  micro_batches, CheckpointPlans(record_plain_step, step_seconds)]
 
     def measure(estimate: Estimate) -> int:
         put_in_effect(estimate, techniques, target)

@@ -1,6 +1,7 @@
 """Combine techniques under one memory budget: predict every combination, take the fastest that
 fits with a margin, measure it, and tighten when the measurement does not fit. A lossy
-combination is also timed, beside the fastest exact one, and kept only if it is faster.
+combination is also timed, beside the fastest exact one, and kept only if it is more than
+:data:`EXACT_PREFERENCE` faster.
 
 Example:
     >>> from .techniques import MicroBatches
@@ -31,8 +32,9 @@ ATTEMPTS = 3
 """Measured combinations that did not fit before the search gives up."""
 
 EXACT_PREFERENCE = 1.05
-"""A lossy combination is kept only if the fastest exact one that fits measures more than this
-many times its step time (the exact one costs no accuracy)."""
+"""A lossy combination is kept only if the fastest exact one that fits is predicted, or then
+measured, at more than this many times its measured step time (the exact one costs no
+accuracy)."""
 
 MIB = 2**20
 
@@ -86,9 +88,11 @@ class Decision:
         budget_bytes: The budget.
         chosen: The combination trained with.
         measured_bytes: Its measured peak.
-        considered: Every combination predicted, in the last search.
-        measured: Measured peaks by combination summary (those measured that did not fit, and
-            the chosen one).
+        considered: Every combination predicted, in the last search (and the exact ones a
+            lossy choice was checked against).
+        measured: Measured peaks by combination summary: every combination measured (the
+            chosen one, those that did not fit, an exact one a lossy choice was checked
+            against).
         timed: Measured step times (ratios to the step without techniques) by combination
             summary: a lossy choice and the exact combination it was checked against.
     """
@@ -190,12 +194,14 @@ class _Corrections:
 
 
 def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
-           measure: Callable[[Estimate], int],
-           lower: str = LOWER, seconds: Callable[[Estimate], float] | None = None) -> Decision:
+           measure: Callable[[Estimate], int], lower: str = LOWER,
+           seconds: Callable[[Estimate], float] | None = None,
+           correction: float = 1.0) -> Decision:
     """The fastest combination whose predicted peak fits ``budget_bytes`` with
-    :data:`MARGIN` (without it when none does) and whose measured peak fits it. When a measured peak does not fit, its
-    activations measured some factor above their prediction (the state's bytes are known): the
-    predicted activations are taken to be that short (all of them after an exact combination's
+    :data:`MARGIN` (without it when none does) and whose measured peak fits it. When a
+    measured peak does not fit, its activations measured some factor above their prediction
+    (the state's bytes are known): the predicted activations are taken to be that short (all
+    of them after an exact combination's
     miss, those with the same lossy techniques after a lossy one's), and the search runs again.
 
     Lossy techniques' effects are measured one at a time and multiplied, which can be far off
@@ -214,6 +220,8 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         lower: What would go lower than these techniques, for the error message.
         seconds: Applies a combination and returns its measured step time as a ratio to the
             step without techniques (it stays applied).
+        correction: How many times their prediction activations measured already (every
+            prediction's activations are multiplied by it).
 
     Returns:
         The decision; the chosen combination is applied.
@@ -224,7 +232,7 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             other is predicted to (at most :data:`ATTEMPTS` are measured).
     """
     corrections = _Corrections(int(budget_bytes * (1 - MARGIN)),
-                               frozenset(t.name for t in techniques if t.lossy))
+                               frozenset(t.name for t in techniques if t.lossy), correction)
     measured: dict[str, int] = {}
     for _ in range(ATTEMPTS):
         sized_for = corrections.sized_for(start)
@@ -258,11 +266,13 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
                                      corrections.fits, measure, seconds)
             return decision
         corrections.learn(chosen, peak)
-    exact = [technique for technique in techniques if not technique.lossy]
-    if len(exact) < len(techniques):
-        # lossy predictions can be far off together; the exact ones are searched on their own
+    if corrections.by_lossy_choices:
+        # lossy predictions can be far off together; the exact ones are searched on their own,
+        # with what exact misses taught
+        exact = [technique for technique in techniques if not technique.lossy]
         with contextlib.suppress(ConfigError):
-            decision = decide(start, exact, budget_bytes, measure, lower)
+            decision = decide(start, exact, budget_bytes, measure, lower,
+                              correction=corrections.overall)
             decision.measured = {**measured, **decision.measured}
             return decision
     raise ConfigError(

@@ -135,10 +135,12 @@ class MicroBatches(Technique):
 
 @dataclass(frozen=True)
 class _SearchedPlan:
-    """A plan searched for a share of the unplanned activations, and the share it reaches."""
+    """A plan, and the shares of the unplanned activations it is the answer for: from the
+    share it reaches (0 for the least-memory plan given to shares no plan reaches) to the
+    share it was searched for."""
 
-    asked: float
-    reaches: float
+    low: float
+    high: float
     plan: CheckpointPlan
 
 
@@ -186,14 +188,17 @@ class CheckpointPlans(Technique):
         searches are made once."""
         share = math.floor(share * 256) / 256
         for searched in self._plans:
-            if searched.reaches <= share <= searched.asked:
+            if searched.low <= share <= searched.high:
                 return searched.plan
         try:
-            plan = plan_for_chain(self.chain, budget=share) if share > 0 else self._least()
+            plan = plan_for_chain(self.chain, budget=share) if share > 0 else None
         except ConfigError:  # below what any plan reaches
-            plan = self._least()
+            plan = None
+        if plan is None:  # so is every smaller share
+            self._plans.append(_SearchedPlan(0.0, share, self._least()))
+            return self._least()
         reaches = plan.planned.activation_peak / max(plan.baseline.activation_peak, 1)
-        self._plans.append(_SearchedPlan(max(share, reaches), min(share, reaches), plan))
+        self._plans.append(_SearchedPlan(reaches, share, plan))
         return plan
 
     def _least(self) -> CheckpointPlan:

@@ -128,8 +128,8 @@ def test_memory_budget_under_fully_shard_bounds_each_rank(tmp_path):
     shards of the parameters, gradients and optimizer state (about half of DDP's on two)."""
     hook = "dict(type='MemoryBudgetHook', budget=0.85)"
     decisions = {}
-    for kind, extra, hooks in (('ddp', '', [hook]),
-                               ('fsdp2', FULLY_SHARD, [hook, "dict(type='FullyShardCheckpointHook')"])):
+    save = "dict(type='FullyShardCheckpointHook')"
+    for kind, extra, hooks in (('ddp', '', [hook]), ('fsdp2', FULLY_SHARD, [hook, save])):
         log = train(tmp_path / kind, extra, hooks)
         assert 'MemoryBudgetHook for inputs 16x' in log, log[-2000:]
         assert len(losses(log)) == 2

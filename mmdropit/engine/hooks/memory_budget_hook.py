@@ -21,11 +21,11 @@ from mmengine.dist import (all_reduce, broadcast_object_list, get_rank, get_worl
 from mmengine.optim import AmpOptimWrapper, OptimWrapper, OptimWrapperDict
 from mmengine.registry import HOOKS
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from ...checkpoint.chain import Chain
 from ...codecs import CompressedActivations, compressible_modules
 from ...common.budget import parse_budget
+from ...common.parameters import is_sharded
 from ...dropit import dropit_layers
 from ...errors import ConfigError
 from ...planner import (BudgetOutcome, StepProbe, bf16_switch, dropit_switch, plan_within_budget,
@@ -207,9 +207,9 @@ class MemoryBudgetHook(ShapeBucketHook):
         switches = [*([dropit_switch(model)] if 'dropit' in self.lossy else []),
                     *([quantize_switch(model)] if 'quantize' in self.lossy else []),
                     *([bf16_switch(wrapper)] if 'bf16' in self.lossy else [])]
-        sharded = any(isinstance(param, DTensor) for param in model.parameters())
         lower = ('lossy techniques (lossy=True), or ' if not self._every_lossy else '') \
-            + (f'sharding over more than {get_world_size()} processes' if sharded else LOWER)
+            + (f'sharding over more than {get_world_size()} processes'
+               if is_sharded(model.parameters()) else LOWER)
         where = shape_text(key)
         fingerprint = self._fingerprint(model, wrapper, key)
         saved = self._saved(runner).get(where)

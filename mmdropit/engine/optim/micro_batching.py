@@ -24,10 +24,9 @@ import torch
 from mmengine.dist import all_reduce
 from mmengine.logging import MMLogger, print_log
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from ...common.budget import Budget, parse_budget
-from ...common.parameters import optimizer_params
+from ...common.parameters import is_sharded, optimizer_params
 from ...errors import ConfigError
 from ...microbatch import BUDGET_HELP, SplitDecision, micro_batch_sizes, search_split
 from ..runner_model import unwrap
@@ -123,7 +122,7 @@ class MicroBatching:
         if self.should_update():  # no gradient is waiting for the window's last iteration
             return state
         params = optimizer_params(self.optimizer)
-        if any(isinstance(param, DTensor) for param in params):
+        if is_sharded(params):
             print_log('the gradients of the unfinished accumulation window are not saved under '
                       'FSDP2; a run resumed from this checkpoint starts the window afresh',
                       logger='current', level=logging.WARNING)

@@ -1,0 +1,40 @@
+"""The techniques' own caches: a checkpoint plan searched once answers every share it fits."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from mmdropit.checkpoint import build_chain, plan_for_chain, record_step
+from mmdropit.errors import ConfigError
+from mmdropit.planner.techniques import CheckpointPlans
+
+
+def _share(plan) -> float:
+    return plan.planned.activation_peak / plan.baseline.activation_peak
+
+
+def test_cached_plans_fit_every_share_a_fresh_search_fits():
+    """Shares asked for in any order get a plan within them whenever a search on a fresh
+    recording finds one: a share below every plan (answered by the least-memory plan) must
+    not hide the plans of the shares just above it."""
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+                          for _ in range(8)], nn.Linear(64, 1))
+    x = torch.randn(128, 64)
+    record = record_step(net, lambda: net(x).sum())
+    plans = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0)
+    least = _share(plans._plan(0.001))
+    shares = [least * (1 - k / 128) for k in range(1, 4)] + [0.45, 0.3, 0.6, least, 0.34, 0.5]
+    fitted = 0
+    for share in shares:
+        got = plans._plan(share)
+        asked = math.floor(share * 256) / 256
+        try:
+            plan_for_chain(build_chain(record, net), budget=asked)
+        except ConfigError:
+            continue  # no plan reaches it: the least-memory plan is the answer
+        fitted += 1
+        assert _share(got) <= asked + 1e-9, (share, _share(got))
+    assert fitted >= 4
