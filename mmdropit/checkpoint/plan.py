@@ -76,6 +76,11 @@ class CheckpointPlan:
     forward_seconds: float = 0.0
     planning_seconds: float = 0.0
 
+    @property
+    def activation_share(self) -> float:
+        """The planned activation peak as a share of the unplanned one (both predicted)."""
+        return self.planned.activation_peak / max(self.baseline.activation_peak, 1)
+
     def apply(self, model: nn.Module) -> nn.Module:
         """Checkpoint the planned modules of ``model`` in place; returns ``model``."""
         modules = dict(model.named_modules())
@@ -112,7 +117,7 @@ class CheckpointPlan:
             base, plan = self.baseline, self.planned
             share = plan.recompute_seconds / max(self.forward_seconds, 1e-9)
             lines.append(f'  predicted activation peak {_mib(plan.activation_peak)} '
-                         f'({plan.activation_peak / max(base.activation_peak, 1):.2f} of '
+                         f'({self.activation_share:.2f} of '
                          f'{_mib(base.activation_peak)} unplanned), recompute '
                          f'{plan.recompute_seconds:.3f} s per step ({share:.2f} of the forward '
                          f'pass); planned in {self.planning_seconds:.1f} s')

@@ -233,18 +233,21 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
     """
     corrections = _Corrections(int(budget_bytes * (1 - MARGIN)),
                                frozenset(t.name for t in techniques if t.lossy), correction)
+    exact = [technique for technique in techniques if not technique.lossy]
     measured: dict[str, int] = {}
+
+    def search(among: Sequence[Technique]) -> tuple[list[Estimate], Estimate | None]:
+        """Every combination of ``among`` as corrected so far, and the fastest that fits."""
+        considered = combinations(start, among, corrections.sized_for(start), corrections.fits)
+        return considered, fastest_fitting(considered, corrections.fits)
+
     for _ in range(ATTEMPTS):
-        sized_for = corrections.sized_for(start)
-        considered = combinations(start, techniques, sized_for, corrections.fits)
-        chosen = fastest_fitting(considered, corrections.fits)
+        considered, chosen = search(techniques)
         if chosen is None and corrections.limit < budget_bytes:
             # none fits with the margin: those predicted within the budget itself are tried,
             # and their measurement decides
             corrections.limit = budget_bytes
-            sized_for = corrections.sized_for(start)
-            considered = combinations(start, techniques, sized_for, corrections.fits)
-            chosen = fastest_fitting(considered, corrections.fits)
+            considered, chosen = search(techniques)
         if chosen is None and measured:
             break  # no corrected prediction fits
         if chosen is None:
@@ -260,16 +263,13 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         if peak <= budget_bytes:
             decision = Decision(budget_bytes, chosen, peak, considered, measured)
             if seconds is not None and corrections.lossy_choices(chosen):
-                exact = [t for t in techniques if not t.lossy]
-                _check_against_exact(decision, combinations(start, exact, sized_for,
-                                                            corrections.fits),
-                                     corrections.fits, measure, seconds)
+                _check_against_exact(decision, search(exact)[0], corrections.fits, measure,
+                                     seconds)
             return decision
         corrections.learn(chosen, peak)
     if corrections.by_lossy_choices:
         # lossy predictions can be far off together; the exact ones are searched on their own,
         # with what exact misses taught
-        exact = [technique for technique in techniques if not technique.lossy]
         with contextlib.suppress(ConfigError):
             decision = decide(start, exact, budget_bytes, measure, lower,
                               correction=corrections.overall)

@@ -197,8 +197,7 @@ class CheckpointPlans(Technique):
         if plan is None:  # so is every smaller share
             self._plans.append(_SearchedPlan(0.0, share, self._least()))
             return self._least()
-        reaches = plan.planned.activation_peak / max(plan.baseline.activation_peak, 1)
-        self._plans.append(_SearchedPlan(reaches, share, plan))
+        self._plans.append(_SearchedPlan(plan.activation_share, share, plan))
         return plan
 
     def _least(self) -> CheckpointPlan:
@@ -214,7 +213,7 @@ class CheckpointPlans(Technique):
         plan = self._plan((budget_bytes - estimate.fixed_bytes) / exact)
         if not plan.targets:
             return
-        share = plan.planned.activation_peak / max(plan.baseline.activation_peak, 1)
+        share = plan.activation_share
         count = len(plan.targets)
         choice = Choice(self.name, plan, f'checkpoint plan ({count} top-level checkpoint'
                         f'{"" if count == 1 else "s"}, {share:.2f} of the activations)')

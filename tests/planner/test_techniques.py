@@ -11,10 +11,6 @@ from mmdropit.errors import ConfigError
 from mmdropit.planner.techniques import CheckpointPlans
 
 
-def _share(plan) -> float:
-    return plan.planned.activation_peak / plan.baseline.activation_peak
-
-
 def test_cached_plans_fit_every_share_a_fresh_search_fits():
     """Shares asked for in any order get a plan within them whenever a search on a fresh
     recording finds one: a share below every plan (answered by the least-memory plan) must
@@ -25,7 +21,7 @@ def test_cached_plans_fit_every_share_a_fresh_search_fits():
     x = torch.randn(128, 64)
     record = record_step(net, lambda: net(x).sum())
     plans = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0)
-    least = _share(plans._plan(0.001))
+    least = plans._plan(0.001).activation_share
     shares = [least * (1 - k / 128) for k in range(1, 4)] + [0.45, 0.3, 0.6, least, 0.34, 0.5]
     fitted = 0
     for share in shares:
@@ -36,5 +32,5 @@ def test_cached_plans_fit_every_share_a_fresh_search_fits():
         except ConfigError:
             continue  # no plan reaches it: the least-memory plan is the answer
         fitted += 1
-        assert _share(got) <= asked + 1e-9, (share, _share(got))
+        assert got.activation_share <= asked + 1e-9, (share, got.activation_share)
     assert fitted >= 4
