@@ -107,10 +107,19 @@ class _ActivationPeakTracker(MemTracker):
                 self._param_to_grad_hook_handles.setdefault(param, (_NoHook(), _NoHook()))
         super()._pre_fw_hook(module, inputs)
 
+    def _update_peak_stats(self, peak_state: object) -> None:
+        """Keep the totals' peak only. MemTracker also updates the peak of every module it has
+        seen after every operation, a cost that grows with the model (most of the meter's
+        overhead on a detector) for per-module figures nothing here reads."""
+        for device, counts in self._curr_mem_snap.items():
+            if self._peak_mem.get(device, 0) < counts[_TRACKER_TOTAL]:
+                self._peak_mem[device] = counts[_TRACKER_TOTAL]
+                self._peak_mem_snap[device] = dict(counts)
+
     def __torch_dispatch__(self, func: torch._ops.OpOverload, types: tuple[type, ...],
                            args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         result = super().__torch_dispatch__(func, types, args, kwargs)
-        counts = self.get_tracker_snapshot('current').get(self.device, {})
+        counts = self._curr_mem_snap.get(self.device, {})
         activation = sum(nbytes for key, nbytes in counts.items()
                          if getattr(key, 'value', key) in _ACTIVATION_KINDS)
         self.activation_peak = max(self.activation_peak, activation)

@@ -294,9 +294,20 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
             fits (see :func:`~.search.decide`).
     """
     started = time.perf_counter()
-    seconds_of = functools.cache(probe.seconds)
     fixed = state_bytes(probe.model, probe.optimizer)
     whole = budget_bytes = per_pass = 0  # measured below, before anything is searched
+
+    warm: set[int] = set()  # sizes a pass has run at: one timed pass of them is enough
+
+    def peak_of(size: int, gradients_held: bool = True) -> int | None:
+        warm.add(size)
+        return probe.peak(size, gradients_held)
+
+    @functools.cache
+    def seconds_of(size: int) -> float:
+        passes = 1 if size in warm else 2  # the first pass of a size may be cold
+        warm.add(size)
+        return probe.seconds(size, passes)
 
     def step_seconds() -> float:
         return seconds_of(probe.batch_size)
@@ -308,7 +319,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
 
     @functools.cache
     def plain_peak(size: int) -> int:
-        return whole if size == probe.batch_size else probe.peak(size) or whole
+        return whole if size == probe.batch_size else peak_of(size) or whole
 
     @functools.cache
     def lossy_sizes() -> list[int]:
@@ -337,7 +348,9 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     def measure_seconds(estimate: Estimate) -> float:
         put_in_effect(estimate, techniques, target)
         sizes = Counter(micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1)))
-        return sum(count * probe.seconds(size) for size, count in sizes.items()) / step_seconds()
+        # one timed pass per size: the combination's measured pass warmed it up
+        return sum(count * probe.seconds(size, passes=1)
+                   for size, count in sizes.items()) / step_seconds()
 
     if saved is not None:
         budget_bytes = saved['budget_bytes']
@@ -350,8 +363,8 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
             return BudgetOutcome(decision, techniques, saved['unplanned_peak_bytes'], fixed,
                                  time.perf_counter() - started, reused=True)
         remove_all(techniques, target)
-    unplanned = probe.peak(probe.batch_size, gradients_held=False)  # the step as it is
-    whole = probe.peak(probe.batch_size)  # with gradients held, as every later part holds them
+    unplanned = peak_of(probe.batch_size, gradients_held=False)  # the step as it is
+    whole = peak_of(probe.batch_size)  # with gradients held, as every later part holds them
     if unplanned is None or whole is None:
         raise ConfigError('the batch ran out of memory with nothing applied: lower the batch '
                           'size')
