@@ -224,14 +224,14 @@ def _search_split(work: Workload, budget: float) -> SplitDecision:
         raise RuntimeError(str(error)) from error
 
 
-def memory_budget(budget: float, lossy: bool = False) -> Prepare:
+def memory_budget(budget: float | None, lossy: bool = False) -> Prepare:
     """The combination of techniques that ``MemoryBudgetHook`` would choose for ``budget`` (a
-    fraction of the measured step peak), decided once per workload
+    fraction of the measured step peak; ``None``: the least peak), decided once per workload
     (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, what
     ``MemoryBudgetHook(lossy=True)`` tries too: DropIT, quantized activations, bf16 autocast."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        key = f'{budget}-{lossy}'
+        key = f'{"least" if budget is None else budget}-{lossy}'
         if key not in work.budget_outcomes:
             if work.part_loss is None:
                 raise RuntimeError(f'{work.name} cannot be split into micro-batches')

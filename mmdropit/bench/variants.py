@@ -47,9 +47,10 @@ MICRO_VARIANTS = (f'micro-{MICRO_BATCHES}', f'micro-budget-{MICRO_BUDGET}',
 """Micro-batching: a fixed number of parts, the fewest under a budget, and every technique."""
 BUDGETS = (0.5, 0.25)
 """Budgets (fractions of the measured step peak) of the memory-budget planner."""
-BUDGET_VARIANTS = (*(f'budget-{budget}' for budget in BUDGETS),
-                   *(f'budget-{budget}-lossy' for budget in BUDGETS))
-"""The memory-budget planner (``MemoryBudgetHook``'s decision), exact and lossy."""
+BUDGET_VARIANTS = (*(f'budget-{budget}' for budget in BUDGETS), 'budget-least',
+                   *(f'budget-{budget}-lossy' for budget in BUDGETS), 'budget-least-lossy')
+"""The memory-budget planner (``MemoryBudgetHook``'s decision), exact and lossy, at the budgets
+and at the least peak it reaches (``budget=None``)."""
 
 
 def _nothing(work: Workload) -> ContextManager[None]:
@@ -123,8 +124,11 @@ def catalogue() -> dict[str, Variant]:
                                                             inner_name='dropit')),
                 forward=bf16_autocast),
         *(Variant(f'budget-{budget}', prepare=memory_budget(budget)) for budget in BUDGETS),
+        Variant('budget-least', prepare=memory_budget(None)),
         *(Variant(f'budget-{budget}-lossy', prepare=memory_budget(budget, lossy=True),
                   forward=decided_autocast) for budget in BUDGETS),
+        Variant('budget-least-lossy', prepare=memory_budget(None, lossy=True),
+                forward=decided_autocast),
         *(_grid_point(micro, plan) for micro, plan in GRID_POINTS),
     ]
     return {variant.name: variant for variant in variants}

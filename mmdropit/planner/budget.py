@@ -44,13 +44,17 @@ from ..errors import ConfigError
 from ..memory import state_bytes, trial_peak, trial_seconds
 from ..microbatch import micro_batch_sizes
 from .estimate import Choice, Estimate
-from .search import LOWER, Decision, decide, put_in_effect, remove_all
+from .search import LOWER, Decision, decide, decide_least, put_in_effect, remove_all
 from .techniques import CheckpointPlans, Effect, MeasuredSettings, MicroBatches, Target, Technique
 
 DROPIT_GAMMAS = (0.5, 0.7, 0.9)
 """The gammas DropIT is tried at when lossy techniques are allowed."""
 ACTIVATION_BITS = (8, 4)
 """The bit widths saved activations are tried at when lossy techniques are allowed."""
+LOSSY_SAMPLES = 16
+"""Lossy settings are measured on at most this many samples (and an eighth of them): their
+peak passes and timed passes are most of a lossy search, and their effects are fitted as a
+share of the activations plus constant bytes, which holds at any batch size."""
 
 
 def _same(value):
@@ -161,6 +165,8 @@ class BudgetOutcome:
         fixed_bytes: Parameters, gradients, buffers and optimizer state.
         seconds: Time spent measuring, searching and proving the decision.
         reused: Whether the decision is an earlier run's, measured again and kept.
+        least: Whether the budget was the least peak the techniques reach (the decision's
+            budget is then that measured peak).
     """
 
     decision: Decision
@@ -169,6 +175,7 @@ class BudgetOutcome:
     fixed_bytes: int = 0
     seconds: float = 0.0
     reused: bool = False
+    least: bool = False
 
     def to_json(self) -> dict:
         """The decision as JSON: what :func:`plan_within_budget` reads back as ``saved``, and
@@ -186,11 +193,13 @@ class BudgetOutcome:
     def __str__(self) -> str:
         mib = 2**20
         decision = self.decision
+        budget = ('the least peak the techniques reach' if self.least
+                  else f'budget {decision.budget_bytes / mib:.1f} MiB')
         if self.reused:
-            return (f'budget {decision.budget_bytes / mib:.1f} MiB; the earlier run\'s decision '
+            return (f'{budget}; the earlier run\'s decision '
                     f'{decision.chosen.summary} is kept: measured peak '
                     f'{decision.measured_bytes / mib:.1f} MiB')
-        return (f'budget {decision.budget_bytes / mib:.1f} MiB (step peak with nothing applied '
+        return (f'{budget} (step peak with nothing applied '
                 f'{self.unplanned_peak / mib:.1f} MiB, of which parameters, gradients, buffers '
                 f'and optimizer state {self.fixed_bytes / mib:.1f} MiB); chosen: '
                 f'{decision.chosen.summary}, measured peak {decision.measured_bytes / mib:.1f} '
@@ -280,8 +289,10 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
 
     Args:
         probe: How to measure the step.
-        budget: A fraction of the measured step peak with nothing applied, or bytes
-            (as :func:`~mmdropit.common.parse_budget` returns them).
+        budget: A fraction of the measured step peak with nothing applied, bytes (as
+            :func:`~mmdropit.common.parse_budget` returns them), or ``None``: the least peak
+            the techniques reach (:func:`~.search.decide_least`; its measured peak becomes the
+            decision's budget).
         target: What the techniques are applied to.
         switches: Lossy techniques to try too.
         lower: What would go lower than these techniques, for the error message.
@@ -312,10 +323,10 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     def step_seconds() -> float:
         return seconds_of(probe.batch_size)
 
-    # lossy settings are measured on half the batch (their peak passes, under the meter, are
-    # the search's slowest part) and on an eighth of it, to tell bytes they add whatever the
-    # batch (bf16's cast weights) from a share of the activations
-    part = (probe.batch_size + 1) // 2
+    # lossy settings are measured on half the batch (at most LOSSY_SAMPLES) and on an eighth
+    # of it, to tell bytes they add whatever the batch (bf16's cast weights) from a share of
+    # the activations
+    part = min((probe.batch_size + 1) // 2, LOSSY_SAMPLES)
 
     @functools.cache
     def plain_peak(size: int) -> int:
@@ -343,7 +354,8 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         put_in_effect(estimate, techniques, target)
         size = micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1))[0]
         peak = probe.peak(size, gradients_held=size < probe.batch_size)
-        return 2 * budget_bytes if peak is None else peak  # out of memory: halve the target
+        # out of memory: halve the target (rank last, for the least peak)
+        return 2 * (budget_bytes or whole) if peak is None else peak
 
     def measure_seconds(estimate: Estimate) -> float:
         put_in_effect(estimate, techniques, target)
@@ -358,10 +370,12 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
                           saved['predicted_time_ratio'], decode_choices(saved['choices'],
                                                                         techniques))
         peak = measure(chosen)
-        if peak <= budget_bytes:
-            decision = Decision(budget_bytes, chosen, peak, [chosen], {chosen.summary: peak})
+        if budget is None or peak <= budget_bytes:  # the least peak: kept as it measures
+            decision = Decision(peak if budget is None else budget_bytes, chosen, peak,
+                                [chosen], {chosen.summary: peak})
             return BudgetOutcome(decision, techniques, saved['unplanned_peak_bytes'], fixed,
-                                 time.perf_counter() - started, reused=True)
+                                 time.perf_counter() - started, reused=True,
+                                 least=budget is None)
         remove_all(techniques, target)
     unplanned = peak_of(probe.batch_size, gradients_held=False)  # the step as it is
     whole = peak_of(probe.batch_size)  # with gradients held, as every later part holds them
@@ -371,10 +385,15 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     budget_bytes = resolve_budget(budget, unplanned)
     micro_batches.undivided_saving = max(whole - unplanned, 0)
     per_pass = per_pass_bytes(probe.batch_size, whole - fixed, lambda: plain_peak(1) - fixed)
+    start = Estimate(fixed + per_pass, max(whole - fixed - per_pass, 0))
     try:
-        decision = decide(Estimate(fixed + per_pass, max(whole - fixed - per_pass, 0)),
-                          techniques, budget_bytes, measure, lower, measure_seconds)
+        if budget_bytes is None:
+            decision = decide_least(start, techniques, measure)
+            put_in_effect(decision.chosen, techniques, target)
+        else:
+            decision = decide(start, techniques, budget_bytes, measure, lower, measure_seconds)
     except BaseException:
         remove_all(techniques, target)  # a failed search leaves the model as it was
         raise
-    return BudgetOutcome(decision, techniques, unplanned, fixed, time.perf_counter() - started)
+    return BudgetOutcome(decision, techniques, unplanned, fixed, time.perf_counter() - started,
+                         least=budget is None)

@@ -282,6 +282,37 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         f'with {lower}')
 
 
+def decide_least(start: Estimate, techniques: Sequence[Technique],
+                 measure: Callable[[Estimate], int]) -> Decision:
+    """The combination with the least measured peak: the :data:`ATTEMPTS` combinations
+    predicted lowest (each technique at its least-memory setting where it has one, e.g. the
+    least-memory checkpoint plan) are measured, and the lowest measured is chosen (the fastest
+    predicted among equal peaks). Its measured peak becomes the decision's budget.
+
+    Args:
+        start: The step without any technique, as measured.
+        techniques: The techniques to combine, in the order they are applied.
+        measure: Applies a combination and returns its measured peak (it stays applied).
+
+    Returns:
+        The decision (the last combination measured is in effect, not necessarily the chosen
+        one: put it in effect with :func:`put_in_effect`).
+
+    Example:
+        >>> from .techniques import MicroBatches
+        >>> micro = MicroBatches(16, seconds_of=lambda size: 0.1 + size)
+        >>> decision = decide_least(Estimate(200, 1600), [micro], lambda e: e.peak_bytes + 20)
+        >>> decision.chosen.summary, decision.budget_bytes
+        ('16 micro-batches of at most 1', 320)
+    """
+    considered = combinations(start, techniques, budget_bytes=0)
+    lowest = sorted(considered, key=lambda e: (e.peak_bytes, e.time_ratio))[:ATTEMPTS]
+    measured = {estimate.summary: measure(estimate) for estimate in lowest}
+    chosen = min(lowest, key=lambda e: (measured[e.summary], e.time_ratio))
+    return Decision(measured[chosen.summary], chosen, measured[chosen.summary], considered,
+                    measured)
+
+
 def _check_against_exact(decision: Decision, exact_combinations: list[Estimate],
                          fits: Callable[[Estimate], bool], measure: Callable[[Estimate], int],
                          seconds: Callable[[Estimate], float]) -> None:

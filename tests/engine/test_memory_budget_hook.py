@@ -67,6 +67,20 @@ def test_tiny_vit_fits_fractional_budgets(tmp_path, budget):
 
 
 @pytest.mark.slow
+def test_no_budget_trains_at_the_least_peak_the_techniques_reach(tmp_path):
+    _, scalars, decision = _measured_run(two_iteration_cfg(
+        TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=None)))
+    assert decision['budget_bytes'] == decision['measured_peak_bytes']
+    # a real step adds the optimizer step's temporaries to the measured pass (AdamW: 30 KB)
+    assert scalars['step_peak_mib'] * MIB <= 1.02 * decision['measured_peak_bytes']
+    # lower than what the 0.45 budget above needs, with micro-batches and a plan
+    assert decision['measured_peak_bytes'] <= 0.45 * decision['unplanned_peak_bytes']
+    assert _setting(decision, 'micro-batches') and _setting(decision, 'checkpoint-plan')
+    assert 'MemoryBudgetHook for inputs 32x1x128x128: the least peak the techniques reach' \
+        in log_text(tmp_path)
+
+
+@pytest.mark.slow
 def test_lossy_techniques_are_measured_and_the_choice_is_applied(tmp_path):
     runner, scalars, decision = _measured_run(two_iteration_cfg(
         TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=0.6, lossy=True)))
@@ -169,7 +183,6 @@ def test_two_gloo_ranks_take_one_decision_and_stay_in_sync(tmp_path):
 
 @pytest.mark.parametrize('kwargs,message', [
     (dict(budget='half'), 'MemoryBudgetHook budget is the peak of a whole training step'),
-    (dict(budget=None), "got None"),
     (dict(budget=1.5), r'a fraction must lie in \(0, 1\]'),
     (dict(budget='4GB', bucket=0), 'bucket must be an int >= 1'),
     (dict(budget='4GB', allow=['fp8']), r"allow takes a list of lossy techniques from \['bf16'"),

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from mmdropit.planner.estimate import Choice, Estimate
-from mmdropit.planner.search import EXACT_PREFERENCE, combinations, decide, fits_within
+from mmdropit.planner.search import (ATTEMPTS, EXACT_PREFERENCE, combinations, decide, decide_least,
+                                     fits_within)
 from mmdropit.planner.techniques import Technique
 
 
@@ -161,3 +162,20 @@ def test_a_combination_predicted_within_the_budget_but_not_its_margin_is_tried()
     # the least predicted peak, four parts + plan, is 200: above 0.95 of 205, below 205
     decision = decide(Estimate(100, 1000), techniques, 205, lambda e: e.peak_bytes)
     assert decision.chosen.summary == 'four parts + plan' and decision.measured_bytes == 200
+
+
+def test_the_least_peak_is_the_lowest_measured_of_the_lowest_predicted():
+    """The combination predicted lowest measures above the next one: the next one is chosen,
+    and its measured peak is the budget; only the lowest predicted few are measured."""
+    applied: dict = {}
+    techniques = _techniques(applied)[1:]
+
+    def measure(estimate: Estimate) -> int:
+        return estimate.peak_bytes + (500 if estimate.summary == 'four parts + plan' else 0)
+
+    decision = decide_least(Estimate(100, 1000), techniques, measure)
+    # predicted: four parts + plan 200, two parts + plan 300, four parts 350
+    assert decision.chosen.summary == 'two parts + plan'
+    assert decision.budget_bytes == decision.measured_bytes == 300
+    assert len(decision.measured) == ATTEMPTS
+    assert decision.measured['four parts + plan'] == 700

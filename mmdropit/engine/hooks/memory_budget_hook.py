@@ -5,6 +5,7 @@ Example config::
 
     custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
     custom_hooks = [dict(type='MemoryBudgetHook', budget='11GB')]   # or a fraction, e.g. 0.5
+    # the least memory the techniques reach: dict(type='MemoryBudgetHook', budget=None)
     # lossy techniques too: dict(type='MemoryBudgetHook', budget=0.25, lossy=True)
     #                   or: dict(type='MemoryBudgetHook', budget=0.25, allow=['bf16', 'quantize'])
 """
@@ -39,7 +40,8 @@ from .checkpoint_plan_hook import CheckpointPlanHook
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
 BUDGET_HELP = ("a MemoryBudgetHook budget is the peak of a whole training step, a size such as "
-               "'11GB' or '512MiB' or a fraction of the measured unplanned step peak such as 0.5")
+               "'11GB' or '512MiB', a fraction of the measured unplanned step peak such as 0.5, "
+               "or None for the least peak the techniques reach")
 LOSSY = ('bf16', 'dropit', 'quantize')
 """Techniques that change the computed gradients, tried only with ``lossy`` or ``allow``."""
 
@@ -130,7 +132,9 @@ class MemoryBudgetHook(ShapeBucketHook):
         budget: The peak of a whole training step (parameters, gradients, optimizer state,
             activations, temporaries): a size (``'11GB'``, ``'11GiB'``, bytes as int) or a
             fraction of the measured step peak with nothing applied (``0.5``). On CUDA the
-            peak is ``max_memory_allocated``; on CPU PyTorch's MemTracker.
+            peak is ``max_memory_allocated``; on CPU PyTorch's MemTracker. ``None``: the
+            least peak the allowed techniques reach (the three combinations predicted lowest
+            are measured; the lowest is trained with, its peak logged as the budget).
         lossy: Also try every lossy technique (:data:`LOSSY`).
         allow: Lossy techniques to try, by name (instead of ``lossy=True``).
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
@@ -147,8 +151,6 @@ class MemoryBudgetHook(ShapeBucketHook):
     def __init__(self, budget: float | int | str, lossy: bool = False,
                  allow: Sequence[str] | None = None, bucket: int = 128) -> None:
         self.budget = parse_budget(budget, BUDGET_HELP)
-        if self.budget is None:
-            raise ConfigError(f'{BUDGET_HELP}; got None')
         if isinstance(allow, str) or (allow is not None and not set(allow) <= set(LOSSY)):
             raise ConfigError(f'MemoryBudgetHook allow takes a list of lossy techniques from '
                               f'{list(LOSSY)}, got {allow!r}')
