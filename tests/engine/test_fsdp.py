@@ -151,6 +151,17 @@ def test_memory_budget_under_fully_shard_bounds_each_rank(tmp_path):
     assert 'sharding over more than 2 processes' in result.stdout + result.stderr
 
 
+def test_memory_budget_under_the_fully_shard_strategy(tmp_path):
+    """FlexibleRunner with FullyShardStrategy: the hook plans the strategy's sharded model and
+    optim wrapper, and the decision fits each rank."""
+    log = train(tmp_path, STRATEGY, ["dict(type='MemoryBudgetHook', budget=0.85)"])
+    assert 'MemoryBudgetHook for inputs 16x' in log, log[-2000:]
+    assert len(losses(log)) == 2
+    decision, = json.loads((tmp_path / 'memory_plan.json').read_text()).values()
+    assert decision['chosen'] != 'nothing'
+    assert decision['measured_peak_bytes'] <= decision['budget_bytes']
+
+
 def test_fsdp1_wrapper_trains_under_runner(tmp_path, runs):
     log = train(tmp_path, "model_wrapper_cfg = dict(type='FSDPModelWrapper')\n",
                 [DROPIT, "dict(type='FullyShardCheckpointHook')"])

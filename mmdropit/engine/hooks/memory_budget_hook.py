@@ -184,6 +184,7 @@ class MemoryBudgetHook(ShapeBucketHook):
                               'lossy / allow, or the settings in the config')
         self.lossy = tuple(name for name in self.lossy if not kept[name])
         wrapper = _prepared(runner.optim_wrapper, autocast='bf16' in self.lossy)
+        wrapper.split_train_step(runner.model)  # FlexibleRunner counted before before_run
         self._target = _RunnerTarget(model, wrapper)
 
     def enter(self, runner, outcome: BudgetOutcome) -> None:

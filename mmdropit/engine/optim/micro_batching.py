@@ -161,8 +161,14 @@ class MicroBatching:
             print_log(f'the accumulation window continues with the checkpoint\'s gradients '
                       f'({init_counts % self._accumulative_counts} of '
                       f'{self._accumulative_counts} iterations done)', logger='current')
-        if self.micro_batching and not isinstance(model.__dict__.get('train_step'),
-                                                  MicroBatchTrainStep):
+        if self.micro_batching:
+            self.split_train_step(model)
+
+    def split_train_step(self, model: nn.Module) -> None:
+        """Put a :class:`MicroBatchTrainStep` in front of ``model.train_step`` (once). The
+        runner's counters call it; a hook that makes a wrapper micro-batching after that
+        (``FlexibleRunner`` prepares its strategy before ``before_run``) calls it itself."""
+        if not isinstance(model.__dict__.get('train_step'), MicroBatchTrainStep):
             model.train_step = MicroBatchTrainStep(model, model.train_step, self)
 
 
