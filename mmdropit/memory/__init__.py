@@ -6,7 +6,8 @@
 - :class:`ProfiledPeakMeter`: the peak above a region's start from the profiler's memory events
   (works around compiled code);
 - :func:`trial_peak` and :func:`trial_seconds`: the peak and the time of a trial forward and
-  backward pass, training state put back.
+  backward pass, training state put back; :func:`trial_peaks`: its peaks with and without
+  gradients held, from one pass on CPU.
 
 Example:
     >>> import torch
@@ -21,10 +22,11 @@ Example:
 from .peak import CATEGORIES, StepPeak, StepPeakMeter
 from .profiled_peak import ProfiledPeak, ProfiledPeakMeter
 from .saved import SavedActivations, SavedTensorMeter, measure_saved_activations
-from .trial_peak import pending_optimizer_state_bytes, state_bytes, trial_peak, trial_seconds
+from .trial_peak import (TrialPeaks, pending_optimizer_state_bytes, state_bytes, trial_peak,
+                         trial_peaks, trial_seconds)
 
 __all__ = [
     'CATEGORIES', 'ProfiledPeak', 'ProfiledPeakMeter', 'SavedActivations', 'SavedTensorMeter', 'StepPeak', 'StepPeakMeter',
-    'measure_saved_activations', 'pending_optimizer_state_bytes', 'state_bytes', 'trial_peak',
-    'trial_seconds',
+    'TrialPeaks', 'measure_saved_activations', 'pending_optimizer_state_bytes', 'state_bytes',
+    'trial_peak', 'trial_peaks', 'trial_seconds',
 ]

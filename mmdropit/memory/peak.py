@@ -35,6 +35,7 @@ _TRACKER_CATEGORIES = {
 }
 _TRACKER_TOTAL = 'Total'
 _ACTIVATION_KINDS = ('Activation', 'Temp')
+_GRADIENT = 'Gradient'
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class StepPeak:
             A gradient counts as temporary from the operation that computes it until autograd
             hands it to its parameter. ``None`` on CUDA, where it is not known.
         reserved_bytes: Peak bytes reserved by the CUDA caching allocator; ``None`` on CPU.
+        gradient_free_peak_bytes: The highest bytes held by everything but gradients at any
+            moment of the region: what the region's peak would be, plus the bytes of the
+            gradients, had every gradient existed from its start (as in an accumulation
+            window). ``None`` on CUDA, where it is not known.
 
     Example:
         >>> peak = StepPeak('cpu', 700, {'parameter': 400, 'activation': 200, 'temporary': 100},
@@ -68,6 +73,7 @@ class StepPeak:
     by_category: dict[str, int] = field(default_factory=dict)
     activation_peak_bytes: int | None = None
     reserved_bytes: int | None = None
+    gradient_free_peak_bytes: int | None = None
 
 
 class _NoHook:
@@ -78,7 +84,8 @@ class _NoHook:
 
 
 class _ActivationPeakTracker(MemTracker):
-    """MemTracker that also keeps the highest activation + temporary bytes after any operation.
+    """MemTracker that also keeps the highest activation + temporary bytes, and the highest
+    bytes of everything but gradients, after any operation.
 
     MemTracker registers a gradient hook on every parameter of every module it sees, which raises
     for parameters that do not require gradients (frozen stages of a detector). Those parameters
@@ -91,6 +98,7 @@ class _ActivationPeakTracker(MemTracker):
         super().__init__()
         self.device = device
         self.activation_peak = 0
+        self.gradient_free_peak = 0
         for param in frozen:
             self._param_to_grad_hook_handles[param] = (_NoHook(), _NoHook())
 
@@ -120,9 +128,16 @@ class _ActivationPeakTracker(MemTracker):
                            args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         result = super().__torch_dispatch__(func, types, args, kwargs)
         counts = self._curr_mem_snap.get(self.device, {})
-        activation = sum(nbytes for key, nbytes in counts.items()
-                         if getattr(key, 'value', key) in _ACTIVATION_KINDS)
+        activation = gradient = 0
+        for key, nbytes in counts.items():
+            name = getattr(key, 'value', key)
+            if name in _ACTIVATION_KINDS:
+                activation += nbytes
+            elif name == _GRADIENT:
+                gradient += nbytes
         self.activation_peak = max(self.activation_peak, activation)
+        self.gradient_free_peak = max(self.gradient_free_peak,
+                                      counts.get(_TRACKER_TOTAL, 0) - gradient)
         return result
 
 
@@ -226,7 +241,8 @@ class StepPeakMeter(Meter[StepPeak]):
             if name != _TRACKER_TOTAL:
                 by_category[_TRACKER_CATEGORIES[name]] += nbytes
         return StepPeak(device=str(self.device), peak_bytes=snapshot.get(_TRACKER_TOTAL, 0),
-                        by_category=by_category, activation_peak_bytes=tracker.activation_peak)
+                        by_category=by_category, activation_peak_bytes=tracker.activation_peak,
+                        gradient_free_peak_bytes=tracker.gradient_free_peak)
 
     def _stop_cuda(self) -> StepPeak:
         self._cuda_running = False

@@ -15,12 +15,15 @@ Example:
     True
     >>> all(p.grad is None for p in net.parameters())
     True
+
+:func:`trial_peaks` measures a pass both as it starts with gradients and without them.
 """
 from __future__ import annotations
 
 import contextlib
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -131,6 +134,55 @@ def trial_peak(run: Callable[[], object], model: nn.Module,
         torch.cuda.empty_cache()
         return None
     return meter.result.peak_bytes + pending_optimizer_state_bytes(optimizer)
+
+
+@dataclass(frozen=True)
+class TrialPeaks:
+    """The peaks of one trial pass, as it starts with and without gradients.
+
+    Attributes:
+        fresh: No parameter holds a gradient when it starts (a batch that starts a step);
+            ``None``: it ran out of CUDA memory.
+        held: Every trainable parameter holds one (a micro-batch after the first, every batch
+            of an accumulation window); ``None``: it ran out of CUDA memory.
+    """
+
+    fresh: int | None
+    held: int | None
+
+
+def trial_peaks(run: Callable[[], object], model: nn.Module,
+                optimizer: torch.optim.Optimizer | None = None) -> TrialPeaks:
+    """The peaks of ``run()`` as :func:`trial_peak` measures them, both with and without
+    gradients held from the start.
+
+    On CPU one pass measures both: a held gradient adds its bytes at every moment and nothing
+    else (autograd adds a new gradient into it in place, where it would otherwise keep the new
+    one), so the held peak is the highest of everything but the gradients, plus every
+    trainable parameter's gradient. On CUDA, where the allocator's counters cannot tell
+    gradients apart, two passes run.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+        >>> run = lambda: net(torch.randn(32, 64)).sum().backward()
+        >>> peaks = trial_peaks(run, net)
+        >>> peaks.held == trial_peak(run, net, gradients_held=True)
+        True
+        >>> peaks.fresh == trial_peak(run, net, gradients_held=False)
+        True
+    """
+    meter = StepPeakMeter(model, optimizer)
+    if meter.device.type == 'cuda':
+        return TrialPeaks(trial_peak(run, model, optimizer, gradients_held=False),
+                          trial_peak(run, model, optimizer, gradients_held=True))
+    with preserved_training_state(model), _gradients_set_then_restored(model, False), meter:
+        run()
+    pending = pending_optimizer_state_bytes(optimizer)
+    gradients = sum(local_part(param).numel() * param.element_size()
+                    for param in model.parameters() if param.requires_grad)
+    return TrialPeaks(meter.result.peak_bytes + pending,
+                      meter.result.gradient_free_peak_bytes + gradients + pending)
 
 
 def trial_seconds(run: Callable[[], object], model: nn.Module) -> float:

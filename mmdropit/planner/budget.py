@@ -41,7 +41,7 @@ from ..codecs import compress_activations, restore_activations
 from ..common.budget import Budget, resolve_budget
 from ..dropit import convert, from_dropit
 from ..errors import ConfigError
-from ..memory import state_bytes, trial_peak, trial_seconds
+from ..memory import TrialPeaks, state_bytes, trial_peak, trial_peaks, trial_seconds
 from ..microbatch import micro_batch_sizes
 from .estimate import Choice, Estimate
 from .search import LOWER, Decision, decide, decide_least, put_in_effect, remove_all
@@ -99,6 +99,16 @@ class StepProbe:
         held = gradients_held or self.accumulates
         return self.agree_peak(trial_peak(lambda: self.run_part(size), self.model,
                                           self.optimizer, gradients_held=held))
+
+    def peaks(self, size: int) -> TrialPeaks:
+        """The agreed peaks of a trial pass of ``size`` samples as it starts without gradients
+        and with them held (:func:`~mmdropit.memory.trial_peaks`: one pass on CPU); both held
+        when gradients accumulate over batches."""
+        if self.accumulates:
+            held = self.peak(size)
+            return TrialPeaks(held, held)
+        peaks = trial_peaks(lambda: self.run_part(size), self.model, self.optimizer)
+        return TrialPeaks(self.agree_peak(peaks.fresh), self.agree_peak(peaks.held))
 
     def seconds(self, size: int, passes: int = 2) -> float:
         """The agreed time of a trial pass of ``size`` samples: the fastest of ``passes``
@@ -310,9 +320,9 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
 
     warm: set[int] = set()  # sizes a pass has run at: one timed pass of them is enough
 
-    def peak_of(size: int, gradients_held: bool = True) -> int | None:
+    def peak_of(size: int) -> int | None:
         warm.add(size)
-        return probe.peak(size, gradients_held)
+        return probe.peak(size)
 
     @functools.cache
     def seconds_of(size: int) -> float:
@@ -377,8 +387,10 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
                                  time.perf_counter() - started, reused=True,
                                  least=budget is None)
         remove_all(techniques, target)
-    unplanned = peak_of(probe.batch_size, gradients_held=False)  # the step as it is
-    whole = peak_of(probe.batch_size)  # with gradients held, as every later part holds them
+    # the step as it is, and with gradients held, as every later part holds them
+    warm.add(probe.batch_size)
+    peaks = probe.peaks(probe.batch_size)
+    unplanned, whole = peaks.fresh, peaks.held
     if unplanned is None or whole is None:
         raise ConfigError('the batch ran out of memory with nothing applied: lower the batch '
                           'size')
