@@ -241,13 +241,13 @@ def memory_budget(budget: float | None, lossy: bool = False) -> Prepare:
                     loss = work.part_loss(0, size)
                 loss.backward()
 
-            def forward_loss() -> torch.Tensor:
+            def forward_part(size: int) -> torch.Tensor:
                 with decided_autocast(work):
-                    return work.loss()
+                    return work.part_loss(0, size)
 
             switches = [dropit_switch(work.model), quantize_switch(work.model),
                         bf16_switch(work)] if lossy else []
-            probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_loss)
+            probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_part)
             try:
                 work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches)
             except ConfigError as error:  # a budget below what the techniques reach

@@ -17,7 +17,7 @@ Example:
     ...     def set_micro_batches(self, count):
     ...         self.micro_batches = count
     >>> probe = StepProbe(net, None, 512, run_part=lambda size: loss(size).backward(),
-    ...                   forward_loss=loss)
+    ...                   forward_part=loss)
     >>> outcome = plan_within_budget(probe, 0.5, Split())
     >>> outcome.decision.measured_bytes <= outcome.decision.budget_bytes
     True
@@ -51,10 +51,12 @@ DROPIT_GAMMAS = (0.5, 0.7, 0.9)
 """The gammas DropIT is tried at when lossy techniques are allowed."""
 ACTIVATION_BITS = (8, 4)
 """The bit widths saved activations are tried at when lossy techniques are allowed."""
-LOSSY_SAMPLES = 16
-"""Lossy settings are measured on at most this many samples (and an eighth of them): their
-peak passes and timed passes are most of a lossy search, and their effects are fitted as a
-share of the activations plus constant bytes, which holds at any batch size."""
+PART_SAMPLES = 8
+"""Lossy settings are measured, and the step is recorded for checkpoint plans, on half the
+batch, at most this many samples (lossy settings also on an eighth of that): these passes are
+most of a search at a large batch, and what they give holds at any batch size (a lossy setting's
+effect is fitted as a share of the activations plus constant bytes; a plan's saving is a share
+of the recorded activations, its recompute time a share of the recorded step's)."""
 
 
 def _same(value):
@@ -71,8 +73,8 @@ class StepProbe:
         batch_size: Samples in the batch.
         run_part: ``run_part(size)``: the forward and backward pass of the batch's first
             ``size`` samples, the loss weighted by ``size / batch_size``, no optimizer step.
-        forward_loss: The forward pass of the whole batch, returning the loss (recorded for
-            checkpoint plans).
+        forward_part: ``forward_part(size)``: the forward pass of the batch's first ``size``
+            samples, returning the loss (recorded for checkpoint plans).
         agree_peak: Turns this process's measured peak (``None``: out of memory) into the one
             all processes use (e.g. the largest over ranks).
         agree_seconds: The same for a measured time.
@@ -85,7 +87,7 @@ class StepProbe:
     optimizer: torch.optim.Optimizer | None
     batch_size: int
     run_part: Callable[[int], object]
-    forward_loss: Callable[[], torch.Tensor]
+    forward_part: Callable[[int], torch.Tensor]
     agree_peak: Callable[[int | None], int | None] = _same
     agree_seconds: Callable[[float], float] = _same
     share_chain: Callable[[Chain], Chain] = _same
@@ -116,10 +118,11 @@ class StepProbe:
         return self.agree_seconds(min(trial_seconds(lambda: self.run_part(size), self.model)
                                       for _ in range(passes)))
 
-    def chain(self) -> Chain:
-        """The recorded forward pass, cut into the chain checkpoint plans are searched on."""
-        return self.share_chain(build_chain(record_step(self.model, self.forward_loss),
-                                            self.model))
+    def chain(self, size: int) -> Chain:
+        """The recorded forward pass of the batch's first ``size`` samples, cut into the chain
+        checkpoint plans are searched on."""
+        step = functools.partial(self.forward_part, size)
+        return self.share_chain(build_chain(record_step(self.model, step), self.model))
 
 
 @dataclass(frozen=True)
@@ -326,17 +329,17 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
 
     @functools.cache
     def seconds_of(size: int) -> float:
-        passes = 1 if size in warm else 2  # the first pass of a size may be cold
+        # the first pass of a size larger than any before may be cold (new memory)
+        passes = 1 if warm and size <= max(warm) else 2
         warm.add(size)
         return probe.seconds(size, passes)
 
     def step_seconds() -> float:
         return seconds_of(probe.batch_size)
 
-    # lossy settings are measured on half the batch (at most LOSSY_SAMPLES) and on an eighth
-    # of it, to tell bytes they add whatever the batch (bf16's cast weights) from a share of
-    # the activations
-    part = min((probe.batch_size + 1) // 2, LOSSY_SAMPLES)
+    # lossy settings are measured on a part of the batch and on an eighth of it, to tell
+    # bytes they add whatever the batch (bf16's cast weights) from a share of the activations
+    part = min((probe.batch_size + 1) // 2, PART_SAMPLES)
 
     @functools.cache
     def plain_peak(size: int) -> int:
@@ -353,12 +356,13 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
 
     def record_plain_step() -> Chain:
         remove_all(techniques, target)  # a measured combination may still be in effect
-        return probe.chain()
+        return probe.chain(part)
 
     micro_batches = MicroBatches(probe.batch_size, seconds_of)
     techniques = [*(_measured(probe, switch, lambda: fixed + per_pass, lossy_sizes, plain_peak,
                               functools.partial(seconds_of, part)) for switch in switches),
-                  micro_batches, CheckpointPlans(record_plain_step, step_seconds)]
+                  micro_batches, CheckpointPlans(record_plain_step,
+                                                 functools.partial(seconds_of, part))]
 
     def measure(estimate: Estimate) -> int:
         put_in_effect(estimate, techniques, target)

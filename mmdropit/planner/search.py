@@ -36,6 +36,11 @@ EXACT_PREFERENCE = 1.05
 measured, at more than this many times its measured step time (the exact one costs no
 accuracy)."""
 
+LEAST_TOLERANCE = 0.01
+"""For the least peak, measured peaks within this share of the lowest count as equal: the
+fastest predicted of them is taken, an exact one before a lossy one (a lossy technique that
+saves a few tenths of a percent more costs accuracy, and often time, for nothing)."""
+
 MIB = 2**20
 
 LOWER = 'sharding the model state with FSDP over several processes'
@@ -286,8 +291,9 @@ def decide_least(start: Estimate, techniques: Sequence[Technique],
                  measure: Callable[[Estimate], int]) -> Decision:
     """The combination with the least measured peak: the :data:`ATTEMPTS` combinations
     predicted lowest (each technique at its least-memory setting where it has one, e.g. the
-    least-memory checkpoint plan) are measured, and the lowest measured is chosen (the fastest
-    predicted among equal peaks). Its measured peak becomes the decision's budget.
+    least-memory checkpoint plan) are measured, and the lowest measured is chosen; peaks within
+    :data:`LEAST_TOLERANCE` of it count as equal: the fastest predicted of those, an exact one
+    before a lossy one. Its measured peak becomes the decision's budget.
 
     Args:
         start: The step without any technique, as measured.
@@ -308,7 +314,10 @@ def decide_least(start: Estimate, techniques: Sequence[Technique],
     considered = combinations(start, techniques, budget_bytes=0)
     lowest = sorted(considered, key=lambda e: (e.peak_bytes, e.time_ratio))[:ATTEMPTS]
     measured = {estimate.summary: measure(estimate) for estimate in lowest}
-    chosen = min(lowest, key=lambda e: (measured[e.summary], e.time_ratio))
+    floor = min(measured.values())
+    lossy = {technique.name for technique in techniques if technique.lossy}
+    chosen = min((e for e in lowest if measured[e.summary] <= floor * (1 + LEAST_TOLERANCE)),
+                 key=lambda e: (any(c.technique in lossy for c in e.choices), e.time_ratio))
     return Decision(measured[chosen.summary], chosen, measured[chosen.summary], considered,
                     measured)
 

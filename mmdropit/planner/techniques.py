@@ -157,10 +157,11 @@ class CheckpointPlans(Technique):
     ``recompute_seconds / step_seconds`` to the time ratio.
 
     Args:
-        record: Records the step (:func:`~mmdropit.checkpoint.chain.build_chain`); called once,
-            when plans are first searched.
-        step_seconds: The measured time of the step's forward and backward pass (called by
-            need, like ``record``).
+        record: Records the step, or a part of its batch
+            (:func:`~mmdropit.checkpoint.chain.build_chain`); called once, when plans are first
+            searched.
+        step_seconds: The measured time of the forward and backward pass of what ``record``
+            records (called by need, like ``record``): recompute time is a share of it.
     """
 
     name = 'checkpoint-plan'

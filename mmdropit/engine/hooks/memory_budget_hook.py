@@ -33,7 +33,7 @@ from ...planner import (BudgetOutcome, StepProbe, bf16_switch, dropit_switch, pl
                         put_in_effect, quantize_switch, remove_all)
 from ...planner.search import LOWER
 from ..optim.autocast_switch import AutocastSwitch
-from ..optim.batch_split import batch_size_of
+from ..optim.batch_split import batch_size_of, first_samples
 from ..optim.micro_batching import MicroBatching, MicroBatchTrainStep, max_over_ranks
 from ..runner_model import batch_loss, compiles_model, unwrap
 from .checkpoint_plan_hook import CheckpointPlanHook
@@ -202,8 +202,9 @@ class MemoryBudgetHook(ShapeBucketHook):
                               'keep the runner\'s default train loop')
         probe = StepProbe(model, wrapper.optimizer, batch_size_of(data),
                           run_part=lambda size: step.run_part(data, size),
-                          forward_loss=batch_loss(model, data,
-                                                  lambda: wrapper.optim_context(model)),
+                          forward_part=lambda size: batch_loss(
+                              model, first_samples(data, size),
+                              lambda: wrapper.optim_context(model))(),
                           agree_peak=max_over_ranks, agree_seconds=_max_over_ranks_seconds,
                           share_chain=_rank0_chain,
                           accumulates=wrapper._accumulative_counts > 1)

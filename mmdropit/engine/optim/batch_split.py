@@ -70,6 +70,12 @@ def split_batch(data: dict, sizes: Sequence[int]) -> list[dict]:
     return _split(data, sizes)
 
 
+def first_samples(data: dict, size: int) -> dict:
+    """The batch's first ``size`` samples (``data`` itself when that is all of them)."""
+    batch_size = batch_size_of(data)
+    return split_batch(data, [size, batch_size - size])[0] if size < batch_size else data
+
+
 def merge_log_vars(parts: Sequence[dict], sizes: Sequence[int]) -> dict:
     """The log variables of a batch from those of its micro-batches: each value is the mean
     weighted by micro-batch size (the batch mean for per-sample means, such as losses)."""

@@ -30,7 +30,7 @@ from ...common.parameters import is_sharded, optimizer_params
 from ...errors import ConfigError
 from ...microbatch import BUDGET_HELP, SplitDecision, micro_batch_sizes, search_split
 from ..runner_model import unwrap
-from .batch_split import batch_size_of, merge_log_vars, split_batch
+from .batch_split import batch_size_of, first_samples, merge_log_vars, split_batch
 
 _OUT_OF_MEMORY = 2**62  # stands for a trial that ran out of memory in a cross-rank maximum
 _LOST_WINDOW = 'the gradient of some iterations is lost'
@@ -235,10 +235,8 @@ class MicroBatchTrainStep:
         loss weighted by their share, with no gradient sync, no step and no iteration counted
         (gradients accumulate: callers restore them, see
         :func:`~mmdropit.memory.trial_peak.trial_peak`)."""
-        batch_size = batch_size_of(data)
-        part = split_batch(data, [size, batch_size - size])[0] if size < batch_size else data
-        with self.wrapper.micro_batch(size / batch_size, last=False):
-            self.train_step(part, self.wrapper)
+        with self.wrapper.micro_batch(size / batch_size_of(data), last=False):
+            self.train_step(first_samples(data, size), self.wrapper)
 
 
 def max_over_ranks(peak: int | None) -> int | None:
