@@ -17,6 +17,7 @@ Example:
     python tools/benchmark.py --micro --models deit_small --batch-size 64   # micro-batching
     python tools/benchmark.py --budget --models deit_small --batch-size 64  # one memory budget
     python tools/benchmark.py --budget --grid --models deit_small  # ... checked on a full grid
+    python tools/benchmark.py --budget --lossy-grid --models deit_small  # ... and a lossy grid
     python tools/benchmark.py --ogc-table --ogc-scale 8      # plans on the OGC paper's 18 models
     python tools/benchmark.py --compile-budget --models deit_small,resnet50   # vs compile's budget
 
@@ -35,7 +36,8 @@ import torch
 from mmdropit.bench import (BASELINE, BUDGET_VARIANTS, CURVE_VARIANTS, DEFAULT_VARIANTS,
                             MICRO_VARIANTS, Measurement, SuiteSettings, catalogue, run_suite,
                             write_results)
-from mmdropit.bench.budget_grid import GRID_MICRO_BATCHES, GRID_PLANS, GRID_VARIANTS
+from mmdropit.bench.budget_grid import (GRID_MICRO_BATCHES, GRID_PLANS, GRID_VARIANTS,
+                                         LOSSY_GRID_SETTINGS, LOSSY_GRID_VARIANTS)
 from mmdropit.bench.compile_budget import run_comparison, write_comparison
 from mmdropit.bench.fsdp import FSDP_RANKS, run_fsdp
 from mmdropit.bench.models import DET_IMAGE_SIZE, MODELS
@@ -82,6 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'plan, and check the planner against the fastest that fits'
                         % ('/'.join(map(str, GRID_MICRO_BATCHES)),
                            '/'.join(str(p) for p in GRID_PLANS if isinstance(p, float))))
+    parser.add_argument('--lossy-grid', action='store_true',
+                        help='with --budget: --grid, and the lossy settings %s under the same '
+                        'micro-batch counts with no plan / the least-memory plan (a lossy '
+                        'decision is checked against both grids)' % ', '.join(LOSSY_GRID_SETTINGS))
     parser.add_argument('--fsdp', action='store_true',
                         help='measure the bytes each of %d gloo processes holds under DDP and '
                         'FSDP2 instead (parameters, gradients, AdamW state)' % FSDP_RANKS)
@@ -128,9 +134,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise SystemExit(f'config file(s) not found: {", ".join(missing)}')
     if args.budget:
         args.variants = [*BUDGET_VARIANTS, 'ckpt-plan-min', 'ckpt-plan-0.5', *MICRO_VARIANTS[:2],
-                         'bf16-autocast', 'dropit-mink', *(GRID_VARIANTS if args.grid else ())]
-    elif args.grid:
-        raise SystemExit('--grid checks the memory-budget planner: use it with --budget')
+                         'bf16-autocast', 'dropit-mink',
+                         *(GRID_VARIANTS if args.grid or args.lossy_grid else ()),
+                         *(LOSSY_GRID_VARIANTS if args.lossy_grid else ())]
+    elif args.grid or args.lossy_grid:
+        raise SystemExit('--grid and --lossy-grid check the memory-budget planner: use them '
+                         'with --budget')
     elif args.curve or args.micro:
         args.variants = list(CURVE_VARIANTS if args.curve else MICRO_VARIANTS)
     else:

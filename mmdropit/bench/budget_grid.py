@@ -1,18 +1,24 @@
-"""An exhaustive grid over the memory budget's exact knobs, to verify its search.
+"""A grid over the memory budget's knobs, to verify its search.
 
 ``MemoryBudgetHook`` predicts the peak and time of every combination of micro-batches and
 checkpoint plans and measures only the one it takes. The grid measures them all: every number
 of micro-batches in :data:`GRID_MICRO_BATCHES` under every plan of :data:`GRID_PLANS`, each
-timed beside the baseline like any other variant. :func:`check_against_grid` then takes, for
-each budget the planner decided, the fastest grid point whose measured step peak fits it, and
-compares the planner's measured time with that point's (the issue's target: within 10%).
+timed beside the baseline like any other variant. The lossy grid adds the lossy settings of
+:data:`LOSSY_GRID_SETTINGS` under the same micro-batch counts, with no plan or the least-memory
+one (a reduced grid: the planner's three DropIT gammas and two bit widths are one each here).
+:func:`check_against_grid` then takes, for each budget the planner decided, the fastest grid
+point whose measured step peak fits it (lossy points only for a lossy decision), and compares
+the planner's measured time with that point's (the issue's target: within 10%).
 
 Example::
 
     python tools/benchmark.py --budget --grid --models deit_small
+    python tools/benchmark.py --budget --lossy-grid --models deit_small   # both grids
 
     >>> grid_name(4, 0.5), grid_name(2, None), grid_name(1, 'min')
     ('grid-micro4+plan-0.5', 'grid-micro2', 'grid-micro1+plan-min')
+    >>> grid_name(4, 'min', 'bf16+dropit')
+    'grid-bf16+dropit-micro4+plan-min'
     >>> rows = [dict(model='m', variant='budget-0.5', peak_bytes=90, time_ratio=1.2),
     ...         dict(model='m', variant='grid-micro2', peak_bytes=95, time_ratio=1.1),
     ...         dict(model='m', variant='grid-micro1+plan-min', peak_bytes=60, time_ratio=1.5)]
@@ -40,13 +46,27 @@ GRID_POINTS = tuple((micro, plan) for micro in GRID_MICRO_BATCHES for plan in GR
 """Every grid point but the baseline (one micro-batch, no plan), as (micro-batches, plan)."""
 
 
-def grid_name(micro_batches: int, plan: float | str | None) -> str:
+LOSSY_GRID_SETTINGS = ('bf16', 'dropit', 'bf16+dropit', 'bf16+int8')
+"""Lossy settings of the lossy grid: bf16 autocast, DropIT at gamma 0.9, both, and bf16 with
+what norms, GELUs and attentions save in 8 bits."""
+LOSSY_GRID_PLANS: tuple[str | None, ...] = (None, 'min')
+"""Checkpoint plans of the lossy grid: none, and the least-memory plan."""
+LOSSY_GRID_POINTS = tuple((lossy, micro, plan) for lossy in LOSSY_GRID_SETTINGS
+                          for micro in GRID_MICRO_BATCHES for plan in LOSSY_GRID_PLANS)
+"""Every lossy grid point, as (lossy setting, micro-batches, plan)."""
+
+
+def grid_name(micro_batches: int, plan: float | str | None, lossy: str | None = None) -> str:
     """The variant name of one grid point."""
-    return f'grid-micro{micro_batches}' + ('' if plan is None else f'+plan-{plan}')
+    return (f'grid-{"" if lossy is None else lossy + "-"}micro{micro_batches}'
+            + ('' if plan is None else f'+plan-{plan}'))
 
 
 GRID_VARIANTS = tuple(grid_name(micro, plan) for micro, plan in GRID_POINTS)
 """The variant names of :data:`GRID_POINTS`."""
+LOSSY_GRID_VARIANTS = tuple(grid_name(micro, plan, lossy)
+                            for lossy, micro, plan in LOSSY_GRID_POINTS)
+"""The variant names of :data:`LOSSY_GRID_POINTS`."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +117,8 @@ def _planner_variant(key: str) -> tuple[str, str]:
 
 def check_against_grid(rows: Sequence[Mapping[str, Any]],
                        decisions: Mapping[str, Mapping[str, Any]]) -> list[GridCheck]:
-    """Each measured budget decision beside the grid's fastest fitting point.
+    """Each measured budget decision beside the grid's fastest fitting point (an exact
+    decision beside exact points only, a lossy one beside both grids).
 
     Args:
         rows: Rows of :func:`~.report.compare` (the planner's and the grid's variants among
@@ -116,7 +137,8 @@ def check_against_grid(rows: Sequence[Mapping[str, Any]],
         if row is None or row['time_ratio'] is None:
             continue
         budget = decision['budget_bytes']
-        fitting = [r for r in rows if r['model'] == model and r['variant'] in GRID_VARIANTS
+        points = (*GRID_VARIANTS, *(LOSSY_GRID_VARIANTS if planner.endswith('-lossy') else ()))
+        fitting = [r for r in rows if r['model'] == model and r['variant'] in points
                    and r['time_ratio'] is not None and r['peak_bytes'] <= budget]
         best = min(fitting, key=lambda r: (r['time_ratio'], r['peak_bytes']), default=None)
         checks.append(GridCheck(

@@ -19,7 +19,7 @@ import torch
 from ..microbatch import SplitDecision
 from ..planner import BudgetOutcome
 from ..reporting import progress_bar, provenance, provenance_markdown
-from .budget_grid import GRID_VARIANTS, check_against_grid, grid_markdown
+from .budget_grid import GRID_VARIANTS, LOSSY_GRID_VARIANTS, check_against_grid, grid_markdown
 from .harness import benchmark_workload
 from .models import DET_IMAGE_SIZE, DETECTION_MODELS, IMAGE_SIZE, MODELS, config_workload
 from .plot import plot_ratios, plot_tradeoff
@@ -183,5 +183,6 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
     if results.budget_outcomes:
         plot_tradeoff(results.measurements, out / 'budget_curve.png', BASELINE,
                       curve=[name for name in BUDGET_VARIANTS if 'lossy' not in name],
-                      memory='peak_ratio', background=GRID_VARIANTS)
+                      memory='peak_ratio',
+                      background=(*GRID_VARIANTS, *LOSSY_GRID_VARIANTS))
     return table

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ContextManager
 
-from .budget_grid import GRID_POINTS, grid_name
+from .budget_grid import GRID_POINTS, LOSSY_GRID_POINTS, grid_name
 from .techniques import (bf16_autocast, checkpoint_plan, compressed_activations,
                          decided_autocast, dropit, fp16_autocast, grad_checkpointing,
                          memory_budget, micro_batches, mmengine_checkpointing, uniform_sqrt)
@@ -73,11 +73,23 @@ class Variant:
     forward: Callable[[Workload], ContextManager[None]] = _nothing
 
 
-def _grid_point(micro: int, plan: float | str | None) -> Variant:
+_GRID_COMPRESSION = {'dropit': dropit('mink'), 'int8': compressed_activations(with_dropit=False)}
+"""How the lossy grid's settings other than bf16 prepare the model."""
+
+
+def _grid_point(micro: int, plan: float | str | None, lossy: str | None = None) -> Variant:
     """``micro`` micro-batches under the planner's plan for ``plan`` (``'min'``: least memory,
-    ``None``: no plan): one point of the budget grid (:mod:`.budget_grid`)."""
-    inner = None if plan is None else checkpoint_plan(None if plan == 'min' else plan)
-    return Variant(grid_name(micro, plan), prepare=micro_batches(micro, inner=inner))
+    ``None``: no plan), with ``lossy``'s settings (``'bf16+dropit'``: bf16 autocast and
+    DropIT; the plan is searched on the model they prepare): one point of the budget grid
+    (:mod:`.budget_grid`)."""
+    settings = [] if lossy is None else lossy.split('+')
+    compression = next((name for name in settings if name in _GRID_COMPRESSION), '')
+    inner = _GRID_COMPRESSION.get(compression)
+    if plan is not None:
+        inner = checkpoint_plan(None if plan == 'min' else plan, inner=inner,
+                                inner_name=compression)
+    return Variant(grid_name(micro, plan, lossy), prepare=micro_batches(micro, inner=inner),
+                   forward=bf16_autocast if 'bf16' in settings else _nothing)
 
 
 def catalogue() -> dict[str, Variant]:
@@ -130,5 +142,6 @@ def catalogue() -> dict[str, Variant]:
         Variant('budget-least-lossy', prepare=memory_budget(None, lossy=True),
                 forward=decided_autocast),
         *(_grid_point(micro, plan) for micro, plan in GRID_POINTS),
+        *(_grid_point(micro, plan, lossy) for lossy, micro, plan in LOSSY_GRID_POINTS),
     ]
     return {variant.name: variant for variant in variants}

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmdropit.bench import BASELINE, Workload, benchmark_workload, catalogue, compare
-from mmdropit.bench.budget_grid import (GRID_MICRO_BATCHES, GRID_VARIANTS, check_against_grid,
-                                         grid_markdown)
+from mmdropit.bench.budget_grid import (GRID_MICRO_BATCHES, GRID_VARIANTS, LOSSY_GRID_VARIANTS,
+                                         check_against_grid, grid_markdown, grid_name)
 from mmdropit.bench.variants import MICRO_BUDGET
 
 BATCH = 256
@@ -138,3 +138,34 @@ def test_the_grid_measures_every_exact_combination_and_checks_the_planner():
     assert check.grid_best_peak_bytes <= check.budget_bytes
     assert check.planner_peak_bytes == peaks['budget-0.5'] <= check.budget_bytes
     assert '| mlp | budget-0.5 |' in grid_markdown([check])
+
+
+def test_the_lossy_grid_measures_its_settings_and_checks_only_lossy_decisions_against_them():
+    """The lossy grid on the MLP: every point is measured with its settings in effect (DropIT
+    lowers the peak of bf16 alone), and a lossy decision is checked against both grids, an
+    exact one against the exact grid only."""
+    work = _workload('mlp', 3)
+    variants = catalogue()
+    chosen = [variants[name] for name in (BASELINE, 'budget-0.5', 'budget-0.5-lossy',
+                                          *GRID_VARIANTS, *LOSSY_GRID_VARIANTS)]
+    measured, _ = benchmark_workload(work, chosen, steps=1, device=torch.device('cpu'))
+    rows = compare(measured, BASELINE)
+    peaks = {row['variant']: row['peak_bytes'] for row in rows}
+    assert set(LOSSY_GRID_VARIANTS) <= set(peaks)
+    for micro in (1, 4):
+        assert peaks[grid_name(micro, None, 'bf16+dropit')] < peaks[grid_name(micro, None, 'bf16')]
+        assert peaks[grid_name(micro, None, 'dropit')] < peaks[grid_name(micro, None)
+                                                               if micro > 1 else BASELINE]
+    decisions = {f'mlp / {key}': outcome.to_json() for key, outcome in work.budget_outcomes.items()}
+
+    def fitting(decision: str, points: tuple[str, ...]) -> list[str]:
+        budget = decisions[decision]['budget_bytes']
+        return [row['variant'] for row in rows
+                if row['variant'] in points and row['peak_bytes'] <= budget]
+
+    exact, lossy = check_against_grid(rows, decisions)
+    assert (exact.planner, lossy.planner) == ('budget-0.5', 'budget-0.5-lossy')
+    assert exact.grid_fitting == len(fitting('mlp / 0.5-False', GRID_VARIANTS))
+    lossy_fits = fitting('mlp / 0.5-True', (*GRID_VARIANTS, *LOSSY_GRID_VARIANTS))
+    assert lossy.grid_fitting == len(lossy_fits)
+    assert any(name in LOSSY_GRID_VARIANTS for name in lossy_fits)
