@@ -31,7 +31,7 @@ from torch import nn
 
 from ..common.parameters import local_part
 from ..common.training_state import preserved_training_state
-from .peak import StepPeakMeter
+from .peak import StepPeak, StepPeakMeter
 
 # Per-parameter state tensors that torch's optimizers create at their first step (same size as
 # the parameter); Adagrad, and any optimizer already stepped, report their state as it is.
@@ -125,6 +125,15 @@ def trial_peak(run: Callable[[], object], model: nn.Module,
     Returns:
         The peak, or ``None`` when the trial ran out of CUDA memory.
     """
+    result = _metered_pass(run, model, optimizer, gradients_held)
+    return None if result is None else result.peak_bytes + pending_optimizer_state_bytes(optimizer)
+
+
+def _metered_pass(run: Callable[[], object], model: nn.Module,
+                  optimizer: torch.optim.Optimizer | None, gradients_held: bool
+                  ) -> StepPeak | None:
+    """``run()`` under the step-peak meter, training state put back (``None``: it ran out of
+    CUDA memory)."""
     meter = StepPeakMeter(model, optimizer)
     try:
         with preserved_training_state(model), \
@@ -133,7 +142,7 @@ def trial_peak(run: Callable[[], object], model: nn.Module,
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
         return None
-    return meter.result.peak_bytes + pending_optimizer_state_bytes(optimizer)
+    return meter.result
 
 
 @dataclass(frozen=True)
@@ -172,17 +181,15 @@ def trial_peaks(run: Callable[[], object], model: nn.Module,
         >>> peaks.fresh == trial_peak(run, net, gradients_held=False)
         True
     """
-    meter = StepPeakMeter(model, optimizer)
-    if meter.device.type == 'cuda':
-        return TrialPeaks(trial_peak(run, model, optimizer, gradients_held=False),
-                          trial_peak(run, model, optimizer, gradients_held=True))
-    with preserved_training_state(model), _gradients_set_then_restored(model, False), meter:
-        run()
+    fresh = _metered_pass(run, model, optimizer, gradients_held=False)
     pending = pending_optimizer_state_bytes(optimizer)
+    if fresh is None or fresh.gradient_free_peak_bytes is None:  # CUDA: a second pass
+        return TrialPeaks(None if fresh is None else fresh.peak_bytes + pending,
+                          trial_peak(run, model, optimizer, gradients_held=True))
     gradients = sum(local_part(param).numel() * param.element_size()
                     for param in model.parameters() if param.requires_grad)
-    return TrialPeaks(meter.result.peak_bytes + pending,
-                      meter.result.gradient_free_peak_bytes + gradients + pending)
+    return TrialPeaks(fresh.peak_bytes + pending,
+                      fresh.gradient_free_peak_bytes + gradients + pending)
 
 
 def trial_seconds(run: Callable[[], object], model: nn.Module) -> float:
