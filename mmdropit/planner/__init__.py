@@ -13,11 +13,10 @@ the decision.
 """
 from .budget import (ACTIVATION_BITS, DROPIT_GAMMAS, BudgetOutcome, StepProbe, Switch,
                      bf16_switch, dropit_switch, plan_within_budget, quantize_switch)
-from .estimate import Choice, Estimate
+from .estimate import Choice, Effect, Estimate
 from .search import (ATTEMPTS, MARGIN, Decision, combinations, decide, fastest_fitting,
                      put_in_effect, remove_all)
-from .techniques import (CheckpointPlans, Effect, MeasuredSettings, MicroBatches, Target,
-                         Technique)
+from .techniques import CheckpointPlans, MeasuredSettings, MicroBatches, Target, Technique
 
 __all__ = ['ACTIVATION_BITS', 'ATTEMPTS', 'BudgetOutcome', 'CheckpointPlans', 'Choice', 'DROPIT_GAMMAS', 'Decision',
            'Effect', 'Estimate', 'MARGIN', 'MeasuredSettings', 'MicroBatches', 'StepProbe',

@@ -43,9 +43,9 @@ from ..dropit import convert, from_dropit
 from ..errors import ConfigError
 from ..memory import TrialPeaks, state_bytes, trial_peak, trial_peaks, trial_seconds
 from ..microbatch import micro_batch_sizes
-from .estimate import Choice, Estimate
+from .estimate import Choice, Effect, Estimate
 from .search import LOWER, Decision, decide, decide_least, put_in_effect, remove_all
-from .techniques import CheckpointPlans, Effect, MeasuredSettings, MicroBatches, Target, Technique
+from .techniques import CheckpointPlans, MeasuredSettings, MicroBatches, Target, Technique
 
 DROPIT_GAMMAS = (0.5, 0.7, 0.9)
 """The gammas DropIT is tried at when lossy techniques are allowed."""

@@ -1,5 +1,5 @@
 """A predicted training step: the bytes that stay, the activations, the time, and the choices
-that led there.
+that led there; and the :class:`Effect` of a lossy setting on a measured step.
 
 Example:
     >>> start = Estimate(fixed_bytes=400, activation_bytes=600)
@@ -9,6 +9,7 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 
@@ -28,6 +29,51 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class Effect:
+    """What lossy settings did to a measured step, as ratios to the step without them.
+
+    Attributes:
+        activation_ratio: Activations and temporaries at the step's peak.
+        time_ratio: Step time.
+        constant_bytes: Bytes they add whatever the batch size (bf16 autocast's cast copies of
+            the weights): counted with the state's, so micro-batches do not scale them (nor do
+            checkpoint plans, though a plan frees the copies that DropIT's layers save: the
+            search measures what that could make fit).
+    """
+
+    activation_ratio: float = 1.0
+    time_ratio: float = 1.0
+    constant_bytes: int = 0
+
+    @classmethod
+    def from_peaks(cls, without: Sequence[int], with_it: Sequence[int], time_ratio: float
+                   ) -> Effect:
+        """The effect that turns activations ``without`` into ``with_it`` (each measured at
+        one or two batch sizes, smaller first, the state's bytes left out): a ratio of the
+        activations plus constant bytes, fitted through both sizes.
+
+        Example:
+            >>> Effect.from_peaks([100, 800], [80, 430], 0.5)   # half the activations, +30
+            Effect(activation_ratio=0.5, time_ratio=0.5, constant_bytes=30)
+            >>> Effect.from_peaks([800], [400], 1.1)
+            Effect(activation_ratio=0.5, time_ratio=1.1, constant_bytes=0)
+        """
+        large, large_with = without[-1], with_it[-1]
+        if len(without) > 1 and large > without[0]:
+            ratio = max((large_with - with_it[0]) / (large - without[0]), 0.0)
+            constant = int(large_with - ratio * large)
+            if constant >= 0:
+                return cls(ratio, time_ratio, constant)
+        return cls(max(large_with, 0) / max(large, 1), time_ratio)
+
+    def then(self, other: Effect) -> Effect:
+        """This effect, and ``other`` on top of it."""
+        return Effect(self.activation_ratio * other.activation_ratio,
+                      self.time_ratio * other.time_ratio,
+                      self.constant_bytes + other.constant_bytes)
+
+
+@dataclass(frozen=True)
 class Estimate:
     """What a training step is expected to hold at its peak, and how long it takes.
 
@@ -38,15 +84,16 @@ class Estimate:
             micro-batch when the batch is split).
         time_ratio: Step time relative to the step without any technique.
         choices: The techniques' settings, in the order they were chosen.
-        lossy_ratio: The share of the activations that the lossy choices left (1 without
-            any); ``activation_bytes / lossy_ratio`` is what they would be without them.
+        lossy: What the lossy choices did together (nothing without any):
+            ``activation_bytes / lossy.activation_ratio`` is what the activations would be
+            without them.
     """
 
     fixed_bytes: int
     activation_bytes: int
     time_ratio: float = 1.0
     choices: tuple[Choice, ...] = ()
-    lossy_ratio: float = 1.0
+    lossy: Effect = Effect()
 
     @property
     def peak_bytes(self) -> int:

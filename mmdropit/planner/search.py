@@ -41,6 +41,10 @@ LEAST_TOLERANCE = 0.01
 fastest predicted of them is taken, an exact one before a lossy one (a lossy technique that
 saves a few tenths of a percent more costs accuracy, and often time, for nothing)."""
 
+NEAR_MEASUREMENTS = 4
+"""Combinations predicted over the budget by no more than the constant bytes their lossy
+settings add, measured at most for one decision (see :func:`decide`)."""
+
 MIB = 2**20
 
 LOWER = 'sharding the model state with FSDP over several processes'
@@ -217,6 +221,13 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
     combinations measured over the budget and no corrected one is predicted to fit, the exact
     techniques are searched on their own.
 
+    Lossy settings' constant bytes (bf16 autocast's cast copies of the weights, counted
+    whatever the other techniques) need not all be held under those techniques: a checkpoint
+    plan frees the copies DropIT's layers save, not those autocast caches. So a lossy
+    combination faster than the choice whose predicted peak less those bytes fits is measured
+    first, fastest first (at most :data:`NEAR_MEASUREMENTS` for a decision), and chosen if it
+    fits.
+
     Args:
         start: The step without any technique, as measured.
         techniques: The techniques to combine, in the order they are applied.
@@ -240,11 +251,28 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
                                frozenset(t.name for t in techniques if t.lossy), correction)
     exact = [technique for technique in techniques if not technique.lossy]
     measured: dict[str, int] = {}
+    near_measured: dict[str, int] = {}  # combinations measured because they could fit
 
     def search(among: Sequence[Technique]) -> tuple[list[Estimate], Estimate | None]:
         """Every combination of ``among`` as corrected so far, and the fastest that fits."""
         considered = combinations(start, among, corrections.sized_for(start), corrections.fits)
         return considered, fastest_fitting(considered, corrections.fits)
+
+    def near_fit(considered: Sequence[Estimate], chosen: Estimate | None) -> Estimate | None:
+        """The fastest combination faster than ``chosen`` that is predicted over the budget by
+        no more than its lossy settings' constant bytes and measures within it, measuring them
+        fastest first (each measured peak is kept)."""
+        bound = math.inf if chosen is None else chosen.time_ratio
+        for estimate in sorted(considered, key=lambda e: (e.time_ratio, e.peak_bytes)):
+            if len(near_measured) >= NEAR_MEASUREMENTS or estimate.time_ratio >= bound:
+                return None
+            if (estimate.summary not in {**near_measured, **measured}
+                    and estimate.lossy.constant_bytes > 0
+                    and estimate.peak_bytes - estimate.lossy.constant_bytes <= budget_bytes):
+                near_measured[estimate.summary] = measure(estimate)
+                if near_measured[estimate.summary] <= budget_bytes:
+                    return estimate
+        return None
 
     for _ in range(ATTEMPTS):
         considered, chosen = search(techniques)
@@ -253,9 +281,12 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             # and their measurement decides
             corrections.limit = budget_bytes
             considered, chosen = search(techniques)
-        if chosen is None and measured:
+        near = near_fit(considered, chosen)
+        if near is not None:
+            chosen, peak = near, near_measured[near.summary]
+        elif chosen is None and measured:
             break  # no corrected prediction fits
-        if chosen is None:
+        elif chosen is None:
             least = min(considered, key=lambda e: e.peak_bytes)
             raise ConfigError(
                 f'memory budget {budget_bytes / MIB:.1f} MiB is below what these techniques reach: '
@@ -263,10 +294,12 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
                 f'({least.summary}; what none of them lowers, parameters, gradients, optimizer '
                 f'state and what every pass holds, is {start.fixed_bytes / MIB:.1f} MiB); raise '
                 f'the budget, or go lower with {lower}')
-        peak = measure(chosen)
-        measured[chosen.summary] = peak
+        else:
+            peak = measure(chosen)
+            measured[chosen.summary] = peak
         if peak <= budget_bytes:
-            decision = Decision(budget_bytes, chosen, peak, considered, measured)
+            decision = Decision(budget_bytes, chosen, peak, considered,
+                                {**near_measured, **measured})
             if seconds is not None and corrections.lossy_choices(chosen):
                 _check_against_exact(decision, search(exact)[0], corrections.fits, measure,
                                      seconds)
@@ -278,7 +311,7 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         with contextlib.suppress(ConfigError):
             decision = decide(start, exact, budget_bytes, measure, lower,
                               correction=corrections.overall)
-            decision.measured = {**measured, **decision.measured}
+            decision.measured = {**near_measured, **measured, **decision.measured}
             return decision
     raise ConfigError(
         f'memory budget {budget_bytes / MIB:.1f} MiB: the combinations predicted to fit measured '

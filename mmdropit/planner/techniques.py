@@ -26,7 +26,7 @@ from ..checkpoint import CheckpointPlan, plan_for_chain
 from ..checkpoint.chain import Chain
 from ..errors import ConfigError
 from ..microbatch import micro_batch_sizes
-from .estimate import Choice, Estimate
+from .estimate import Choice, Effect, Estimate
 
 
 class Target(Protocol):
@@ -153,7 +153,7 @@ class CheckpointPlans(Technique):
     boundaries (a transformer's fp32 residual stream), which lossy techniques leave as they are
     (bf16 autocast keeps the residuals in fp32, DropIT and quantized activations compress what
     the layers inside save), so their saving is not multiplied with the plan's (see
-    :attr:`~.estimate.Estimate.lossy_ratio`). Its recompute time adds
+    :attr:`~.estimate.Estimate.lossy`). Its recompute time adds
     ``recompute_seconds / step_seconds`` to the time ratio.
 
     Args:
@@ -210,7 +210,7 @@ class CheckpointPlans(Technique):
         yield estimate
         if estimate.peak_bytes <= budget_bytes or not estimate.activation_bytes:
             return
-        exact = estimate.activation_bytes / estimate.lossy_ratio
+        exact = estimate.activation_bytes / estimate.lossy.activation_ratio
         plan = self._plan((budget_bytes - estimate.fixed_bytes) / exact)
         if not plan.targets:
             return
@@ -235,47 +235,10 @@ class CheckpointPlans(Technique):
         return CheckpointPlan.from_dict(value)
 
 
-@dataclass(frozen=True)
-class Effect:
-    """What one setting did to a measured step, as ratios to the step without it.
-
-    Attributes:
-        activation_ratio: Activations and temporaries at the step's peak.
-        time_ratio: Step time.
-        constant_bytes: Bytes it adds whatever the batch size (bf16 autocast's cast copies of
-            the weights): counted with the state's, so micro-batches do not scale them.
-    """
-
-    activation_ratio: float
-    time_ratio: float
-    constant_bytes: int = 0
-
-    @classmethod
-    def from_peaks(cls, without: Sequence[int], with_it: Sequence[int], time_ratio: float
-                   ) -> Effect:
-        """The effect that turns activations ``without`` into ``with_it`` (each measured at
-        one or two batch sizes, smaller first, the state's bytes left out): a ratio of the
-        activations plus constant bytes, fitted through both sizes.
-
-        Example:
-            >>> Effect.from_peaks([100, 800], [80, 430], 0.5)   # half the activations, +30
-            Effect(activation_ratio=0.5, time_ratio=0.5, constant_bytes=30)
-            >>> Effect.from_peaks([800], [400], 1.1)
-            Effect(activation_ratio=0.5, time_ratio=1.1, constant_bytes=0)
-        """
-        large, large_with = without[-1], with_it[-1]
-        if len(without) > 1 and large > without[0]:
-            ratio = max((large_with - with_it[0]) / (large - without[0]), 0.0)
-            constant = int(large_with - ratio * large)
-            if constant >= 0:
-                return cls(ratio, time_ratio, constant)
-        return cls(max(large_with, 0) / max(large, 1), time_ratio)
-
-
 class MeasuredSettings(Technique):
     """A technique with a few settings, each measured on the step (e.g. bf16 autocast, DropIT
     at gammas 0.5 / 0.7 / 0.9): a setting scales the activations and the time by its measured
-    :class:`Effect`.
+    :class:`~.estimate.Effect`.
 
     Args:
         name: The technique's name.
@@ -318,7 +281,7 @@ class MeasuredSettings(Technique):
                                          int(estimate.activation_bytes * effect.activation_ratio),
                                          estimate.time_ratio * effect.time_ratio)
                 yield replace(chosen, fixed_bytes=estimate.fixed_bytes + effect.constant_bytes,
-                              lossy_ratio=estimate.lossy_ratio * effect.activation_ratio)
+                              lossy=estimate.lossy.then(effect))
 
     def apply(self, setting: object, target: Target) -> None:
         self._apply(setting)

@@ -1,15 +1,17 @@
-"""The memory-budget search: the fastest-first bound on slow techniques, and lossy decisions
-checked against the fastest exact combination by measured time."""
+"""The memory-budget search: the fastest-first bound on slow techniques, lossy decisions
+checked against the fastest exact combination by measured time, and lossy combinations that
+could fit without their constant bytes measured."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
 
-from mmdropit.planner.estimate import Choice, Estimate
+from mmdropit.errors import ConfigError
+from mmdropit.planner.estimate import Choice, Effect, Estimate
 from mmdropit.planner.search import (ATTEMPTS, EXACT_PREFERENCE, LEAST_TOLERANCE, combinations,
                                      decide, decide_least, fits_within)
-from mmdropit.planner.techniques import Technique
+from mmdropit.planner.techniques import MeasuredSettings, Technique
 
 
 class Scaled(Technique):
@@ -197,3 +199,41 @@ def test_the_least_peak_takes_the_exact_combination_when_a_lossy_one_saves_next_
     lossy.effects = {'half-precision': (0.9, 1.2)}
     decision = decide_least(Estimate(100, 1000), techniques, lambda e: e.peak_bytes)
     assert decision.chosen.summary == 'half-precision + four parts'
+
+
+
+def _cast_weights(applied: dict) -> list[Technique]:
+    """bf16 with 60 bytes of cast weights, an exact split and a plan."""
+    bf16 = MeasuredSettings('bf16', ['bf16'], lambda setting: Effect(0.5, 0.5, 60), str,
+                            lambda setting: applied.__setitem__('bf16', setting),
+                            lambda: applied.pop('bf16', None))
+    split, plan = _techniques(applied)[1:]
+    return [bf16, split, plan]
+
+
+@pytest.mark.parametrize('freed_by_plan', [True, False])
+def test_a_lossy_combination_over_the_budget_by_its_constant_bytes_is_measured(freed_by_plan):
+    """bf16 + two parts + plan and bf16 + four parts + plan are predicted at 260 and 210, over
+    the budget of 200 by no more than bf16's 60 constant bytes, and faster (0.72x, 0.85x) than
+    the exact four parts + plan (1.69x, predicted 200): they are measured, fastest first, and
+    the first that fits is chosen (when the plan frees the cast weights)."""
+    applied: dict = {}
+    techniques = _cast_weights(applied)
+
+    def measure(estimate: Estimate) -> int:
+        _in_effect(estimate, techniques, applied)
+        freed = freed_by_plan and 'bf16' in applied and 'plan' in applied
+        return estimate.peak_bytes - (60 if freed else 0)
+
+    decision = decide(Estimate(100, 1000), techniques, 200, measure)
+    if freed_by_plan:
+        assert decision.chosen.summary == 'bf16 + two parts + plan'
+        assert decision.measured == {'bf16 + two parts + plan': 200}
+        assert applied == {'bf16': 'bf16', 'split': 'two parts', 'plan': 'plan'}
+    else:
+        assert decision.chosen.summary == 'four parts + plan'
+        assert decision.measured == {'bf16 + two parts + plan': 260,
+                                     'bf16 + four parts + plan': 210, 'four parts + plan': 200}
+        assert applied == {'split': 'four parts', 'plan': 'plan'}
+    # bf16 + plan, 100 + 60 + 200 = 360, is over by more than 60: not measured
+    assert 'bf16 + plan' not in decision.measured
