@@ -37,8 +37,8 @@ class Effect:
         time_ratio: Step time.
         constant_bytes: Bytes they add whatever the batch size (bf16 autocast's cast copies of
             the weights): counted with the state's, so micro-batches do not scale them (nor do
-            checkpoint plans, though a plan frees the copies that DropIT's layers save: the
-            search measures what that could make fit).
+            checkpoint plans, though a plan may free some of them: see
+            :attr:`Estimate.freeable_bytes`).
     """
 
     activation_ratio: float = 1.0
@@ -87,6 +87,10 @@ class Estimate:
         lossy: What the lossy choices did together (nothing without any):
             ``activation_bytes / lossy.activation_ratio`` is what the activations would be
             without them.
+        freeable_bytes: Bytes the prediction counts that the combination may not hold (the
+            lossy settings' constant bytes under a checkpoint plan, which frees the cast
+            weights that DropIT's layers, and some of autocast's, keep): the search measures a
+            faster combination predicted over the budget by no more than these.
     """
 
     fixed_bytes: int
@@ -94,6 +98,7 @@ class Estimate:
     time_ratio: float = 1.0
     choices: tuple[Choice, ...] = ()
     lossy: Effect = Effect()
+    freeable_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:

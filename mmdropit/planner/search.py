@@ -42,8 +42,9 @@ fastest predicted of them is taken, an exact one before a lossy one (a lossy tec
 saves a few tenths of a percent more costs accuracy, and often time, for nothing)."""
 
 NEAR_MEASUREMENTS = 4
-"""Combinations predicted over the budget by no more than the constant bytes their lossy
-settings add, measured at most for one decision (see :func:`decide`)."""
+"""Combinations predicted over the budget by no more than the bytes they may not hold (their
+lossy settings' constant bytes under a checkpoint plan), measured at most for one decision (see
+:func:`decide`)."""
 
 MIB = 2**20
 
@@ -221,12 +222,12 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
     combinations measured over the budget and no corrected one is predicted to fit, the exact
     techniques are searched on their own.
 
-    Lossy settings' constant bytes (bf16 autocast's cast copies of the weights, counted
-    whatever the other techniques) need not all be held under those techniques: a checkpoint
-    plan frees the copies DropIT's layers save, not those autocast caches. So a lossy
-    combination faster than the choice whose predicted peak less those bytes fits is measured
-    first, fastest first (at most :data:`NEAR_MEASUREMENTS` for a decision), and chosen if it
-    fits.
+    Lossy settings' constant bytes (bf16 autocast's cast copies of the weights) are counted
+    whatever the other techniques, but under a checkpoint plan some may not be held (the copies
+    DropIT's layers save, some of autocast's; how many, only a measurement tells:
+    :attr:`~.estimate.Estimate.freeable_bytes`). So a combination faster than the choice whose
+    predicted peak less those bytes fits is measured first, fastest first (at most
+    :data:`NEAR_MEASUREMENTS` for a decision), and chosen if it fits.
 
     Args:
         start: The step without any technique, as measured.
@@ -251,6 +252,7 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
                                frozenset(t.name for t in techniques if t.lossy), correction)
     exact = [technique for technique in techniques if not technique.lossy]
     measured: dict[str, int] = {}
+    timed: dict[str, float] = {}
     near_measured: dict[str, int] = {}  # combinations measured because they could fit
 
     def search(among: Sequence[Technique]) -> tuple[list[Estimate], Estimate | None]:
@@ -260,19 +262,29 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
 
     def near_fit(considered: Sequence[Estimate], chosen: Estimate | None) -> Estimate | None:
         """The fastest combination faster than ``chosen`` that is predicted over the budget by
-        no more than its lossy settings' constant bytes and measures within it, measuring them
-        fastest first (each measured peak is kept)."""
+        no more than the bytes it may not hold and measures within it, measuring them fastest
+        first (each measured peak is kept)."""
         bound = math.inf if chosen is None else chosen.time_ratio
         for estimate in sorted(considered, key=lambda e: (e.time_ratio, e.peak_bytes)):
             if len(near_measured) >= NEAR_MEASUREMENTS or estimate.time_ratio >= bound:
                 return None
             if (estimate.summary not in {**near_measured, **measured}
-                    and estimate.lossy.constant_bytes > 0
-                    and estimate.peak_bytes - estimate.lossy.constant_bytes <= budget_bytes):
+                    and estimate.freeable_bytes > 0
+                    and estimate.peak_bytes - estimate.freeable_bytes <= budget_bytes):
                 near_measured[estimate.summary] = measure(estimate)
                 if near_measured[estimate.summary] <= budget_bytes:
                     return estimate
         return None
+
+    def proven(estimate: Estimate, peak: int, considered: list[Estimate]) -> Decision:
+        """The decision for ``estimate``, measured within the budget; a lossy one checked
+        against the fastest exact combination (:func:`_check_against_exact`, whose measured
+        peaks join ``measured``; the times of every check go to ``timed``)."""
+        decision = Decision(budget_bytes, estimate, peak, considered, measured, timed)
+        if seconds is not None and corrections.lossy_choices(estimate):
+            _check_against_exact(decision, search(exact)[0], corrections.fits, measure,
+                                 seconds)
+        return decision
 
     for _ in range(ATTEMPTS):
         considered, chosen = search(techniques)
@@ -281,7 +293,7 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             # and their measurement decides
             corrections.limit = budget_bytes
             considered, chosen = search(techniques)
-        near = near_fit(considered, chosen)
+        predicted, near = chosen, near_fit(considered, chosen)
         if near is not None:
             chosen, peak = near, near_measured[near.summary]
         elif chosen is None and measured:
@@ -298,11 +310,15 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             peak = measure(chosen)
             measured[chosen.summary] = peak
         if peak <= budget_bytes:
-            decision = Decision(budget_bytes, chosen, peak, considered,
-                                {**near_measured, **measured})
-            if seconds is not None and corrections.lossy_choices(chosen):
-                _check_against_exact(decision, search(exact)[0], corrections.fits, measure,
-                                     seconds)
+            decision = proven(chosen, peak, considered)
+            while near is not None and decision.chosen is not near:
+                # the combination measured near timed slower than the exact one: the next
+                near = near_fit(considered, predicted)
+                if near is None:
+                    measure(decision.chosen)  # puts the exact one back in effect
+                else:
+                    decision = proven(near, near_measured[near.summary], considered)
+            decision.measured = {**near_measured, **measured}
             return decision
         corrections.learn(chosen, peak)
     if corrections.by_lossy_choices:
@@ -360,7 +376,9 @@ def _check_against_exact(decision: Decision, exact_combinations: list[Estimate],
                          seconds: Callable[[Estimate], float]) -> None:
     """Time ``decision``'s lossy choice, and take the fastest exact combination predicted to
     fit instead when it measures within the budget and within :data:`EXACT_PREFERENCE` of
-    that time (the decision's combination is in effect on return)."""
+    that time, the lossy one timed twice by then (a single timed pass can be slow: the first
+    under bf16 after a metered pass took 2.6 times the next on ResNet-50). The decision's
+    combination is in effect on return."""
     lossy = decision.chosen
     shown = {estimate.summary for estimate in decision.considered}
     decision.considered += [e for e in exact_combinations if e.summary not in shown]
@@ -372,6 +390,11 @@ def _check_against_exact(decision: Decision, exact_combinations: list[Estimate],
     if peak <= decision.budget_bytes:
         decision.timed[exact.summary] = exact_time = seconds(exact)
         if exact_time <= lossy_time * EXACT_PREFERENCE:
+            decision.timed[lossy.summary] = lossy_time = min(lossy_time, seconds(lossy))
+            if exact_time > lossy_time * EXACT_PREFERENCE:
+                return  # the lossy choice, timed again, is in effect
+            # the exact one stays slower than the lossy one's fastest: put it back in effect
+            decision.timed[exact.summary] = min(exact_time, seconds(exact))
             decision.chosen, decision.measured_bytes = exact, peak
             return
     # the lossy choice stays: put it back in effect, timing it once more

@@ -153,8 +153,10 @@ class CheckpointPlans(Technique):
     boundaries (a transformer's fp32 residual stream), which lossy techniques leave as they are
     (bf16 autocast keeps the residuals in fp32, DropIT and quantized activations compress what
     the layers inside save), so their saving is not multiplied with the plan's (see
-    :attr:`~.estimate.Estimate.lossy`). Its recompute time adds
-    ``recompute_seconds / step_seconds`` to the time ratio.
+    :attr:`~.estimate.Estimate.lossy`). The lossy settings' constant bytes are still counted,
+    though the plan may free some of them (:attr:`~.estimate.Estimate.freeable_bytes`). Its
+    recompute time adds ``recompute_seconds / step_seconds`` to the time ratio, times the lossy
+    settings' time ratio (the recomputed forward runs under them: bf16 halves it on this CPU).
 
     Args:
         record: Records the step, or a part of its batch
@@ -218,9 +220,10 @@ class CheckpointPlans(Technique):
         count = len(plan.targets)
         choice = Choice(self.name, plan, f'checkpoint plan ({count} top-level checkpoint'
                         f'{"" if count == 1 else "s"}, {share:.2f} of the activations)')
-        yield estimate.choose(choice, int(min(estimate.activation_bytes, exact * share)),
-                              estimate.time_ratio
-                              + plan.planned.recompute_seconds / max(self.step_seconds(), 1e-9))
+        recompute = plan.planned.recompute_seconds / max(self.step_seconds(), 1e-9)
+        planned = estimate.choose(choice, int(min(estimate.activation_bytes, exact * share)),
+                                  estimate.time_ratio + recompute * estimate.lossy.time_ratio)
+        yield replace(planned, freeable_bytes=estimate.lossy.constant_bytes)
 
     def apply(self, setting: object, target: Target) -> None:
         setting.apply(target.model)
