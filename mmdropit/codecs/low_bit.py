@@ -13,6 +13,14 @@ The encoding is a PyTorch custom operator, ``mmdropit::quantize_low``, with a fa
 implementation: ``torch.compile`` calls it as an opaque kernel (its draws from a generator of
 its own could not be traced) and keeps the graph whole.
 
+On the CPU, when the fused kernels are built (:mod:`mmdropit.kernels.cpu`), both ways are one
+pass of ``torch.ops.mmdropit_cpu`` (``quantize_low``, ``dequantize_low``): each value's uniform
+number is then a hash of its index keyed by a seed drawn from the plugin's generator, not a
+draw from the generator itself, so the fused and the eager path round differently (both without
+bias); minimums, steps and rebuilt values are the same bit for bit. Decoding under
+``torch.compile``, fake tensors or a dispatch mode (a memory meter) takes the eager path.
+``MMDROPIT_FUSED=0`` or :func:`~mmdropit.kernels.switch.eager_only` keeps the eager path.
+
 Example:
     >>> values = torch.linspace(-1.0, 2.0, 64)
     >>> packed, minimums, steps = quantize_low(values, bits=4)
@@ -30,7 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
+from ..common.custom_operators import through_dispatcher
 from ..common.random_source import generator
+from ..kernels import fused_codec_ops
 from .int8 import CHUNK, GROUP
 
 LOW_BITS = (4, 2)
@@ -69,12 +79,16 @@ def quantize_low(values: torch.Tensor,
                  bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(packed, minimums, steps)``: the 1-D ``values`` in ``bits`` bits (4 or 2), rounded
     stochastically, with each group's minimum and step in float32."""
+    draw = generator(values.device)
+    fused = fused_codec_ops(values)
+    if fused is not None:
+        seed = int(torch.randint(-2**63, 2**63 - 1, (), generator=draw, device=values.device))
+        return fused.quantize_low(values.contiguous(), bits, seed)
     numel, levels = values.numel(), 2**bits - 1
     groups = math.ceil(numel / GROUP)
     packed = torch.empty(groups * GROUP * bits // 8, dtype=torch.uint8, device=values.device)
     minimums = torch.empty(groups, dtype=torch.float32, device=values.device)
     steps = torch.empty(groups, dtype=torch.float32, device=values.device)
-    draw = generator(values.device)
     for start in range(0, numel, CHUNK):
         part = values[start:start + CHUNK].float()
         padded = F.pad(part, (0, -part.numel() % GROUP)).view(-1, GROUP)
@@ -103,6 +117,11 @@ def _quantize_low_shapes(values, bits):
 def dequantize_low(packed: torch.Tensor, minimums: torch.Tensor, steps: torch.Tensor, bits: int,
                    numel: int, dtype: torch.dtype) -> torch.Tensor:
     """The ``numel`` values that :func:`quantize_low` encoded, in ``dtype``."""
+    # traced (torch.compile, fake tensors) or watched by a dispatch mode, the eager operations
+    # run: the compiler fuses them itself, and the kernel has no fake implementation
+    fused = None if through_dispatcher() else fused_codec_ops(minimums)
+    if fused is not None:
+        return fused.dequantize_low(packed, minimums, steps, bits, numel, dtype)
     values = torch.empty(numel, dtype=dtype, device=packed.device)
     per_chunk = CHUNK * bits // 8
     for start in range(0, numel, CHUNK):

@@ -12,6 +12,9 @@ which :func:`fused_ops` hands out for a tensor. A layer calls them when they can
 input and falls back to the eager PyTorch path otherwise (one warning line says why). Every
 path gives bit-identical saved tensors.
 
+The 4- and 2-bit codecs (:mod:`mmdropit.codecs.low_bit`) take their one-pass encoding and
+decoding from :func:`fused_codec_ops`: on the CPU only (a GPU runs their eager path).
+
 Example:
     >>> ops = fused_ops(torch.randn(4))
     >>> ops is None or callable(ops.keep_topk)
@@ -25,7 +28,7 @@ import torch
 
 from . import cpu, cuda
 
-__all__ = ['fused_ops']
+__all__ = ['fused_codec_ops', 'fused_ops']
 
 
 def fused_ops(x: torch.Tensor) -> Any | None:
@@ -36,3 +39,9 @@ def fused_ops(x: torch.Tensor) -> Any | None:
     if cuda.usable(x):
         return cuda.load()
     return None
+
+
+def fused_codec_ops(x: torch.Tensor) -> Any | None:
+    """The fused low-bit codec operations for ``x``'s device (``quantize_low``,
+    ``dequantize_low``), or ``None`` when none can run on it (a GPU, the kernels not built)."""
+    return torch.ops.mmdropit_cpu if cpu.usable(x) else None

@@ -145,7 +145,8 @@ def test_stale_build_is_not_loaded(tmp_path):
 
 
 def test_portable_loops_equal_avx512_ones():
-    """The loops machines without AVX-512 run give what the AVX-512 forms give."""
+    """The loops machines without AVX-512 run give what the AVX-512 forms give (DropIT's
+    selection and the low-bit codecs)."""
     code = '''
 import torch
 from mmdropit.kernels import cpu
@@ -161,6 +162,9 @@ for numel in (5, 70_001, 600_003):
             out += [first, values]
             if bitmask:
                 out.append(torch.ops.mmdropit_cpu.scatter_bitmask(first, values, numel))
+    for bits in (4, 2):
+        codes = torch.ops.mmdropit_cpu.quantize_low(x, bits, 5)
+        out += [*codes, torch.ops.mmdropit_cpu.dequantize_low(*codes, bits, numel, x.dtype)]
 torch.save(out, OUT)
 '''
     results = []

@@ -25,9 +25,10 @@ from ..switch import fused_enabled
 
 NAME = 'mmdropit_cpu_kernels'
 _HERE = Path(__file__).parent
-SOURCES = (_HERE / 'dropit_kernels.cpp', _HERE / 'lean_mask_kernels.cpp')
+SOURCES = (_HERE / 'dropit_kernels.cpp', _HERE / 'lean_mask_kernels.cpp',
+           _HERE / 'low_bit_kernels.cpp')
 HEADERS = (_HERE / 'avx512_paths.h', _HERE / 'chunks.h')
-CFLAGS = ('-O3', '-fopenmp')
+CFLAGS = ('-O3', '-fopenmp', '-ffp-contract=off')  # no fused multiply-add: eager's rounding
 LDFLAGS = ('-fopenmp',)
 BUILD_COMMAND = 'python -m mmdropit.kernels.cpu.build'
 
@@ -75,7 +76,7 @@ def load() -> bool:
     """Load the fused kernels once; True when ``torch.ops.mmdropit_cpu`` is usable.
 
     When they cannot be loaded, one warning line says why and how to build them, and DropIT
-    stays on its eager path.
+    and the low-bit codecs stay on their eager paths.
     """
     problem = why_not_loadable()
     if problem is None:
@@ -84,9 +85,9 @@ def load() -> bool:
             return True
         except OSError as error:
             problem = f'loading failed ({str(error).splitlines()[0]})'
-    warnings.warn(f"mmdropit: DropIT's fused CPU kernels are not used: {problem}; build them "
-                  f'with `{BUILD_COMMAND}` (or `make env`). DropIT runs on the slower eager '
-                  'path meanwhile.', stacklevel=2)
+    warnings.warn(f"mmdropit: the fused CPU kernels are not used: {problem}; build them "
+                  f'with `{BUILD_COMMAND}` (or `make env`). DropIT and the low-bit codecs run '
+                  'on their slower eager paths meanwhile.', stacklevel=2)
     return False
 
 
