@@ -30,7 +30,7 @@ import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -48,9 +48,10 @@ from .search import LOWER, Decision, decide, decide_least, put_in_effect, remove
 from .techniques import CheckpointPlans, MeasuredSettings, MicroBatches, Target, Technique
 
 DROPIT_GAMMAS = (0.5, 0.7, 0.9)
-"""The gammas DropIT is tried at when lossy techniques are allowed."""
+"""The gammas DropIT is tried at when lossy techniques are allowed (the leanest last)."""
 ACTIVATION_BITS = (8, 4)
-"""The bit widths saved activations are tried at when lossy techniques are allowed."""
+"""The bit widths saved activations are tried at when lossy techniques are allowed (the leanest
+last)."""
 PART_SAMPLES = 8
 """Lossy settings are measured, and the step is recorded for checkpoint plans, on half the
 batch, at most this many samples (lossy settings also on an eighth of that): these passes are
@@ -131,7 +132,7 @@ class Switch:
 
     Attributes:
         name: The technique's name (``'bf16'``, ``'dropit'``, ``'quantize'``).
-        settings: The settings to try.
+        settings: The settings to try, the one that saves the most memory last.
         text: How the decision table names a setting.
         apply: Puts a setting in effect.
         remove: Takes it away.
@@ -305,7 +306,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         budget: A fraction of the measured step peak with nothing applied, bytes (as
             :func:`~mmdropit.common.parse_budget` returns them), or ``None``: the least peak
             the techniques reach (:func:`~.search.decide_least`; its measured peak becomes the
-            decision's budget).
+            decision's budget; each switch is tried at its leanest setting only).
         target: What the techniques are applied to.
         switches: Lossy techniques to try too.
         lower: What would go lower than these techniques, for the error message.
@@ -358,6 +359,8 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         remove_all(techniques, target)  # a measured combination may still be in effect
         return probe.chain(part)
 
+    if budget is None:  # the least peak: a setting another one saves more than cannot give it
+        switches = [replace(switch, settings=switch.settings[-1:]) for switch in switches]
     micro_batches = MicroBatches(probe.batch_size, seconds_of)
     techniques = [*(_measured(probe, switch, lambda: fixed + per_pass, lossy_sizes, plain_peak,
                               functools.partial(seconds_of, part)) for switch in switches),
