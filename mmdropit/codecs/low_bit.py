@@ -18,7 +18,8 @@ pass of ``torch.ops.mmdropit_cpu`` (``quantize_low``, ``dequantize_low``): each 
 number is then a hash of its index keyed by a seed drawn from the plugin's generator, not a
 draw from the generator itself, so the fused and the eager path round differently (both without
 bias); minimums, steps and rebuilt values are the same bit for bit. Decoding under
-``torch.compile``, fake tensors or a dispatch mode (a memory meter) takes the eager path.
+``torch.compile``, fake tensors or a dispatch mode (a memory meter) takes the eager path
+(encoding is a custom operator: opaque there).
 ``MMDROPIT_FUSED=0`` or :func:`~mmdropit.kernels.switch.eager_only` keeps the eager path.
 
 Example:
@@ -38,10 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
-from ..common.custom_operators import through_dispatcher
 from ..common.random_source import generator
-from ..kernels import fused_codec_ops
-from .int8 import CHUNK, GROUP
+from .int8 import CHUNK, GROUP, fused_kernels
 
 LOW_BITS = (4, 2)
 """Bit widths of this codec."""
@@ -80,7 +79,7 @@ def quantize_low(values: torch.Tensor,
     """``(packed, minimums, steps)``: the 1-D ``values`` in ``bits`` bits (4 or 2), rounded
     stochastically, with each group's minimum and step in float32."""
     draw = generator(values.device)
-    fused = fused_codec_ops(values)
+    fused = fused_kernels(values)
     if fused is not None:
         seed = int(torch.randint(-2**63, 2**63 - 1, (), generator=draw, device=values.device))
         return fused.quantize_low(values.contiguous(), bits, seed)
@@ -117,9 +116,7 @@ def _quantize_low_shapes(values, bits):
 def dequantize_low(packed: torch.Tensor, minimums: torch.Tensor, steps: torch.Tensor, bits: int,
                    numel: int, dtype: torch.dtype) -> torch.Tensor:
     """The ``numel`` values that :func:`quantize_low` encoded, in ``dtype``."""
-    # traced (torch.compile, fake tensors) or watched by a dispatch mode, the eager operations
-    # run: the compiler fuses them itself, and the kernel has no fake implementation
-    fused = None if through_dispatcher() else fused_codec_ops(minimums)
+    fused = fused_kernels(minimums)
     if fused is not None:
         return fused.dequantize_low(packed, minimums, steps, bits, numel, dtype)
     values = torch.empty(numel, dtype=dtype, device=packed.device)

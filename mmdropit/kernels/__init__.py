@@ -12,8 +12,9 @@ which :func:`fused_ops` hands out for a tensor. A layer calls them when they can
 input and falls back to the eager PyTorch path otherwise (one warning line says why). Every
 path gives bit-identical saved tensors.
 
-The 4- and 2-bit codecs (:mod:`mmdropit.codecs.low_bit`) take their one-pass encoding and
-decoding from :func:`fused_codec_ops`: on the CPU only (a GPU runs their eager path).
+The integer codecs (:mod:`mmdropit.codecs.int8`, :mod:`mmdropit.codecs.low_bit`) take their
+one-pass encoding and decoding from :func:`fused_codec_ops`: on the CPU only (a GPU runs their
+eager path).
 
 Example:
     >>> ops = fused_ops(torch.randn(4))
@@ -42,6 +43,7 @@ def fused_ops(x: torch.Tensor) -> Any | None:
 
 
 def fused_codec_ops(x: torch.Tensor) -> Any | None:
-    """The fused low-bit codec operations for ``x``'s device (``quantize_low``,
-    ``dequantize_low``), or ``None`` when none can run on it (a GPU, the kernels not built)."""
+    """The fused codec operations for ``x``'s device (``quantize_int8``, ``dequantize_int8``,
+    ``quantize_low``, ``dequantize_low``), or ``None`` when none can run on it (a GPU, the
+    kernels not built)."""
     return torch.ops.mmdropit_cpu if cpu.usable(x) else None

@@ -146,7 +146,7 @@ def test_stale_build_is_not_loaded(tmp_path):
 
 def test_portable_loops_equal_avx512_ones():
     """The loops machines without AVX-512 run give what the AVX-512 forms give (DropIT's
-    selection and the low-bit codecs)."""
+    selection and the integer codecs)."""
     code = '''
 import torch
 from mmdropit.kernels import cpu
@@ -165,6 +165,8 @@ for numel in (5, 70_001, 600_003):
     for bits in (4, 2):
         codes = torch.ops.mmdropit_cpu.quantize_low(x, bits, 5)
         out += [*codes, torch.ops.mmdropit_cpu.dequantize_low(*codes, bits, numel, x.dtype)]
+    codes = torch.ops.mmdropit_cpu.quantize_int8(x)
+    out += [*codes, torch.ops.mmdropit_cpu.dequantize_int8(*codes, x.dtype)]
 torch.save(out, OUT)
 '''
     results = []

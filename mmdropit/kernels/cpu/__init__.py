@@ -1,10 +1,14 @@
-"""DropIT's fused CPU kernels (``torch.ops.mmdropit_cpu``), with their build and loading.
+"""The fused CPU kernels (``torch.ops.mmdropit_cpu``) of DropIT, the lean activations and the
+integer codecs, with their build and loading.
 
 - ``keep_topk(flat, kept, bitmask)``: exact min-k (a radix select on the bit pattern of
   ``|x|``) and the encoded kept elements, ties first in memory order as in the eager ``mink``;
 - ``above_counts(flat, threshold)`` and ``write_above(flat, threshold, counts, bitmask)``: the
   elements above ``mink_approx``'s sampled threshold, counted per chunk, then encoded;
-- ``scatter_bitmask(bitmask, values, numel)``: the dense input rebuilt in one pass.
+- ``scatter_bitmask(bitmask, values, numel)``: the dense input rebuilt in one pass;
+- ``pack_between`` / ``where_bits``: the lean activations' 1-bit masks;
+- ``quantize_int8`` / ``dequantize_int8`` and ``quantize_low`` / ``dequantize_low``: the int8
+  and the 4- and 2-bit codes of saved activations, one pass each way.
 
 Example:
     >>> flat = torch.tensor([0.1, -3.0, 0.5, 2.0, -0.2, 0.05, 1.0, -0.7, 0.3, 4.0])

@@ -1,10 +1,10 @@
 """Build the fused CPU kernels: ``python -m mmdropit.kernels.cpu.build`` (``make env`` runs it).
 
-Compiles ``dropit_kernels.cpp``, ``lean_mask_kernels.cpp`` and ``low_bit_kernels.cpp`` with
-torch's ``cpp_extension`` (ninja, the C++ compiler torch was built for) into
+Compiles ``dropit_kernels.cpp``, ``lean_mask_kernels.cpp``, ``int8_kernels.cpp`` and
+``low_bit_kernels.cpp`` with torch's ``cpp_extension`` (ninja, the C++ compiler torch was built for) into
 :func:`~.library.build_directory` and writes the stamp that lets :func:`~.library.load` use it.
 A second run with the same sources and torch does nothing. Without a C++ compiler or ninja it
-prints one line and exits 0: DropIT and the 4- and 2-bit codecs then run on their eager paths.
+prints one line and exits 0: DropIT and the integer codecs then run on their eager paths.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def build(verbose: bool = False) -> bool:
     missing = [tool for tool in ('c++', 'ninja') if shutil.which(tool) is None]
     if missing:
         print(f'[mmdropit] warning: no {" or ".join(missing)} on PATH: the fused CPU kernels are '
-              f'not built and DropIT and the low-bit codecs use their eager paths (install them, then run '
+              f'not built and DropIT and the integer codecs use their eager paths (install them, then run '
               f'`{BUILD_COMMAND}`)')
         return False
     from torch.utils.cpp_extension import load
@@ -37,7 +37,7 @@ def build(verbose: bool = False) -> bool:
     except (RuntimeError, OSError) as error:  # a compiler error: keep the eager path
         print(f'[mmdropit] warning: building the fused CPU kernels failed '
               f'({str(error).splitlines()[0]}; `{BUILD_COMMAND} --verbose` shows the compiler '
-              'output); DropIT and the low-bit codecs use their eager paths')
+              'output); DropIT and the integer codecs use their eager paths')
         return False
     stamp_path().write_text(source_stamp() + '\n')
     print(f'[mmdropit] fused CPU kernels built: {library_path()}')

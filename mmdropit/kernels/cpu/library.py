@@ -26,7 +26,7 @@ from ..switch import fused_enabled
 NAME = 'mmdropit_cpu_kernels'
 _HERE = Path(__file__).parent
 SOURCES = (_HERE / 'dropit_kernels.cpp', _HERE / 'lean_mask_kernels.cpp',
-           _HERE / 'low_bit_kernels.cpp')
+           _HERE / 'int8_kernels.cpp', _HERE / 'low_bit_kernels.cpp')
 HEADERS = (_HERE / 'avx512_paths.h', _HERE / 'chunks.h')
 CFLAGS = ('-O3', '-fopenmp', '-ffp-contract=off')  # no fused multiply-add: eager's rounding
 LDFLAGS = ('-fopenmp',)
@@ -76,7 +76,7 @@ def load() -> bool:
     """Load the fused kernels once; True when ``torch.ops.mmdropit_cpu`` is usable.
 
     When they cannot be loaded, one warning line says why and how to build them, and DropIT
-    and the low-bit codecs stay on their eager paths.
+    and the integer codecs stay on their eager paths.
     """
     problem = why_not_loadable()
     if problem is None:
@@ -86,7 +86,7 @@ def load() -> bool:
         except OSError as error:
             problem = f'loading failed ({str(error).splitlines()[0]})'
     warnings.warn(f"mmdropit: the fused CPU kernels are not used: {problem}; build them "
-                  f'with `{BUILD_COMMAND}` (or `make env`). DropIT and the low-bit codecs run '
+                  f'with `{BUILD_COMMAND}` (or `make env`). DropIT and the integer codecs run '
                   'on their slower eager paths meanwhile.', stacklevel=2)
     return False
 

@@ -20,10 +20,13 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "avx512_paths.h"
 
@@ -85,13 +88,86 @@ __attribute__((always_inline)) inline void quantize_groups(
   }
 }
 
-// The same loops compiled for AVX-512 (vectorised by the compiler), chosen at run time.
+// The codes of 16 float32 values from index `start` on, a byte each: uniform_at's hash and
+// quantize_groups' arithmetic, 16 lanes at a time.
+MMDROPIT_LOW_BIT_AVX512 inline __m128i codes_of(__m512 v, int64_t start, __m512 lows,
+                                                __m512 step_size, __m512 levels,
+                                                uint32_t key_low, __m512i high_mix) {
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(int(uint32_t(start))), lanes);
+  __m512i h = _mm512_xor_si512(_mm512_mullo_epi32(index, _mm512_set1_epi32(int(0x9E3779B1u))),
+                               _mm512_set1_epi32(int(key_low)));
+  h = _mm512_xor_si512(h, high_mix);
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(int(0x85EBCA6Bu)));
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
+  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(int(0xC2B2AE35u)));
+  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+  const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)),
+                                 _mm512_set1_ps(1.0f / 16777216.0f));
+  __m512 level = _mm512_add_ps(_mm512_div_ps(_mm512_sub_ps(v, lows), step_size), u);
+  level = _mm512_roundscale_ps(level, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  level = _mm512_min_ps(_mm512_max_ps(level, _mm512_setzero_ps()), levels);
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(level));
+}
+
+// Whole groups of float32 values in AVX-512 registers: the same operations as
+// quantize_groups, 16 values at a time, and the codes packed in registers.
+template <int kBits>
+MMDROPIT_LOW_BIT_AVX512 void quantize_whole_groups_avx512(const float* x, int64_t first,
+                                                          int64_t last, uint32_t key_low,
+                                                          uint32_t key_high, uint8_t* packed,
+                                                          float* minimums, float* steps) {
+  constexpr float kLevels = float((1 << kBits) - 1);
+  const __m512 levels = _mm512_set1_ps(kLevels);
+  for (int64_t group = first; group < last; ++group) {
+    const int64_t base = group * kGroup;
+    const __m512 a = _mm512_loadu_ps(x + base), b = _mm512_loadu_ps(x + base + 16);
+    const float low = _mm512_reduce_min_ps(_mm512_min_ps(a, b));
+    const float high = _mm512_reduce_max_ps(_mm512_max_ps(a, b));
+    const float step = std::max(high - low, std::numeric_limits<float>::min()) / kLevels;
+    minimums[group] = low;
+    steps[group] = step;
+    const __m512 lows = _mm512_set1_ps(low), step_size = _mm512_set1_ps(step);
+    // a group never crosses a multiple of 2^32: the index's high half is the group's
+    const __m512i high_mix =
+        _mm512_set1_epi32(int(uint32_t(uint64_t(base) >> 32) * 0x85EBCA77u + key_high));
+    const __m256i codes =
+        _mm256_set_m128i(codes_of(b, base + 16, lows, step_size, levels, key_low, high_mix),
+                         codes_of(a, base, lows, step_size, levels, key_low, high_mix));
+    uint8_t* out = packed + group * kGroup * kBits / 8;
+    if constexpr (kBits == 4) {  // two codes a 16-bit word -> one byte
+      const __m256i pairs = _mm256_or_si256(
+          _mm256_and_si256(codes, _mm256_set1_epi16(0x000F)),
+          _mm256_and_si256(_mm256_srli_epi16(codes, 4), _mm256_set1_epi16(0x00F0)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtepi16_epi8(pairs));
+    } else {  // four codes a 32-bit word -> one byte
+      const __m256i mask = _mm256_set1_epi32(0x3);
+      __m256i fours = _mm256_and_si256(codes, mask);
+      fours = _mm256_or_si256(fours, _mm256_slli_epi32(
+          _mm256_and_si256(_mm256_srli_epi32(codes, 8), mask), 2));
+      fours = _mm256_or_si256(fours, _mm256_slli_epi32(
+          _mm256_and_si256(_mm256_srli_epi32(codes, 16), mask), 4));
+      fours = _mm256_or_si256(fours, _mm256_slli_epi32(
+          _mm256_and_si256(_mm256_srli_epi32(codes, 24), mask), 6));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_cvtepi32_epi8(fours));
+    }
+  }
+}
+
+// Other types on AVX-512 machines: the portable loops, vectorised by the compiler.
 template <typename scalar_t, int kBits>
 MMDROPIT_LOW_BIT_AVX512 void quantize_groups_avx512(const scalar_t* x, int64_t numel,
                                                     int64_t first, int64_t last,
                                                     uint32_t key_low, uint32_t key_high,
                                                     uint8_t* packed, float* minimums,
                                                     float* steps) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    const int64_t whole = std::max(first, std::min(last, numel / kGroup));
+    quantize_whole_groups_avx512<kBits>(x, first, whole, key_low, key_high, packed, minimums,
+                                        steps);
+    first = whole;
+  }
   quantize_groups<scalar_t, kBits>(x, numel, first, last, key_low, key_high, packed, minimums,
                                    steps);
 }
@@ -123,11 +199,60 @@ __attribute__((always_inline)) inline void dequantize_groups(
   }
 }
 
+// 16 codes (32-bit lanes) times the step plus the minimum, stored as float32.
+MMDROPIT_LOW_BIT_AVX512 inline void store_rebuilt(__m512i codes, __m512 step, __m512 low,
+                                                  float* out) {
+  const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(codes), step);
+  _mm512_storeu_ps(out, _mm512_add_ps(scaled, low));  // multiplied, then added, as eager
+}
+
+// The 16 two-bit codes of four bytes, each byte given four times in `spread`.
+MMDROPIT_LOW_BIT_AVX512 inline __m512i two_bit_codes(__m128i spread) {
+  const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
+  return _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(spread), shifts),
+                          _mm512_set1_epi32(0x3));
+}
+
+// Whole groups rebuilt as float32 in AVX-512 registers: the same operations as
+// dequantize_groups, the codes unpacked in registers.
+template <int kBits>
+MMDROPIT_LOW_BIT_AVX512 void dequantize_whole_groups_avx512(const uint8_t* packed,
+                                                            const float* minimums,
+                                                            const float* steps, int64_t first,
+                                                            int64_t last, float* out) {
+  for (int64_t group = first; group < last; ++group) {
+    const uint8_t* in = packed + group * kGroup * kBits / 8;
+    const __m512 step = _mm512_set1_ps(steps[group]), low = _mm512_set1_ps(minimums[group]);
+    __m512i first_codes, second_codes;
+    if constexpr (kBits == 4) {  // a byte holds codes 2j (low nibble) and 2j + 1
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
+      const __m128i nibble = _mm_set1_epi8(0x0F);
+      const __m128i even = _mm_and_si128(bytes, nibble);
+      const __m128i odd = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+      first_codes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(even, odd));
+      second_codes = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(even, odd));
+    } else {  // a byte holds codes 4j .. 4j + 3, the first in the lowest bits
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(in));
+      first_codes = two_bit_codes(_mm_shuffle_epi8(
+          bytes, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)));
+      second_codes = two_bit_codes(_mm_shuffle_epi8(
+          bytes, _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)));
+    }
+    store_rebuilt(first_codes, step, low, out + group * kGroup);
+    store_rebuilt(second_codes, step, low, out + group * kGroup + 16);
+  }
+}
+
 template <typename scalar_t, int kBits>
 MMDROPIT_LOW_BIT_AVX512 void dequantize_groups_avx512(const uint8_t* packed,
                                                       const float* minimums, const float* steps,
                                                       int64_t numel, int64_t first, int64_t last,
                                                       scalar_t* out) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    const int64_t whole = std::max(first, std::min(last, numel / kGroup));
+    dequantize_whole_groups_avx512<kBits>(packed, minimums, steps, first, whole, out);
+    first = whole;
+  }
   dequantize_groups<scalar_t, kBits>(packed, minimums, steps, numel, first, last, out);
 }
 

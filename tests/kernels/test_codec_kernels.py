@@ -1,7 +1,8 @@
-"""The fused 4- and 2-bit codec kernels: minimums, steps and rebuilt values equal the eager
-path's bit for bit, each code is one of the two levels around its value, and the codes depend on
-the seed alone (not on the number of threads). Unbiasedness: tests/codecs/test_low_bit.py runs
-on both paths."""
+"""The fused codec kernels. int8: codes, scales and rebuilt values equal the eager path's bit
+for bit. 4 and 2 bits: minimums, steps and rebuilt values equal the eager path's bit for bit,
+each code is one of the two levels around its value, and the codes depend on the seed alone
+(not on the number of threads). Unbiasedness: tests/codecs/test_low_bit.py runs on both paths.
+AVX-512 against the portable loops: tests/kernels/test_cpu_kernels.py."""
 from __future__ import annotations
 
 import shutil
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from mmdropit.codecs import GROUP
+from mmdropit.codecs.int8 import dequantize, quantize
 from mmdropit.codecs.low_bit import dequantize_low, quantize_low, unpack_codes
 from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.switch import eager_only
@@ -27,11 +29,34 @@ def loaded_kernels():
     assert fused_cpu.load()
 
 
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', SIZES)
+@pytest.mark.parametrize('kind', KINDS)
+def test_int8_codes_scales_and_rebuilt_values_equal_eager(dtype, numel, kind):
+    values = kernel_input(numel, dtype, kind)
+    codes, scales = torch.ops.mmdropit_cpu.quantize_int8(values)
+    with eager_only():
+        eager_codes, eager_scales = quantize(values)
+        eager_rebuilt = dequantize(eager_codes, eager_scales, dtype)
+    assert torch.equal(codes, eager_codes) and torch.equal(scales, eager_scales)
+    rebuilt = torch.ops.mmdropit_cpu.dequantize_int8(codes, scales, dtype)
+    assert rebuilt.dtype == dtype and torch.equal(rebuilt, eager_rebuilt)
+
+
+def test_the_int8_codec_takes_the_fused_path():
+    values = kernel_input(70_001, torch.float32, 'scaled')
+    with torch.profiler.profile() as profile:
+        codes, scales = quantize(values)
+        dequantize(codes, scales, torch.float32)
+    calls = {event.name for event in profile.events()}
+    assert {'mmdropit_cpu::quantize_int8', 'mmdropit_cpu::dequantize_int8'} <= calls
+
+
 @pytest.mark.parametrize('bits', [4, 2])
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
 @pytest.mark.parametrize('numel', SIZES)
 @pytest.mark.parametrize('kind', KINDS)
-def test_groups_and_rebuilt_values_equal_eager(bits, dtype, numel, kind):
+def test_low_bit_groups_and_rebuilt_values_equal_eager(bits, dtype, numel, kind):
     values = kernel_input(numel, dtype, kind)
     packed, minimums, steps = torch.ops.mmdropit_cpu.quantize_low(values, bits, 1234)
     with eager_only():
