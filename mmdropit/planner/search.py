@@ -303,9 +303,9 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             raise ConfigError(
                 f'memory budget {budget_bytes / MIB:.1f} MiB is below what these techniques reach: '
                 f'the least predicted step peak is {least.peak_bytes / MIB:.1f} MiB '
-                f'({least.summary}; what none of them lowers, parameters, gradients, optimizer '
-                f'state and what every pass holds, is {start.fixed_bytes / MIB:.1f} MiB); raise '
-                f'the budget, or go lower with {lower}')
+                f'({least.summary}; of it, parameters, gradients, optimizer state and what '
+                f'every pass holds, which none of them lowers: {least.fixed_bytes / MIB:.1f} '
+                f'MiB); raise the budget, or go lower with {lower}')
         else:
             peak = measure(chosen)
             measured[chosen.summary] = peak

@@ -3,6 +3,7 @@ checked against the fastest exact combination by measured time, and lossy combin
 could fit without their constant bytes measured."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from mmdropit.planner.estimate import Choice, Effect, Estimate
 from mmdropit.planner.search import (ATTEMPTS, EXACT_PREFERENCE, LEAST_TOLERANCE,
                                      NEAR_MEASUREMENTS, combinations, decide, decide_least,
                                      fits_within)
-from mmdropit.planner.techniques import MeasuredSettings, Technique
+from mmdropit.planner.techniques import MeasuredSettings, MicroBatches, Technique
 
 
 class Scaled(Technique):
@@ -307,3 +308,15 @@ def test_a_combination_measured_near_that_times_slower_than_the_exact_one_gives_
     assert decision.measured == {'bf16 + two parts + plan': 200, 'eight parts + plan': 150,
                                  'bf16 + four parts + plan': 150}
     assert log[-1] == ('time', 'bf16 + four parts + plan')
+
+
+def test_an_unreachable_budget_names_the_least_peak_and_the_state_within_it():
+    """The state the message names is that of the least combination: the undivided batch does
+    not hold its gradients at its peak, so the start's state (gradients held) can exceed it."""
+    mib = 2**20
+    micro = MicroBatches(8, seconds_of=lambda size: 0.1 + size, undivided_saving=150 * mib)
+    with pytest.raises(ConfigError) as error:
+        decide(Estimate(300 * mib, 80 * mib), [micro], budget_bytes=100 * mib,
+               measure=lambda e: e.peak_bytes)
+    numbers = [float(n) for n in re.findall(r'(\d+\.\d+) MiB', str(error.value))]
+    assert numbers == [100, 230, 150]  # budget; the undivided batch, 150 + 80; its state
