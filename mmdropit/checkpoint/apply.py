@@ -11,9 +11,11 @@ the recomputation sees them as they were even if the caller changes them later (
 to the feature list it passes to each layer). During the recomputation (which runs inside
 backward) the BatchNorm layers of the recomputed part would update their running statistics a
 second time; their buffers are saved before and restored after it, so the statistics are those
-of one forward pass. The RNG state is restored
-before recomputing (``preserve_rng_state``), so dropout drops the same elements.
-Eval mode and ``torch.no_grad`` run the plain forward. A *selective* checkpoint
+of one forward pass. The RNG state is restored before recomputing (``preserve_rng_state``), so
+dropout drops the same elements. Eval mode and ``torch.no_grad`` run the plain forward.
+Compressed modules inside a plain checkpoint (:func:`~mmdropit.codecs.compress_activations`)
+store their codes when the region is recomputed, so for a region holding one the checkpoint does
+not compare what its two passes saved (``determinism_check='none'``). A *selective* checkpoint
 (:mod:`.selective`) keeps the outputs of its costly ops and recomputes only the rest. Under
 ``torch.compile`` the checkpoints become dynamo's checkpoint regions (the selective policy passes
 as a module-level ``context_fn``, the only form dynamo takes), and the compiled backward does the
@@ -39,7 +41,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import checkpoint
 
-from ..common.recompute_region import checkpoint_pass, recomputed_region
+from ..common.recompute_region import (COMPACT_WHEN_RECOMPUTED, checkpoint_pass,
+                                       recomputed_region)
 from ..common.training_state import values_restored
 from .selective import selective_contexts
 
@@ -70,7 +73,8 @@ def _contexts(module: nn.Module, selective: bool) -> tuple:
     checkpoint's first pass."""
     if not selective:
         return (checkpoint_pass(first=True),
-                _both(checkpoint_pass(first=False), _recomputing(module, contextlib.nullcontext())))
+                _both(checkpoint_pass(first=False, recomputation=True),
+                      _recomputing(module, contextlib.nullcontext())))
     forward, recompute = selective_contexts()
     return (_both(checkpoint_pass(first=False), forward),
             _both(checkpoint_pass(first=False), _recomputing(module, recompute)))
@@ -85,8 +89,13 @@ def _checkpointed(module: nn.Module, run: Callable, selective: bool, *args, **kw
         # the compiled backward recomputes without running BatchNorm's buffer updates again
         policy = {'context_fn': selective_contexts} if selective else {}
         return checkpoint(run, *args, use_reentrant=False, **policy, **kwargs)
+    # a compressed module stores codes when recomputed where the first pass saved dense
+    # tensors: the two passes' saved tensors then differ by design, and are not compared
+    compact = any(getattr(m, COMPACT_WHEN_RECOMPUTED, False) for m in module.modules())
     return checkpoint(_marked(run), *args, use_reentrant=False,
-                      context_fn=lambda: _contexts(module, selective), **kwargs)
+                      context_fn=lambda: _contexts(module, selective),
+                      determinism_check='none' if compact and not selective else 'default',
+                      **kwargs)
 
 
 def _marked(run: Callable) -> Callable:

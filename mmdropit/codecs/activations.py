@@ -17,10 +17,11 @@ The gradient is that of the rounded activations: in 8 bits each element errs by 
 step, ``max|v| / 254`` of its group of 32; in 4 and 2 bits by less than one step,
 ``(max - min) / 15`` or ``/ 3`` of its group, without bias.
 
-Inside a segment that a checkpoint plan recomputes, a converted module steps aside
-(:mod:`mmdropit.common.recompute_region`): its hooks, the innermost, would keep codes there
-instead of letting the checkpoint drop the tensors, so it runs as the plain module and the
-checkpoint drops and recomputes its tensors exactly.
+Inside a segment that a plain checkpoint recomputes (:mod:`mmdropit.common.recompute_region`),
+a converted module hands its saved tensors to the checkpoint's hooks: the checkpoint drops them
+in the first pass and holds their codes once the segment is recomputed (:mod:`.recomputed`).
+Inside a selective checkpoint, and while a step is recorded for a plan, it steps aside and runs
+as the plain module.
 
 Default modules (:data:`DEFAULT_TYPES`): LayerNorm, GroupNorm, BatchNorm, GELU, SiLU, Softmax
 and modules whose class is named ``Attention`` (timm's, with their qkv / proj layers: a DropIT
@@ -48,11 +49,13 @@ import torch
 from torch import nn
 
 from ..common.name_patterns import matches
-from ..common.recompute_region import in_recomputed_region
+from ..common.recompute_region import (in_recomputation, in_recomputed_region,
+                                       saved_tensors_dropped)
 from ..common.saved_tensors import report_kept
 from ..errors import ConfigError
 from .bits import check_bits, dequantize_values, quantize_values
 from .derivative_codes import CODE_BITS, derivative_table, lean_activation
+from .recomputed import checkpoint_hooks
 
 MIN_NUMEL = 4096
 """Smaller saved tensors stay as they are (their codes would save little)."""
@@ -110,9 +113,14 @@ def observe_compression(observer: CompressionObserver) -> Iterator[None]:
         _OBSERVERS.remove(observer)
 
 
+def _stored_as_codes(tensor: torch.Tensor) -> bool:
+    """Whether a saved tensor is stored as codes: floating, large enough, not a parameter."""
+    return (tensor.is_floating_point() and tensor.numel() >= MIN_NUMEL
+            and not (tensor.requires_grad and tensor.is_leaf))
+
+
 def _pack(compression: Compression, tensor: torch.Tensor) -> torch.Tensor | _Codes:
-    if (not tensor.is_floating_point() or tensor.numel() < MIN_NUMEL
-            or (tensor.requires_grad and tensor.is_leaf)):  # parameters stay
+    if not _stored_as_codes(tensor):
         report_kept(tensor)
         return tensor
     codes = quantize_values(tensor.detach().reshape(-1), compression.bits)
@@ -141,10 +149,16 @@ class CompressedActivations:
     """
 
     compression: Compression
+    _mmdropit_compact_when_recomputed = True  # COMPACT_WHEN_RECOMPUTED
 
     def forward(self, *args, **kwargs):
-        if in_recomputed_region():  # the checkpoint drops what is saved here: let it
-            return super().forward(*args, **kwargs)
+        if in_recomputed_region():  # hand what is saved to the checkpoint, or step aside
+            hooks = None
+            if saved_tensors_dropped() or in_recomputation():
+                hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes,
+                                         recomputation=in_recomputation())
+            with hooks or contextlib.nullcontext():
+                return super().forward(*args, **kwargs)
         pack = functools.partial(_pack, self.compression)
         with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
             return super().forward(*args, **kwargs)
@@ -152,7 +166,10 @@ class CompressedActivations:
 
 class LeanDerivative(CompressedActivations):
     """Mixin put in front of a converted GELU's or SiLU's class: it saves 4-bit codes of its
-    derivative (:func:`~.derivative_codes.lean_activation`) instead of its input."""
+    derivative (:func:`~.derivative_codes.lean_activation`) instead of its input; inside a
+    checkpoint's region it steps aside."""
+
+    _mmdropit_compact_when_recomputed = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if in_recomputed_region():

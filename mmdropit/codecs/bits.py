@@ -53,3 +53,42 @@ def dequantize_values(codes: tuple[torch.Tensor, ...], bits: int, numel: int,
     if bits == 8:
         return dequantize(*codes, dtype)
     return dequantize_low(*codes, bits, numel, dtype)
+
+
+def code_parts(numel: int, bits: int) -> tuple[tuple[torch.dtype, int], ...]:
+    """The dtype and element count of each tensor :func:`quantize_values` returns for
+    ``numel`` values in ``bits`` bits.
+
+    Example:
+        >>> code_parts(100, 8)   # int8 codes and a float32 scale per group of 32
+        ((torch.int8, 100), (torch.float32, 4))
+    """
+    groups = -(-numel // GROUP)
+    if bits == 8:
+        return (torch.int8, numel), (torch.float32, groups)
+    return ((torch.uint8, groups * GROUP * bits // 8), (torch.float32, groups),
+            (torch.float32, groups))
+
+
+def join_codes(codes: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The tensors of :func:`quantize_values` as the bytes of one uint8 tensor (what a
+    checkpoint holds for one saved tensor)."""
+    return torch.cat([code.reshape(-1).view(torch.uint8) for code in codes])
+
+
+def split_codes(joined: torch.Tensor, bits: int, numel: int) -> tuple[torch.Tensor, ...]:
+    """The tensors :func:`join_codes` joined, for ``numel`` values in ``bits`` bits.
+
+    Example:
+        >>> values = torch.randn(100)
+        >>> codes = quantize_values(values, 8)
+        >>> all(torch.equal(a, b) for a, b in zip(split_codes(join_codes(codes), 8, 100), codes))
+        True
+    """
+    parts, start = [], 0
+    for dtype, count in code_parts(numel, bits):
+        size = count * torch.empty((), dtype=dtype).element_size()
+        parts.append(joined[start:start + size].view(dtype))
+        start += size
+    return tuple(parts)
+

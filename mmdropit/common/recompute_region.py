@@ -10,7 +10,11 @@ recompute on another thread than the forward pass's.
 
 Within a region, the first forward pass's saved tensors are dropped at once and only the
 recomputation's are used (:func:`saved_tensors_dropped`): a DropIT layer saves placeholders of
-the right shapes there instead of selecting twice.
+the right shapes there instead of selecting twice. A plain checkpoint's recomputation is marked
+too (:func:`in_recomputation`): a compressed module stores its codes there, through the
+checkpoint's own hooks. A module that saves other tensors when recomputed than in the first
+pass sets :data:`COMPACT_WHEN_RECOMPUTED` to true, so that the checkpoint does not compare the
+two passes' saved tensors.
 
 Example:
     >>> in_recomputed_region()
@@ -19,10 +23,10 @@ Example:
     ...     in_recomputed_region()
     True
     >>> with checkpoint_pass(first=True):
-    ...     with checkpoint_pass(first=False):   # an inner checkpoint's recomputation
-    ...         inner = saved_tensors_dropped()
+    ...     with checkpoint_pass(first=False, recomputation=True):   # an inner recomputation
+    ...         inner = saved_tensors_dropped(), in_recomputation()
     ...     inner, saved_tensors_dropped()
-    (False, True)
+    ((False, True), True)
 """
 from __future__ import annotations
 
@@ -31,6 +35,10 @@ import threading
 from collections.abc import Iterator
 
 _STATE = threading.local()
+
+COMPACT_WHEN_RECOMPUTED = '_mmdropit_compact_when_recomputed'
+"""The attribute of a module class whose saved tensors differ between a checkpoint's first pass
+and its recomputation (compressed in the recomputation only)."""
 
 
 @contextlib.contextmanager
@@ -49,21 +57,32 @@ def in_recomputed_region() -> bool:
 
 
 @contextlib.contextmanager
-def checkpoint_pass(first: bool) -> Iterator[None]:
+def checkpoint_pass(first: bool, recomputation: bool = False) -> Iterator[None]:
     """Mark the code inside as a checkpoint's first forward pass (``first``), whose saved
-    tensors the checkpoint drops, or as a pass whose saved tensors are used: a recomputation, or
-    either pass of a selective checkpoint (its recomputation replays the first pass's ops in
-    order, so a layer must run the same ops in both)."""
+    tensors the checkpoint drops, or as a pass whose saved tensors are used: a plain
+    checkpoint's recomputation (``recomputation``), or either pass of a selective checkpoint
+    (its recomputation replays the first pass's ops in order, so a layer must run the same ops
+    in both)."""
     passes = _STATE.__dict__.setdefault('passes', [])
-    passes.append(first)
+    passes.append('first' if first else 'recomputation' if recomputation else 'kept')
     try:
         yield
     finally:
         passes.pop()
 
 
+def _innermost_pass() -> str | None:
+    passes = getattr(_STATE, 'passes', None)
+    return passes[-1] if passes else None
+
+
 def saved_tensors_dropped() -> bool:
     """Whether the innermost checkpoint pass on this thread is a first forward pass: what is
     saved for backward now is dropped, and saved again when the region is recomputed."""
-    passes = getattr(_STATE, 'passes', None)
-    return bool(passes) and passes[-1]
+    return _innermost_pass() == 'first'
+
+
+def in_recomputation() -> bool:
+    """Whether the innermost checkpoint pass on this thread is a plain checkpoint's
+    recomputation: what is saved now is what its backward uses."""
+    return _innermost_pass() == 'recomputation'

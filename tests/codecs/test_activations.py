@@ -129,33 +129,55 @@ def test_bad_settings_are_one_line(kwargs, message):
         compress_activations(_mlp(), **kwargs)
 
 
-def test_inside_a_checkpoint_the_converted_modules_step_aside():
-    """A checkpoint drops and recomputes what its region saves: the converted modules inside it
-    store no codes (the gradients are those of blocks without compression, recomputed
-    exactly), and the step saves less than with compression alone."""
-    from mmdropit.checkpoint import checkpoint_module, uncheckpoint
-
+def _checkpointed_vit() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     vit = timm.create_model('vit_tiny_patch16_224', img_size=28, patch_size=7, in_chans=1,
                             embed_dim=96, depth=4, num_heads=3, num_classes=10)
-    images = torch.randn(8, 1, 28, 28)
+    return vit, torch.randn(8, 1, 28, 28)
 
-    def grads() -> tuple[list[torch.Tensor], int]:
-        with SavedTensorMeter(vit) as meter:
-            loss = vit(images).logsumexp(1).mean()
-        return torch.autograd.grad(loss, list(vit.parameters())), meter.result.total_bytes
 
+def _grads(vit: nn.Module, images: torch.Tensor) -> tuple[list[torch.Tensor], int]:
+    with SavedTensorMeter(vit) as meter:
+        loss = vit(images).logsumexp(1).mean()
+    return torch.autograd.grad(loss, list(vit.parameters())), meter.result.total_bytes
+
+
+def test_inside_a_plain_checkpoint_the_recomputation_stores_codes():
+    """A plain checkpoint drops what its region saves and holds the codes of the recomputed
+    tensors: the gradients are those of the compressed model without checkpoints (8 bits round
+    to the nearest: the same codes), not the exact ones, and the forward saves less than with
+    compression alone."""
+    from mmdropit.checkpoint import checkpoint_module, uncheckpoint
+
+    vit, images = _checkpointed_vit()
+    exact, _ = _grads(vit, images)
     compress_activations(vit)
-    _, compressed_bytes = grads()
+    compressed, compressed_bytes = _grads(vit, images)
     for block in vit.blocks:
         checkpoint_module(block)
-    planned, planned_bytes = grads()
+    planned, planned_bytes = _grads(vit, images)
+    for block in vit.blocks:
+        uncheckpoint(block)
+    assert all(torch.equal(a, b) for a, b in zip(planned, compressed))
+    assert not all(torch.equal(a, b) for a, b in zip(planned, exact))
+    assert planned_bytes < 0.6 * compressed_bytes
+
+
+def test_inside_a_selective_checkpoint_the_converted_modules_step_aside():
+    """A selective checkpoint replays its first pass's ops: the converted modules inside it run
+    as the plain modules (the gradients are those of uncompressed blocks)."""
+    from mmdropit.checkpoint import checkpoint_module, uncheckpoint
+
+    vit, images = _checkpointed_vit()
+    compress_activations(vit)
+    for block in vit.blocks:
+        checkpoint_module(block, selective=True)
+    planned, _ = _grads(vit, images)
     for block in vit.blocks:
         uncheckpoint(block)
     restore_activations(vit.blocks)  # the final norm stays converted
-    expected, _ = grads()
+    expected, _ = _grads(vit, images)
     assert all(torch.equal(a, b) for a, b in zip(planned, expected))
-    assert planned_bytes < 0.6 * compressed_bytes
 
 
 def test_the_audit_names_a_compressed_module_whose_dense_input_is_still_kept():

@@ -1,0 +1,90 @@
+"""Compressed activations inside a plain checkpoint: codes stored when the region is recomputed.
+
+A plain checkpoint (:mod:`mmdropit.checkpoint`) drops what its region saves in the first forward
+pass and saves it again when backward recomputes the region; that recomputation, held while the
+region's backward runs, sets the least peak a plan reaches. A converted module's own hooks, the
+innermost, would hide its saved tensors from the checkpoint's hooks; inside a region it
+therefore hands each saved tensor on to the hooks on top of the stack when it runs, the
+checkpoint's (:func:`checkpoint_hooks`):
+
+- in the first pass as it is: the checkpoint drops it;
+- in the recomputation as its codes joined into one uint8 tensor
+  (:func:`~.bits.join_codes`): the checkpoint holds those bytes for backward instead of the
+  dense tensor;
+- in backward, the checkpoint hands the joined codes back, and the tensor is rebuilt from them.
+
+The two passes then save different tensors by design, so the checkpoint must not compare them
+(:data:`~mmdropit.common.recompute_region.COMPACT_WHEN_RECOMPUTED`). Whether a tensor is stored
+as codes depends on it alone (the same test in both passes), so the passes hand on the same
+number of tensors in the same order. A selective checkpoint replays its first pass's ops in
+order; the encoding would add ops to its recomputation, so converted modules step aside there
+(the checkpoint keeps or recomputes their dense tensors).
+
+Example:
+    >>> from torch import nn
+    >>> from mmdropit.checkpoint import checkpoint_module
+    >>> from mmdropit.codecs import compress_activations
+    >>> net = nn.Sequential(nn.Linear(64, 256), nn.LayerNorm(256), nn.GELU(), nn.Linear(256, 8))
+    >>> _ = compress_activations(net, bits=8)
+    >>> checkpoint_module(net)
+    >>> net(torch.randn(32, 64)).sum().backward()   # LayerNorm and GELU saved as codes
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .bits import dequantize_values, join_codes, quantize_values, split_codes
+
+
+@dataclass(frozen=True)
+class _Handed:
+    """A saved tensor handed to the checkpoint's hooks.
+
+    Attributes:
+        handle: What the checkpoint's pack hook returned for it.
+        bits: The bit width its recomputation stores it in (``None``: stored as it is).
+        shape: Its shape.
+        dtype: Its dtype.
+    """
+
+    handle: object
+    bits: int | None
+    shape: torch.Size
+    dtype: torch.dtype
+
+
+def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
+                     recomputation: bool) -> torch.autograd.graph.saved_tensors_hooks | None:
+    """Hooks that hand a converted module's saved tensors to the checkpoint's hooks (the pair on
+    top of the stack now); ``None`` when there is no such pair.
+
+    Args:
+        bits: The converted module's bit width.
+        stored_as_codes: Whether a saved tensor is stored as codes (a test of the tensor alone).
+        recomputation: Whether this is the checkpoint's recomputation (the tensors are encoded)
+            or its first pass (they are handed on as they are, and dropped).
+    """
+    outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    if outer is None:
+        return None
+    outer_pack, outer_unpack = outer
+
+    def pack(tensor: torch.Tensor) -> _Handed:
+        if not stored_as_codes(tensor):
+            return _Handed(outer_pack(tensor), None, tensor.shape, tensor.dtype)
+        kept = (join_codes(quantize_values(tensor.detach().reshape(-1), bits)) if recomputation
+                else tensor)
+        return _Handed(outer_pack(kept), bits, tensor.shape, tensor.dtype)
+
+    def unpack(handed: _Handed) -> torch.Tensor:
+        saved = outer_unpack(handed.handle)
+        if handed.bits is None:
+            return saved
+        numel = handed.shape.numel()
+        codes = split_codes(saved, handed.bits, numel)
+        return dequantize_values(codes, handed.bits, numel, handed.dtype).view(handed.shape)
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
