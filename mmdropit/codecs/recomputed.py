@@ -59,7 +59,8 @@ class _Handed:
 def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
                      recomputation: bool) -> torch.autograd.graph.saved_tensors_hooks | None:
     """Hooks that hand a converted module's saved tensors to the checkpoint's hooks (the pair on
-    top of the stack now); ``None`` when there is no such pair.
+    top of the stack now); ``None`` when there is no such pair, or this torch does not say (the
+    module then steps aside, as inside a selective checkpoint).
 
     Args:
         bits: The converted module's bit width.
@@ -67,7 +68,8 @@ def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
         recomputation: Whether this is the checkpoint's recomputation (the tensors are encoded)
             or its first pass (they are handed on as they are, and dropped).
     """
-    outer = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    top = getattr(torch._C._autograd, '_top_saved_tensors_default_hooks', None)
+    outer = None if top is None else top(False)
     if outer is None:
         return None
     outer_pack, outer_unpack = outer
