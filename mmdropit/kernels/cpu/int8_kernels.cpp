@@ -22,13 +22,12 @@
 #include <type_traits>
 
 #include "avx512_paths.h"
+#include "codec_groups.h"
 
 namespace {
 
-#define MMDROPIT_INT8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-
-constexpr int64_t kGroup = 32;            // values sharing a scale (codecs/int8.py)
-constexpr int64_t kGroupsPerTask = 2048;  // groups a thread takes at a time
+using mmdropit_codecs::kGroup;
+using mmdropit_codecs::kGroupsPerTask;
 
 inline float scale_of(float largest) {
   return std::max(largest, std::numeric_limits<float>::min()) / 127.0f;
@@ -54,9 +53,9 @@ __attribute__((always_inline)) inline void quantize_groups(const scalar_t* x, in
 }
 
 // Whole groups of float32 values in AVX-512 registers, 16 values at a time.
-MMDROPIT_INT8_AVX512 void quantize_whole_groups_avx512(const float* x, int64_t first,
-                                                       int64_t last, int8_t* codes,
-                                                       float* scales) {
+MMDROPIT_CODEC_AVX512 void quantize_whole_groups_avx512(const float* x, int64_t first,
+                                                        int64_t last, int8_t* codes,
+                                                        float* scales) {
   for (int64_t group = first; group < last; ++group) {
     const int64_t base = group * kGroup;
     const __m512 a = _mm512_loadu_ps(x + base), b = _mm512_loadu_ps(x + base + 16);
@@ -75,8 +74,8 @@ MMDROPIT_INT8_AVX512 void quantize_whole_groups_avx512(const float* x, int64_t f
 }
 
 template <typename scalar_t>
-MMDROPIT_INT8_AVX512 void quantize_groups_avx512(const scalar_t* x, int64_t numel, int64_t first,
-                                                 int64_t last, int8_t* codes, float* scales) {
+MMDROPIT_CODEC_AVX512 void quantize_groups_avx512(const scalar_t* x, int64_t numel, int64_t first,
+                                                  int64_t last, int8_t* codes, float* scales) {
   if constexpr (std::is_same_v<scalar_t, float>) {
     const int64_t whole = std::max(first, std::min(last, numel / kGroup));
     quantize_whole_groups_avx512(x, first, whole, codes, scales);
@@ -107,9 +106,9 @@ __attribute__((always_inline)) inline void dequantize_groups(const int8_t* codes
 }
 
 template <typename scalar_t>
-MMDROPIT_INT8_AVX512 void dequantize_groups_avx512(const int8_t* codes, const float* scales,
-                                                   int64_t numel, int64_t first, int64_t last,
-                                                   scalar_t* out) {
+MMDROPIT_CODEC_AVX512 void dequantize_groups_avx512(const int8_t* codes, const float* scales,
+                                                    int64_t numel, int64_t first, int64_t last,
+                                                    scalar_t* out) {
   dequantize_groups<scalar_t>(codes, scales, numel, first, last, out);
 }
 
@@ -168,8 +167,6 @@ at::Tensor dequantize_int8(const at::Tensor& codes, const at::Tensor& scales,
   });
   return out;
 }
-
-#undef MMDROPIT_INT8_AVX512
 
 }  // namespace
 

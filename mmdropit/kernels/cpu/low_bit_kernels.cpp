@@ -29,13 +29,12 @@
 #include <type_traits>
 
 #include "avx512_paths.h"
+#include "codec_groups.h"
 
 namespace {
 
-#define MMDROPIT_LOW_BIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-
-constexpr int64_t kGroup = 32;          // values sharing a minimum and a step (codecs/int8.py)
-constexpr int64_t kGroupsPerTask = 2048;  // groups a thread takes at a time
+using mmdropit_codecs::kGroup;
+using mmdropit_codecs::kGroupsPerTask;
 
 // A uniform number in [0, 1) from the 24 high bits of a hash of the element's index, keyed by
 // the seed (murmur3's finaliser over the index mixed with both halves of the key).
@@ -90,9 +89,9 @@ __attribute__((always_inline)) inline void quantize_groups(
 
 // The codes of 16 float32 values from index `start` on, a byte each: uniform_at's hash and
 // quantize_groups' arithmetic, 16 lanes at a time.
-MMDROPIT_LOW_BIT_AVX512 inline __m128i codes_of(__m512 v, int64_t start, __m512 lows,
-                                                __m512 step_size, __m512 levels,
-                                                uint32_t key_low, __m512i high_mix) {
+MMDROPIT_CODEC_AVX512 inline __m128i codes_of(__m512 v, int64_t start, __m512 lows,
+                                              __m512 step_size, __m512 levels,
+                                              uint32_t key_low, __m512i high_mix) {
   const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i index = _mm512_add_epi32(_mm512_set1_epi32(int(uint32_t(start))), lanes);
   __m512i h = _mm512_xor_si512(_mm512_mullo_epi32(index, _mm512_set1_epi32(int(0x9E3779B1u))),
@@ -114,10 +113,10 @@ MMDROPIT_LOW_BIT_AVX512 inline __m128i codes_of(__m512 v, int64_t start, __m512 
 // Whole groups of float32 values in AVX-512 registers: the same operations as
 // quantize_groups, 16 values at a time, and the codes packed in registers.
 template <int kBits>
-MMDROPIT_LOW_BIT_AVX512 void quantize_whole_groups_avx512(const float* x, int64_t first,
-                                                          int64_t last, uint32_t key_low,
-                                                          uint32_t key_high, uint8_t* packed,
-                                                          float* minimums, float* steps) {
+MMDROPIT_CODEC_AVX512 void quantize_whole_groups_avx512(const float* x, int64_t first,
+                                                        int64_t last, uint32_t key_low,
+                                                        uint32_t key_high, uint8_t* packed,
+                                                        float* minimums, float* steps) {
   constexpr float kLevels = float((1 << kBits) - 1);
   const __m512 levels = _mm512_set1_ps(kLevels);
   for (int64_t group = first; group < last; ++group) {
@@ -157,11 +156,11 @@ MMDROPIT_LOW_BIT_AVX512 void quantize_whole_groups_avx512(const float* x, int64_
 
 // Other types on AVX-512 machines: the portable loops, vectorised by the compiler.
 template <typename scalar_t, int kBits>
-MMDROPIT_LOW_BIT_AVX512 void quantize_groups_avx512(const scalar_t* x, int64_t numel,
-                                                    int64_t first, int64_t last,
-                                                    uint32_t key_low, uint32_t key_high,
-                                                    uint8_t* packed, float* minimums,
-                                                    float* steps) {
+MMDROPIT_CODEC_AVX512 void quantize_groups_avx512(const scalar_t* x, int64_t numel,
+                                                  int64_t first, int64_t last,
+                                                  uint32_t key_low, uint32_t key_high,
+                                                  uint8_t* packed, float* minimums,
+                                                  float* steps) {
   if constexpr (std::is_same_v<scalar_t, float>) {
     const int64_t whole = std::max(first, std::min(last, numel / kGroup));
     quantize_whole_groups_avx512<kBits>(x, first, whole, key_low, key_high, packed, minimums,
@@ -200,14 +199,14 @@ __attribute__((always_inline)) inline void dequantize_groups(
 }
 
 // 16 codes (32-bit lanes) times the step plus the minimum, stored as float32.
-MMDROPIT_LOW_BIT_AVX512 inline void store_rebuilt(__m512i codes, __m512 step, __m512 low,
-                                                  float* out) {
+MMDROPIT_CODEC_AVX512 inline void store_rebuilt(__m512i codes, __m512 step, __m512 low,
+                                                float* out) {
   const __m512 scaled = _mm512_mul_ps(_mm512_cvtepi32_ps(codes), step);
   _mm512_storeu_ps(out, _mm512_add_ps(scaled, low));  // multiplied, then added, as eager
 }
 
 // The 16 two-bit codes of four bytes, each byte given four times in `spread`.
-MMDROPIT_LOW_BIT_AVX512 inline __m512i two_bit_codes(__m128i spread) {
+MMDROPIT_CODEC_AVX512 inline __m512i two_bit_codes(__m128i spread) {
   const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
   return _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(spread), shifts),
                           _mm512_set1_epi32(0x3));
@@ -216,10 +215,10 @@ MMDROPIT_LOW_BIT_AVX512 inline __m512i two_bit_codes(__m128i spread) {
 // Whole groups rebuilt as float32 in AVX-512 registers: the same operations as
 // dequantize_groups, the codes unpacked in registers.
 template <int kBits>
-MMDROPIT_LOW_BIT_AVX512 void dequantize_whole_groups_avx512(const uint8_t* packed,
-                                                            const float* minimums,
-                                                            const float* steps, int64_t first,
-                                                            int64_t last, float* out) {
+MMDROPIT_CODEC_AVX512 void dequantize_whole_groups_avx512(const uint8_t* packed,
+                                                          const float* minimums,
+                                                          const float* steps, int64_t first,
+                                                          int64_t last, float* out) {
   for (int64_t group = first; group < last; ++group) {
     const uint8_t* in = packed + group * kGroup * kBits / 8;
     const __m512 step = _mm512_set1_ps(steps[group]), low = _mm512_set1_ps(minimums[group]);
@@ -244,10 +243,10 @@ MMDROPIT_LOW_BIT_AVX512 void dequantize_whole_groups_avx512(const uint8_t* packe
 }
 
 template <typename scalar_t, int kBits>
-MMDROPIT_LOW_BIT_AVX512 void dequantize_groups_avx512(const uint8_t* packed,
-                                                      const float* minimums, const float* steps,
-                                                      int64_t numel, int64_t first, int64_t last,
-                                                      scalar_t* out) {
+MMDROPIT_CODEC_AVX512 void dequantize_groups_avx512(const uint8_t* packed,
+                                                    const float* minimums, const float* steps,
+                                                    int64_t numel, int64_t first, int64_t last,
+                                                    scalar_t* out) {
   if constexpr (std::is_same_v<scalar_t, float>) {
     const int64_t whole = std::max(first, std::min(last, numel / kGroup));
     dequantize_whole_groups_avx512<kBits>(packed, minimums, steps, first, whole, out);
@@ -352,8 +351,6 @@ at::Tensor dequantize_low(const at::Tensor& packed, const at::Tensor& minimums,
   }
   return out;
 }
-
-#undef MMDROPIT_LOW_BIT_AVX512
 
 }  // namespace
 
