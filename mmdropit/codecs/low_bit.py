@@ -17,9 +17,9 @@ On the CPU, when the fused kernels are built (:mod:`mmdropit.kernels.cpu`), both
 pass of ``torch.ops.mmdropit_cpu`` (``quantize_low``, ``dequantize_low``): each value's uniform
 number is then a hash of its index keyed by a seed drawn from the plugin's generator, not a
 draw from the generator itself, so the fused and the eager path round differently (both without
-bias); minimums, steps and rebuilt values are the same bit for bit. Decoding under
-``torch.compile``, fake tensors or a dispatch mode (a memory meter) takes the eager path
-(encoding is a custom operator: opaque there).
+bias); minimums, steps and rebuilt values are the same bit for bit. While ``torch.compile``
+traces, on fake tensors and under a dispatch mode (a memory meter) the eager operations run (the
+encoding, a custom operator, stays opaque to the compiler and runs fused in a compiled step).
 ``MMDROPIT_FUSED=0`` or :func:`~mmdropit.kernels.switch.eager_only` keeps the eager path.
 
 Example:
