@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import bisect
+import math
 
 from .cost import ChainCosts, SegmentCost
 
@@ -117,8 +118,10 @@ def least_time(costs: ChainCosts, limit: int) -> list[SegmentCost] | None:
 def _add_to_front(front: list, kept: int, seconds: float, plan: tuple) -> None:
     """Insert ``(kept, seconds, plan)`` unless an entry keeping no more bytes is as fast; drop
     the entries it beats. ``front`` stays sorted by bytes kept with strictly falling seconds,
-    so both checks look at neighbours of a binary-search position only."""
-    position = bisect.bisect_right(front, kept, key=lambda entry: entry[0])
+    so both checks look at neighbours of a binary-search position only (its bytes kept differ
+    from entry to entry: the tuples compare as their bytes kept, and ``inf`` seconds put the
+    position after an entry keeping as many)."""
+    position = bisect.bisect_right(front, (kept, math.inf))
     if position and front[position - 1][1] <= seconds:
         return
     start = position - 1 if position and front[position - 1][0] == kept else position
