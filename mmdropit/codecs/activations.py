@@ -153,10 +153,9 @@ class CompressedActivations:
 
     def forward(self, *args, **kwargs):
         if in_recomputed_region():  # hand what is saved to the checkpoint, or step aside
-            hooks = None
-            if saved_tensors_dropped() or in_recomputation():
-                hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes,
-                                         recomputation=in_recomputation())
+            hooks, recomputation = None, in_recomputation()
+            if saved_tensors_dropped() or recomputation:
+                hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes, recomputation)
             with hooks or contextlib.nullcontext():
                 return super().forward(*args, **kwargs)
         pack = functools.partial(_pack, self.compression)

@@ -87,8 +87,7 @@ def split_codes(joined: torch.Tensor, bits: int, numel: int) -> tuple[torch.Tens
     """
     parts, start = [], 0
     for dtype, count in code_parts(numel, bits):
-        size = count * torch.empty((), dtype=dtype).element_size()
+        size = count * dtype.itemsize
         parts.append(joined[start:start + size].view(dtype))
         start += size
     return tuple(parts)
-

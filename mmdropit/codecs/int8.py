@@ -24,12 +24,10 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ..common.custom_operators import through_dispatcher
 from ..kernels import fused_codec_ops
 
 GROUP = 32
@@ -46,13 +44,6 @@ def quantized_bytes(numel: int) -> int:
     return numel + 4 * math.ceil(numel / GROUP)
 
 
-def fused_kernels(x: torch.Tensor) -> Any | None:
-    """The fused codec operations for ``x`` (:func:`~mmdropit.kernels.fused_codec_ops`), or
-    ``None`` while traced or metered (the kernels have no fake implementation; a compiler fuses
-    the eager operations itself) and where none can run."""
-    return None if through_dispatcher() else fused_codec_ops(x)
-
-
 CHUNK = 1 << 18
 """Values converted at a time (a multiple of :data:`GROUP`): the temporaries of a conversion
 stay within a chunk's size whatever the tensor's."""
@@ -60,7 +51,7 @@ stay within a chunk's size whatever the tensor's."""
 
 def quantize(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(codes, scales)``: int8 codes of the 1-D ``values`` and a float32 scale per group."""
-    fused = fused_kernels(values)
+    fused = fused_codec_ops(values)
     if fused is not None:
         return fused.quantize_int8(values.contiguous())
     numel = values.numel()
@@ -78,7 +69,7 @@ def quantize(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dequantize(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The 1-D values that :func:`quantize` encoded, in ``dtype``."""
-    fused = fused_kernels(scales)
+    fused = fused_codec_ops(scales)
     if fused is not None:
         return fused.dequantize_int8(codes, scales, dtype)
     numel = codes.numel()

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
 from ..common.random_source import generator
-from .int8 import CHUNK, GROUP, fused_kernels
+from ..kernels import fused_codec_ops
+from .int8 import CHUNK, GROUP
 
 LOW_BITS = (4, 2)
 """Bit widths of this codec."""
@@ -79,7 +80,7 @@ def quantize_low(values: torch.Tensor,
     """``(packed, minimums, steps)``: the 1-D ``values`` in ``bits`` bits (4 or 2), rounded
     stochastically, with each group's minimum and step in float32."""
     draw = generator(values.device)
-    fused = fused_kernels(values)
+    fused = fused_codec_ops(values)
     if fused is not None:
         seed = int(torch.randint(-2**63, 2**63 - 1, (), generator=draw, device=values.device))
         return fused.quantize_low(values.contiguous(), bits, seed)
@@ -116,7 +117,7 @@ def _quantize_low_shapes(values, bits):
 def dequantize_low(packed: torch.Tensor, minimums: torch.Tensor, steps: torch.Tensor, bits: int,
                    numel: int, dtype: torch.dtype) -> torch.Tensor:
     """The ``numel`` values that :func:`quantize_low` encoded, in ``dtype``."""
-    fused = fused_kernels(minimums)
+    fused = fused_codec_ops(minimums)
     if fused is not None:
         return fused.dequantize_low(packed, minimums, steps, bits, numel, dtype)
     values = torch.empty(numel, dtype=dtype, device=packed.device)

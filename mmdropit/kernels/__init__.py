@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..common.custom_operators import through_dispatcher
 from . import cpu, cuda
 
 __all__ = ['fused_codec_ops', 'fused_ops']
@@ -45,5 +46,6 @@ def fused_ops(x: torch.Tensor) -> Any | None:
 def fused_codec_ops(x: torch.Tensor) -> Any | None:
     """The fused codec operations for ``x``'s device (``quantize_int8``, ``dequantize_int8``,
     ``quantize_low``, ``dequantize_low``), or ``None`` when none can run on it (a GPU, the
-    kernels not built)."""
-    return torch.ops.mmdropit_cpu if cpu.usable(x) else None
+    kernels not built) and while traced or metered (they have no fake implementation, and a
+    compiler fuses the eager operations itself)."""
+    return None if through_dispatcher() or not cpu.usable(x) else torch.ops.mmdropit_cpu
