@@ -19,13 +19,15 @@ kept, which is never more than the first backward figure.
 Two forms of the same model are here: :func:`predict` works on the recorded storages exactly
 (a storage shared by several items counts once) and gives the figures a plan reports;
 :class:`ChainCosts` is the additive form the solvers search over, where each item's bytes are
-attributed to the first item that saves them, with a correction for a storage that stays alive
-because the item after a checkpoint saves it too.
+attributed to the first item that saves them, with a correction for what a piece right after a
+checkpoint keeps: a storage the checkpoint does not keep but the piece does (saved by an item
+inside the checkpoint too), and a storage the checkpoint already keeps, which the piece does not
+keep twice (a dense layer's input list, which the next dense layer's checkpoint also keeps).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 from .chain import Chain, Segment
 
@@ -109,6 +111,11 @@ def predict(chain: Chain, segments: list[Segment]) -> Prediction:
     return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds)
 
 
+Cut = int | None
+"""What the piece before a boundary left kept, as the additive model tells it apart: ``None``
+after an item that is not checkpointed, else the :attr:`SegmentCost.cut` of the checkpoint."""
+
+
 @dataclass(frozen=True)
 class SegmentCost:
     """A checkpointable range in the additive model.
@@ -118,10 +125,16 @@ class SegmentCost:
         inputs: Bytes it keeps (its inputs, and for a selective checkpoint its costly ops'
             outputs) when the item before it is not checkpointed (storages that earlier items
             already keep are left out).
-        inputs_after_cut: Bytes it keeps right after another checkpoint.
+        inputs_after_cut: Bytes it keeps right after a checkpoint whose :attr:`cut` is not in
+            ``inputs_after``: all its inputs.
         seconds: Recompute time.
         recompute: Most bytes alive, beyond those kept before it and by it, while it runs its
             backward: recomputed, then freed item by item from the last one back.
+        cut: What the pieces right after this checkpoint keep, as an id (checkpoints after
+            which they keep the same bytes share it); ``None``: what they keep after no
+            checkpoint; ``-1``: not known (they keep all they save).
+        inputs_after: Bytes it keeps right after a checkpoint of a given ``cut`` (storages that
+            checkpoint keeps, or that items before it save, are left out).
     """
 
     start: int
@@ -130,6 +143,14 @@ class SegmentCost:
     inputs_after_cut: int
     seconds: float
     recompute: int
+    cut: Cut = -1
+    inputs_after: Mapping[int, int] = field(default_factory=dict, compare=False)
+
+    def added(self, before: Cut) -> int:
+        """Bytes it keeps after a piece that left ``before``."""
+        if before is None:
+            return self.inputs
+        return self.inputs_after.get(before, self.inputs_after_cut)
 
 
 @dataclass
@@ -138,16 +159,26 @@ class ChainCosts:
 
     Attributes:
         keep: Bytes item ``i`` keeps when neither it nor the item before it is checkpointed.
-        keep_after_cut: Bytes item ``i`` keeps right after a checkpointed segment (it then also
-            keeps what it shares with the items inside that segment).
+        keep_after_cut: Bytes item ``i`` keeps right after a checkpoint whose cut is not in
+            ``keep_after``: all it saves (also what it shares with the items inside that
+            checkpoint).
         transient: Bytes alive only while item ``i`` runs its backward.
         segments: The checkpointable ranges.
+        keep_after: Bytes item ``i`` keeps right after a checkpoint of cut ``c``, by ``(i, c)``
+            (storages that checkpoint keeps, or that items before it save, left out).
     """
 
     keep: list[int]
     keep_after_cut: list[int]
     transient: list[int]
     segments: list[SegmentCost]
+    keep_after: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def item_added(self, i: int, before: Cut) -> int:
+        """Bytes item ``i``, not checkpointed, keeps after a piece that left ``before``."""
+        if before is None:
+            return self.keep[i]
+        return self.keep_after.get((i, before), self.keep_after_cut[i])
 
     def pieces(self, plan: list[SegmentCost]) -> Iterator[tuple[int, int, int]]:
         """Walk the chain under a plan (disjoint segments), one piece at a time: an item left
@@ -155,18 +186,18 @@ class ChainCosts:
         the piece, bytes the piece adds to them, and bytes alive only during its backward."""
         by_start = {s.start: s for s in plan}
         kept = 0
-        after_cut = False
+        before: Cut = None
         i = 0
         while i < len(self.keep):
             segment = by_start.get(i)
             if segment is None:
-                added = self.keep_after_cut[i] if after_cut else self.keep[i]
+                added = self.item_added(i, before)
                 local = self.transient[i]
-                after_cut, i = False, i + 1
+                before, i = None, i + 1
             else:
-                added = segment.inputs_after_cut if after_cut else segment.inputs
+                added = segment.added(before)
                 local = segment.recompute
-                after_cut, i = True, segment.stop
+                before, i = segment.cut, segment.stop
             yield kept, added, local
             kept += added
 
@@ -178,27 +209,48 @@ class ChainCosts:
 
 def chain_costs(chain: Chain) -> ChainCosts:
     """The additive model of ``chain`` (see :class:`ChainCosts`)."""
-    seen: set[int] = set()
-    keep, keep_after_cut = [], []
-    for item in chain.items:
-        keep.append(chain.bytes_of(item.saves - seen))
-        keep_after_cut.append(chain.bytes_of(item.saves))
-        seen |= item.saves
-    saved_before = [set()]
+    saved_before: list[frozenset[int]] = [frozenset()]
     for item in chain.items:
         saved_before.append(saved_before[-1] | item.saves)
+    keep = [chain.bytes_of(item.saves - saved_before[i]) for i, item in enumerate(chain.items)]
+    keep_after_cut = [chain.bytes_of(item.saves) for item in chain.items]
     transient = _transients(chain, _grad_bytes(chain))
+    held = [frozenset({*segment.inputs, *segment.cached}) for segment in chain.segments]
+    starting: dict[int, list[int]] = {}
+    for k, segment in enumerate(chain.segments):
+        starting.setdefault(segment.start, []).append(k)
+    # A checkpoint's cut is what the pieces after it would keep: checkpoints after which they
+    # keep the same bytes share one (``None`` where that is what they keep after no checkpoint).
+    cuts: dict[tuple[int, tuple[int, ...]], Cut] = {}
+    cut_of: list[Cut] = []
+    for k, segment in enumerate(chain.segments):
+        stop, already = segment.stop, saved_before[segment.start] | held[k]
+        if stop == len(chain.items):
+            cut_of.append(None)
+            continue
+        after = (chain.bytes_of(chain.items[stop].saves - already),
+                 *(chain.bytes_of(held[j] - already) for j in starting.get(stop, ())))
+        unplanned = (keep[stop], *(chain.bytes_of(held[j] - saved_before[stop])
+                                   for j in starting.get(stop, ())))
+        cut_of.append(None if after == unplanned else cuts.setdefault((stop, after), len(cuts)))
+    inputs_after: list[dict[int, int]] = [{} for _ in chain.segments]
+    keep_after: dict[tuple[int, int], int] = {}
+    for (stop, (item_keeps, *inputs)), cut in cuts.items():
+        keep_after[(stop, cut)] = item_keeps
+        for j, kept in zip(starting.get(stop, ()), inputs):
+            inputs_after[j][cut] = kept
 
-    def segment_cost(segment: Segment) -> SegmentCost:
-        held = {*segment.inputs, *segment.cached}
-        outside = saved_before[segment.start] | held
+    def segment_cost(k: int, segment: Segment) -> SegmentCost:
+        outside = saved_before[segment.start] | held[k]
         inside: set[int] = set()
         recompute = 0
         for j in range(segment.start, segment.stop):
             inside |= chain.items[j].saves
             recompute = max(recompute, chain.bytes_of(inside - outside) + transient[j])
         return SegmentCost(segment.start, segment.stop,
-                           chain.bytes_of(held - saved_before[segment.start]),
-                           chain.bytes_of(held), segment.seconds, recompute)
+                           chain.bytes_of(held[k] - saved_before[segment.start]),
+                           chain.bytes_of(held[k]), segment.seconds, recompute, cut_of[k],
+                           inputs_after[k])
 
-    return ChainCosts(keep, keep_after_cut, transient, [segment_cost(s) for s in chain.segments])
+    return ChainCosts(keep, keep_after_cut, transient,
+                      [segment_cost(k, s) for k, s in enumerate(chain.segments)], keep_after)

@@ -50,7 +50,9 @@ def _inner_costs(costs: ChainCosts, outer: SegmentCost, inner: list[SegmentCost]
     span = slice(outer.start, outer.stop)
     return ChainCosts(costs.keep[span], costs.keep_after_cut[span], costs.transient[span],
                       [replace(s, start=s.start - outer.start, stop=s.stop - outer.start)
-                       for s in inner])
+                       for s in inner],
+                      {(i - outer.start, cut): kept for (i, cut), kept in costs.keep_after.items()
+                       if outer.start <= i < outer.stop})
 
 
 def with_nested(segments: list[Segment],

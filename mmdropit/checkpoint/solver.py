@@ -1,8 +1,9 @@
 """Exact searches over the additive chain model: least memory, and least time under a budget.
 
 A plan is a set of disjoint checkpointable segments (:class:`~.cost.SegmentCost`). Going through
-the chain from the first item, the state at a boundary is the bytes kept so far and whether the
-last piece was a checkpoint; every later peak only grows with the bytes kept so far.
+the chain from the first item, the state at a boundary is the bytes kept so far and what the last
+piece left kept (:data:`~.cost.Cut`: no checkpoint, or which one); every later peak only grows
+with the bytes kept so far.
 
 - :func:`fits` decides whether some plan keeps the peak within ``limit``: at each boundary only
   the smallest kept total matters, so a dynamic programme over boundaries is exact.
@@ -35,9 +36,9 @@ from __future__ import annotations
 import bisect
 import math
 
-from .cost import ChainCosts, SegmentCost
+from .cost import ChainCosts, Cut, SegmentCost
 
-_State = tuple[int, bool]  # (boundary, whether the last piece was a checkpoint)
+_State = tuple[int, Cut]  # (boundary, what the last piece left kept)
 
 
 _Starts = dict[int, list[SegmentCost]]
@@ -51,29 +52,27 @@ def _starts(costs: ChainCosts) -> _Starts:
     return starts
 
 
-def _moves(costs: ChainCosts, starts: _Starts, i: int, after_cut: bool, kept: int):
+def _moves(costs: ChainCosts, starts: _Starts, i: int, before: Cut, kept: int):
     """Each way to go on from boundary ``i``: (segment or None, next state, kept, peak)."""
-    keep = costs.keep_after_cut[i] if after_cut else costs.keep[i]
-    yield None, (i + 1, False), kept + keep, kept + keep + costs.transient[i]
+    keep = costs.item_added(i, before)
+    yield None, (i + 1, None), kept + keep, kept + keep + costs.transient[i]
     for segment in starts.get(i, ()):
-        inputs = segment.inputs_after_cut if after_cut else segment.inputs
-        yield segment, (segment.stop, True), kept + inputs, kept + inputs + segment.recompute
+        inputs = segment.added(before)
+        yield (segment, (segment.stop, segment.cut), kept + inputs,
+               kept + inputs + segment.recompute)
 
 
 def fits(costs: ChainCosts, limit: int) -> bool:
     """Whether some plan keeps the activation peak within ``limit`` bytes."""
     starts = _starts(costs)
-    best: dict[_State, int] = {(0, False): 0}
     n = len(costs.keep)
+    best: list[dict[Cut, int]] = [{None: 0}] + [{} for _ in range(n)]  # by boundary
     for i in range(n):
-        for after_cut in (False, True):
-            kept = best.get((i, after_cut))
-            if kept is None:
-                continue
-            for _, state, new_kept, peak in _moves(costs, starts, i, after_cut, kept):
-                if peak <= limit and new_kept < best.get(state, new_kept + 1):
-                    best[state] = new_kept
-    return (n, False) in best or (n, True) in best
+        for before, kept in best[i].items():
+            for _, (stop, after), new_kept, peak in _moves(costs, starts, i, before, kept):
+                if peak <= limit and new_kept < best[stop].get(after, new_kept + 1):
+                    best[stop][after] = new_kept
+    return bool(best[n])
 
 
 def least_peak(costs: ChainCosts) -> int:
@@ -98,18 +97,22 @@ def least_time(costs: ChainCosts, limit: int) -> list[SegmentCost] | None:
     starts = _starts(costs)
     n = len(costs.keep)
     # front[state]: (kept, seconds, plan) sorted by kept, seconds strictly falling
-    fronts: dict[_State, list[tuple[int, float, tuple[SegmentCost, ...]]]] = {
-        (0, False): [(0, 0.0, ())]}
+    # fronts[boundary][cut]: (kept, seconds, plan) sorted by kept, seconds strictly falling
+    fronts: list[dict[Cut, list[tuple[int, float, tuple[SegmentCost, ...]]]]] = (
+        [{None: [(0, 0.0, ())]}] + [{} for _ in range(n)])
     for i in range(n):
-        for after_cut in (False, True):
-            for kept, seconds, plan in fronts.pop((i, after_cut), ()):
-                for segment, state, new_kept, peak in _moves(costs, starts, i, after_cut, kept):
+        for before, front in fronts[i].items():
+            for kept, seconds, plan in front:
+                for segment, (stop, after), new_kept, peak in _moves(costs, starts, i, before,
+                                                                     kept):
                     if peak > limit:
                         continue
                     new_seconds = seconds + (segment.seconds if segment else 0.0)
                     new_plan = plan + (segment,) if segment else plan
-                    _add_to_front(fronts.setdefault(state, []), new_kept, new_seconds, new_plan)
-    finals = fronts.get((n, False), []) + fronts.get((n, True), [])
+                    _add_to_front(fronts[stop].setdefault(after, []), new_kept, new_seconds,
+                                  new_plan)
+        fronts[i] = {}
+    finals = [entry for front in fronts[n].values() for entry in front]
     if not finals:
         return None
     return list(min(finals, key=lambda entry: (entry[1], entry[0]))[2])
@@ -146,17 +149,15 @@ def least_ogc_cost(costs: ChainCosts) -> list[SegmentCost]:
     best: tuple[int, list[SegmentCost]] | None = None
     n = len(costs.keep)
     for largest in pieces:
-        fewest: dict[_State, tuple[int, tuple[SegmentCost, ...]]] = {(0, False): (0, ())}
+        fewest: list[dict[Cut, tuple[int, tuple[SegmentCost, ...]]]] = (
+            [{None: (0, ())}] + [{} for _ in range(n)])  # by boundary
         for i in range(n):
-            for after_cut in (False, True):
-                if (i, after_cut) not in fewest:
-                    continue
-                kept, plan = fewest[(i, after_cut)]
-                for segment, state, new_kept, _ in _moves(costs, starts, i, after_cut, kept):
+            for before, (kept, plan) in fewest[i].items():
+                for segment, (stop, after), new_kept, _ in _moves(costs, starts, i, before, kept):
                     piece = segment.recompute if segment else costs.transient[i]
-                    if piece <= largest and new_kept < fewest.get(state, (new_kept + 1,))[0]:
-                        fewest[state] = (new_kept, plan + (segment,) if segment else plan)
-        finals = [fewest[s] for s in ((n, False), (n, True)) if s in fewest]
+                    if piece <= largest and new_kept < fewest[stop].get(after, (new_kept + 1,))[0]:
+                        fewest[stop][after] = (new_kept, plan + (segment,) if segment else plan)
+        finals = list(fewest[n].values())
         if finals:
             kept, plan = min(finals, key=lambda entry: entry[0])
             if best is None or kept + largest < best[0]:

@@ -10,15 +10,25 @@ from mmdropit.checkpoint import ChainCosts, SegmentCost, fits, least_peak, least
 from mmdropit.checkpoint.solver import least_ogc_cost, ogc_cost
 
 
+_CUTS = (None, -1, 0, 1)  # what a checkpoint leaves kept, as the additive model tells it apart
+
+
 def _random_costs(rng: random.Random, n: int) -> ChainCosts:
     keep = [rng.randint(0, 20) for _ in range(n)]
     keep_after_cut = [k + rng.randint(0, 5) for k in keep]
+    keep_after = {(i, cut): rng.randint(0, keep_after_cut[i]) for i in range(n) for cut in (0, 1)
+                  if rng.random() < 0.7}
     transient = [rng.randint(0, 8) for _ in range(n)]
     spans = {(a, b) for a in range(n - 1) for b in range(a + 1, n) if rng.random() < 0.4}
-    segments = [SegmentCost(a, b, rng.randint(0, 6), rng.randint(0, 9), rng.uniform(0.1, 1.0),
-                            sum(keep[a:b]) + rng.randint(0, 8))
-                for a, b in sorted(spans) for _ in range(rng.randint(1, 2))]
-    return ChainCosts(keep, keep_after_cut, transient, segments)
+    segments = []
+    for a, b in sorted(spans):
+        for _ in range(rng.randint(1, 2)):
+            after_cut = rng.randint(0, 9)
+            segments.append(SegmentCost(
+                a, b, rng.randint(0, 6), after_cut, rng.uniform(0.1, 1.0),
+                sum(keep[a:b]) + rng.randint(0, 8), rng.choice(_CUTS),
+                {cut: rng.randint(0, after_cut) for cut in (0, 1) if rng.random() < 0.7}))
+    return ChainCosts(keep, keep_after_cut, transient, segments, keep_after)
 
 
 def _disjoint_plans(segments: list[SegmentCost]):
