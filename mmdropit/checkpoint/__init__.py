@@ -8,8 +8,8 @@ Pure PyTorch (no mmengine). The pieces, in the order they run:
 - :mod:`.selective` and :mod:`.nested`: two more ways to cover a segment (keep its costly ops'
   outputs; checkpoint a plan of shorter segments inside it);
 - :mod:`.solver`: exact least-memory and least-time-under-budget searches;
-- :mod:`.targets`: what a checkpoint is put on (a module, or a run of an ``nn.Sequential``'s
-  children), and its plan-file form;
+- :mod:`.targets`: what a checkpoint is put on (a module, a run of an ``nn.Sequential``'s
+  children, or a run of siblings that pass a tensor on), and its plan-file form;
 - :mod:`.apply` and :mod:`.plan`: the plan object, applied in place.
 
 Example::
@@ -17,7 +17,8 @@ Example::
     plan = mmdropit.plan_checkpoints(model, step, budget=0.5)
     plan.apply(model)
 """
-from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpoint
+from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
+                    uncheckpoint)
 from .chain import DEFAULT_GRANULARITY, Chain, Item, Segment, build_chain
 from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
 from .nested import with_nested
@@ -25,13 +26,14 @@ from .plan import BUDGET_HELP, CheckpointPlan, plan_checkpoints, plan_for_chain
 from .record import ModuleCall, StepRecord, record_step
 from .selective import COSTLY_OPS, selective_contexts
 from .solver import fits, least_peak, least_time
-from .targets import ModuleTarget, RunTarget, Target, targets_from_json, targets_to_json
+from .targets import (ModuleTarget, RunTarget, SiblingsTarget, Target, targets_from_json,
+                      targets_to_json)
 
 __all__ = [
     'BUDGET_HELP', 'COSTLY_OPS', 'Chain', 'ChainCosts', 'CheckpointPlan', 'DEFAULT_GRANULARITY',
     'Item', 'ModuleCall', 'ModuleTarget', 'Prediction', 'RunTarget', 'Segment', 'SegmentCost',
-    'StepRecord', 'Target', 'build_chain', 'chain_costs', 'checkpoint_module', 'checkpoint_run',
-    'fits', 'is_checkpointed', 'least_peak', 'least_time', 'plan_checkpoints', 'plan_for_chain',
+    'SiblingsTarget', 'StepRecord', 'Target', 'build_chain', 'chain_costs', 'checkpoint_module',
+    'checkpoint_run', 'checkpoint_siblings', 'fits', 'is_checkpointed', 'least_peak', 'least_time', 'plan_checkpoints', 'plan_for_chain',
     'predict', 'record_step', 'selective_contexts', 'targets_from_json', 'targets_to_json',
     'uncheckpoint', 'with_nested',
 ]

@@ -4,7 +4,16 @@ A checkpointed module keeps its Parameters, buffers and ``state_dict`` keys: its
 for a subclass whose ``forward`` runs the original one under
 :func:`torch.utils.checkpoint.checkpoint` (non-reentrant: keyword arguments pass through, inputs
 need not require grad, nested checkpoints and DDP work). A run of consecutive children of an
-``nn.Sequential`` is checkpointed as one piece the same way, on the Sequential.
+``nn.Sequential`` is checkpointed as one piece the same way, on the Sequential. So is a run of
+sibling modules that their parent calls one after another, each on what the one before returned
+(:func:`checkpoint_siblings`): the first runs them all inside its checkpoint, and the others,
+when the parent calls them, pass on the tensor they are given. That holds only while the parent
+calls them as when the plan was made: a sibling called with another tensor, other arguments or
+out of turn raises a ``RuntimeError``, but a parent that does not call the later siblings at all
+(a branch taken on data) goes unnoticed and uses the run's output in their place (a recomputation
+may stop after the first sibling, so a missing call is not an error). The planner offers such a
+run only where the recorded step called the siblings that way and nothing else read what they
+passed on (:mod:`.chain`).
 
 Lists and dicts among the arguments are copied (same tensors) when the checkpoint is entered, so
 the recomputation sees them as they were even if the caller changes them later (DenseNet appends
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -150,6 +160,79 @@ class _CheckpointedRuns:
         return x
 
 
+@dataclass(eq=False)
+class _SiblingRun:
+    """A run of sibling modules checkpointed as one (:func:`checkpoint_siblings`).
+
+    Attributes:
+        names: The siblings' names, for messages.
+        members: The siblings, in call order.
+        region: The same as one module (their BatchNorm buffers, their compressed modules).
+        selective: Whether the checkpoint keeps the outputs of its costly ops.
+        output: What the first sibling returned, until the last one has passed it on (a
+            recomputation that stops early leaves it, and the next call replaces it).
+        turn: Position of the sibling the parent should call next with ``output``.
+    """
+
+    names: tuple[str, ...]
+    members: tuple[nn.Module, ...]
+    region: nn.Module
+    selective: bool
+    output: torch.Tensor | None = None
+    turn: int = 0
+
+    def out_of_turn(self, what: str) -> RuntimeError:
+        return RuntimeError(
+            f'checkpoint plan: the siblings {", ".join(self.names)} are one checkpoint, planned '
+            f'while their parent called them one after another on one tensor, but {what}; plan '
+            'again for this model, or remove the plan (plan.remove(model))')
+
+
+class _CheckpointedSiblingsHead:
+    """Mixin for the first sibling of a run: runs the whole run as one checkpoint, or, in eval
+    mode or without grad, itself alone, and then the others run plain (a later sibling's own
+    mode does not count: MMDetection's backbones keep BatchNorm layers in eval mode)."""
+
+    _mmdropit_siblings: _SiblingRun
+
+    def forward(self, *args, **kwargs):
+        forward = super().forward
+        run = self._mmdropit_siblings
+        run.output = None
+        if not _active(self):  # the others then run plain too, whatever their own mode
+            return forward(*args, **kwargs)
+
+        def chained(*inner_args, **inner_kwargs):
+            value = forward(*inner_args, **inner_kwargs)
+            for member in run.members[1:]:
+                value = member._mmdropit_checkpoint_base.forward(member, value)
+            return value
+
+        run.output, run.turn = _checkpointed(run.region, chained, run.selective, *args,
+                                             **kwargs), 1
+        return run.output
+
+
+class _CheckpointedSiblingsFollower:
+    """Mixin for a later sibling of a run: passes on what the first one returned."""
+
+    _mmdropit_siblings: _SiblingRun
+    _mmdropit_sibling_position: int
+
+    def forward(self, *args, **kwargs):
+        run, position = self._mmdropit_siblings, self._mmdropit_sibling_position
+        if run.output is None:  # the first one ran plain (eval mode, no grad)
+            return super().forward(*args, **kwargs)
+        if run.turn != position or kwargs or len(args) != 1 or args[0] is not run.output:
+            run.output = None
+            raise run.out_of_turn(f'{run.names[position]} was called with something else')
+        run.turn += 1
+        output = run.output
+        if run.turn == len(run.members):
+            run.output = None
+        return output
+
+
 def _swap(module: nn.Module, mixin: type) -> None:
     base = getattr(module, '_mmdropit_checkpoint_base', type(module))
     key = (mixin, base)
@@ -179,15 +262,52 @@ def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
     sequential._mmdropit_runs = sorted(runs)
 
 
+def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
+                        selective: bool = False) -> None:
+    """Checkpoint children of ``parent`` that it calls one after another, each on what the one
+    before returned, as one piece (``selective``: keeping the outputs of its costly ops).
+
+    The first child runs them all inside its checkpoint; the others pass on what it returned
+    when ``parent`` calls them. Failure modes are in this module's docstring.
+
+    Args:
+        parent: The module whose ``forward`` calls the children.
+        children: Their attribute names, in call order (two or more).
+
+    Example:
+        >>> class Stem(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.conv, self.bn, self.act = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()
+        ...     def forward(self, x):
+        ...         return self.act(self.bn(self.conv(x))).mean()
+        >>> stem = Stem()
+        >>> checkpoint_siblings(stem, ('conv', 'bn', 'act'))
+        >>> stem(torch.randn(2, 3, 8, 8)).backward()
+        >>> uncheckpoint(stem.conv); uncheckpoint(stem.bn); uncheckpoint(stem.act)
+    """
+    if len(children) < 2:
+        raise ValueError(f'a sibling checkpoint needs two or more children, got {children}')
+    members = tuple(parent.get_submodule(child) for child in children)
+    run = _SiblingRun(tuple(children), members, nn.ModuleList(members), selective)
+    for position, member in enumerate(members):
+        _swap(member, _CheckpointedSiblingsFollower if position else _CheckpointedSiblingsHead)
+        member._mmdropit_siblings = run
+        member._mmdropit_sibling_position = position
+
+
 def is_checkpointed(module: nn.Module) -> bool:
-    """Whether :func:`checkpoint_module` or :func:`checkpoint_run` was applied to ``module``."""
+    """Whether :func:`checkpoint_module`, :func:`checkpoint_run` or :func:`checkpoint_siblings`
+    was applied to ``module``."""
     return hasattr(module, '_mmdropit_checkpoint_base')
 
 
 def uncheckpoint(module: nn.Module) -> None:
-    """Undo :func:`checkpoint_module` / :func:`checkpoint_run` on ``module`` (no-op otherwise)."""
+    """Undo :func:`checkpoint_module` / :func:`checkpoint_run` on ``module``, or
+    :func:`checkpoint_siblings` on one sibling (no-op otherwise)."""
     base = module.__dict__.pop('_mmdropit_checkpoint_base', None)
     if base is not None:
         module.__class__ = base
-        module.__dict__.pop('_mmdropit_runs', None)
-        module.__dict__.pop('_mmdropit_selective', None)
+        for key in ('_mmdropit_runs', '_mmdropit_selective', '_mmdropit_siblings',
+                    '_mmdropit_sibling_position'):
+            module.__dict__.pop(key, None)

@@ -10,7 +10,11 @@ A segment is a range of items that one non-reentrant checkpoint can cover:
 
 - every call of a module called once in the step (its range spans all its items, glue included:
   residual blocks, FPN necks, detection heads with several outputs are recomputed as a whole);
-- a run of two or more consecutive children of an ``nn.Sequential`` (stages of blocks).
+- a run of two or more consecutive children of an ``nn.Sequential`` (stages of blocks);
+- a run of two or more sibling calls that their parent's code makes one after another, each on
+  the one tensor the one before returned, where no other code reads what the run's calls pass
+  between them (a ResNet's or an Inception's stem, written as module attributes called in
+  ``forward``): the record knows which calls read each output.
 
 Each segment that runs costly ops (matrix products, convolutions, attention) also comes in a
 *selective* variant (:mod:`.selective`): it keeps those ops' outputs as well as its inputs, and
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from torch import nn
 
 from .record import ModuleCall, StepRecord
-from .targets import ModuleTarget, RunTarget, Target
+from .targets import ModuleTarget, RunTarget, SiblingsTarget, Target
 
 DEFAULT_GRANULARITY = 48
 """A call is split into its children when it saves more than ``1 / DEFAULT_GRANULARITY`` of the
@@ -169,16 +173,18 @@ def build_chain(record: StepRecord, model: nn.Module,
     last = len(items)
     for index, (start, stop) in ranges.items():
         call = record.calls[index]
-        if index == 0 or stop >= last or call.inplace_hazard or not call.needs_grad:
+        if index == 0 or record.times_called.get(call.name) != 1:
             continue
-        if record.times_called.get(call.name) != 1:
-            continue
-        segments.append(Segment(start, stop, ModuleTarget(call.name), call.inputs, call.seconds))
+        if stop < last and not call.inplace_hazard and call.needs_grad:
+            segments.append(Segment(start, stop, ModuleTarget(call.name), call.inputs,
+                                    call.seconds))
         module = modules.get(call.name)
         expanded = stop - start > 1 or items[start].call != index
         if (expanded and isinstance(module, nn.Sequential)
                 and type(module).forward is nn.Sequential.forward):
             segments.extend(_sequential_runs(call, record, ranges, last))
+        elif expanded:
+            segments.extend(_sibling_runs(call, record, ranges, last))
     segments += [variant for variant in (_selective(s, items, record) for s in list(segments))
                  if variant is not None]
     segments.sort(key=lambda s: (s.start, s.stop, s.selective))
@@ -212,3 +218,46 @@ def _sequential_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tup
             runs.append(Segment(ranges[head.index][0], stop,
                                 RunTarget(call.name, first, final), head.inputs, seconds))
     return runs
+
+
+def _sibling_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[int, int]],
+                  last: int) -> list[Segment]:
+    """Runs of two or more child calls that ``call``'s own code makes one after another, each
+    on what the one before returned, whose passed-on tensors no other code reads."""
+    chains: list[list[ModuleCall]] = [[]]
+    for kind, value in call.events:
+        child = record.calls[value] if kind == 'call' else None
+        chained = chains[-1]
+        if child is None or not _may_pass_on(child, record):
+            chains.append([])
+        elif (chained and chained[-1].returns_tensor and child.takes_one_tensor
+              and chained[-1].outputs == child.inputs):
+            chained.append(child)
+        else:
+            chains.append([child])
+    runs = []
+    for chained in chains:
+        for first in range(len(chained) - 1):
+            head = chained[first]
+            if head.inplace_hazard:
+                continue
+            region = {c.index for c in record.subtree(head.index)}
+            for final in range(first + 1, len(chained)):
+                region |= {c.index for c in record.subtree(chained[final].index)}
+                start, stop = ranges[head.index][0], ranges[chained[final].index][1]
+                if stop >= last or (start, stop) == ranges[call.index]:
+                    continue
+                passed = {sid for c in chained[first:final] for sid in c.outputs}
+                passed -= set(chained[final].outputs)
+                if any(not record.readers.get(sid, set()) <= region for sid in passed):
+                    continue
+                names = tuple(c.name[len(call.name) + 1:] if call.name else c.name
+                              for c in chained[first:final + 1])
+                runs.append(Segment(start, stop, SiblingsTarget(call.name, names), head.inputs,
+                                    sum(c.seconds for c in chained[first:final + 1])))
+    return runs
+
+
+def _may_pass_on(call: ModuleCall, record: StepRecord) -> bool:
+    """Whether ``call`` may be one of a run of siblings: called once, needing a gradient."""
+    return record.times_called.get(call.name) == 1 and call.needs_grad

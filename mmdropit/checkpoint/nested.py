@@ -39,10 +39,10 @@ from .solver import fits, least_peak, least_time
 
 def _may_nest(inner: Segment, outer: Segment) -> bool:
     """Whether ``inner`` may be checkpointed inside ``outer``: strictly inside its range, and on
-    another module (one module holds one kind of checkpoint)."""
+    other modules (one module holds one kind of checkpoint)."""
     return (outer.start <= inner.start and inner.stop <= outer.stop
             and inner.stop - inner.start < outer.stop - outer.start
-            and inner.target.module != outer.target.module)
+            and not set(inner.target.occupies) & set(outer.target.occupies))
 
 
 def _inner_costs(costs: ChainCosts, outer: SegmentCost, inner: list[SegmentCost]) -> ChainCosts:

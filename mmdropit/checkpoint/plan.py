@@ -25,13 +25,14 @@ from torch import nn
 
 from ..common.budget import Budget, parse_budget, resolve_budget
 from ..errors import ConfigError
-from .apply import checkpoint_module, checkpoint_run, is_checkpointed, uncheckpoint
+from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
+                    uncheckpoint)
 from .chain import DEFAULT_GRANULARITY, Chain, Segment, build_chain
 from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
 from .nested import with_nested
 from .record import record_step
 from .solver import least_ogc_cost, least_peak, least_time
-from .targets import ModuleTarget, Target, targets_from_json, targets_to_json, walk
+from .targets import ModuleTarget, RunTarget, Target, targets_from_json, targets_to_json, walk
 
 BISECTION_STEPS = 6
 """Steps from the additive model's limit to the exact budget (the last one is within 1/64)."""
@@ -59,7 +60,8 @@ class CheckpointPlan:
 
     Attributes:
         targets: The checkpoints (:mod:`.targets`): a module (every call of it is one
-            checkpoint) or a run of children of an ``nn.Sequential``, each maybe selective
+            checkpoint), a run of children of an ``nn.Sequential``, or a run of siblings that
+            their parent calls one after another, each maybe selective
             (:mod:`.selective`); checkpoints nested in one are in its ``inner``. The JSON form
             (:meth:`to_dict`) is the flat list of earlier versions.
         budget: The budget asked for (``None``: least memory).
@@ -85,16 +87,18 @@ class CheckpointPlan:
         """Checkpoint the planned modules of ``model`` in place; returns ``model``."""
         modules = dict(model.named_modules())
         targets = [target for _, target in walk(self.targets)]
-        missing = [t.module for t in targets if t.module not in modules]
+        missing = [name for t in targets for name in t.occupies if name not in modules]
         if missing:
             raise ConfigError(f'this checkpoint plan names modules the model does not have: '
                               f'{", ".join(missing)}; plan again for this model')
         for target in targets:
-            module = modules[target.module]
             if isinstance(target, ModuleTarget):
-                checkpoint_module(module, target.selective)
+                checkpoint_module(modules[target.module], target.selective)
+            elif isinstance(target, RunTarget):
+                checkpoint_run(modules[target.module], target.first, target.last,
+                               target.selective)
             else:
-                checkpoint_run(module, target.first, target.last, target.selective)
+                checkpoint_siblings(modules[target.parent], target.children, target.selective)
         return model
 
     def remove(self, model: nn.Module) -> nn.Module:

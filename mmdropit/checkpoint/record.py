@@ -15,7 +15,9 @@ traced). While the recorded pass runs:
   unsafe to recompute, so no checkpoint may start there;
 - a dispatch mode times each costly ATen op (:data:`.selective.COSTLY_OPS`: matrix products,
   convolutions, fused attention) and files its outputs under the innermost running call, for
-  selective checkpoints; an output changed in place later is marked, as it could not be reused.
+  selective checkpoints; an output changed in place later is marked, as it could not be reused;
+- the same mode notes which calls' own code reads each module call's outputs (any ATen op taking
+  them as an input), so a plan knows where an output goes (:mod:`.chain`'s sibling runs).
 
 Afterwards the buffers (BatchNorm statistics) and the RNG state are restored, so recording changes
 no training state. The loss is not back-propagated.
@@ -90,6 +92,9 @@ class ModuleCall:
         seconds: Inclusive forward wall time.
         inplace_hazard: An input was modified in place after the call started.
         needs_grad: Some input or parameter of the call requires grad.
+        takes_one_tensor: The call took one tensor argument and nothing else.
+        returns_tensor: The call returned a tensor (these two say whether it may take part in
+            a run of siblings that pass a tensor on, :mod:`.chain`).
     """
 
     index: int
@@ -102,6 +107,8 @@ class ModuleCall:
     seconds: float = 0.0
     inplace_hazard: bool = False
     needs_grad: bool = False
+    takes_one_tensor: bool = False
+    returns_tensor: bool = False
     saved_bytes: int = 0
     """Bytes of the distinct storages saved inside the call (children included)."""
     backward_workspace: int = 0
@@ -121,6 +128,8 @@ class StepRecord:
         param_grad_bytes: Bytes of the gradients of each module's own parameters, by name.
         times_called: How often each module name was called.
         ops: The costly ops run, in order (``('op', index)`` events point here).
+        readers: For each storage a module call returned, the calls whose own code ran an ATen
+            op reading it (the innermost call running at the time).
     """
 
     calls: list[ModuleCall]
@@ -129,6 +138,7 @@ class StepRecord:
     param_grad_bytes: dict[str, int]
     times_called: dict[str, int]
     ops: list[CostlyOp] = field(default_factory=list)
+    readers: dict[int, set[int]] = field(default_factory=dict)
 
     @property
     def saved_bytes(self) -> int:
@@ -164,6 +174,7 @@ class _Recorder:
         self.ops: list[CostlyOp] = []
         self.op_versions: list[tuple[int, torch.Tensor, int]] = []
         self.times_called: dict[str, int] = {}
+        self.readers: dict[int, set[int]] = {}
         self.sync = any(p.is_cuda for p in model.parameters())
 
     def storage_id(self, tensor: torch.Tensor) -> int | None:
@@ -204,8 +215,9 @@ class _Recorder:
         tensors, inputs = self.tensor_ids((args, kwargs))
         needs_grad = any(t.requires_grad for t in tensors) or any(
             p.requires_grad for p in module.parameters())
-        self.calls.append(ModuleCall(index, name, type(module).__name__, parent, inputs=inputs,
-                                     needs_grad=needs_grad))
+        self.calls.append(ModuleCall(
+            index, name, type(module).__name__, parent, inputs=inputs, needs_grad=needs_grad,
+            takes_one_tensor=len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor)))
         self.calls[parent].events.append(('call', index))
         self.versions.extend((index, t, t._version) for t in tensors)
         self.times_called[name] = self.times_called.get(name, 0) + 1
@@ -219,6 +231,21 @@ class _Recorder:
         call = self.calls[index]
         call.seconds = self.now() - self.started.pop(index)
         call.outputs = self.tensor_ids(output)[1]
+        call.returns_tensor = isinstance(output, torch.Tensor)
+        for sid in call.outputs:
+            self.readers.setdefault(sid, set())
+
+    def read(self, args: object) -> None:
+        """Note the running call as a reader of the module outputs among ``args``."""
+        for leaf in tree_flatten(args)[0]:
+            if isinstance(leaf, torch.Tensor) and not isinstance(leaf, nn.Parameter):
+                try:
+                    storage = leaf.untyped_storage()
+                except (RuntimeError, NotImplementedError):
+                    continue
+                entry = self.alive.get((str(storage.device), storage.data_ptr()))
+                if entry is not None and entry[0] in self.readers and entry[1]() is storage:
+                    self.readers[entry[0]].add(self.stack[-1])
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         if torch._C._current_graph_task_id() == -1 and not tensor.is_sparse \
@@ -252,14 +279,15 @@ class _Recorder:
         self.versions.clear()
         self.op_versions.clear()
         record = StepRecord(self.calls, self.storage_bytes, self.saver,
-                            _param_grad_bytes(model), self.times_called, self.ops)
+                            _param_grad_bytes(model), self.times_called, self.ops, self.readers)
         for call in reversed(self.calls):
             call.saved_bytes = sum(self.storage_bytes[sid] for sid in record.saves_in(call.index))
         return record
 
 
-class _CostlyOpTimer(TorchDispatchMode):
-    """Times the costly ATen ops and hands them to the recorder; other ops pass through."""
+class _OpWatcher(TorchDispatchMode):
+    """Times the costly ATen ops and hands them to the recorder, and tells it which module
+    outputs each op reads."""
 
     def __init__(self, recorder: _Recorder) -> None:
         super().__init__()
@@ -267,6 +295,7 @@ class _CostlyOpTimer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.recorder.read((args, kwargs))
         if not is_costly(func):
             return func(*args, **kwargs)
         started = self.recorder.now()
@@ -312,7 +341,7 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
         ]
         try:
             with torch.autograd.graph.saved_tensors_hooks(recorder.pack, lambda t: t), \
-                    observe_workspace(recorder.workspace), _CostlyOpTimer(recorder):
+                    observe_workspace(recorder.workspace), _OpWatcher(recorder):
                 started = recorder.now()
                 step()
                 recorder.calls[0].seconds = recorder.now() - started

@@ -1,15 +1,18 @@
-"""What a checkpoint is put on: one module, or a run of children of an ``nn.Sequential``.
+"""What a checkpoint is put on: one module, a run of children of an ``nn.Sequential``, or a run
+of sibling modules that their parent calls one after another on one tensor.
 
 A :class:`ModuleTarget` makes every call of one module a checkpoint; a :class:`RunTarget` makes
-children ``first..last`` (inclusive) of an ``nn.Sequential`` one checkpoint. Either may be
-*selective* (:mod:`.selective`: it keeps the outputs of its costly ops) and may hold, in
+children ``first..last`` (inclusive) of an ``nn.Sequential`` one checkpoint; a
+:class:`SiblingsTarget` makes consecutive calls of children of any module one checkpoint (a
+ResNet's stem: ``conv1``, ``bn1``, ``relu``, ``maxpool``, called by ``ResNet.forward``). Each
+may be *selective* (:mod:`.selective`: it keeps the outputs of its costly ops) and may hold, in
 ``inner``, the targets checkpointed inside it (:mod:`.nested`).
 
 Plan files keep the flat JSON form of earlier versions: one list per target, ``['module',
-name]`` or ``['run', sequential, first, last]``, with ``'selective'`` appended for a selective
-checkpoint; a nested target is followed by the targets inside it (recursively), and reading
-rebuilds the nesting from that order: a target that follows another and lies inside it is
-nested in it.
+name]``, ``['run', sequential, first, last]`` or ``['siblings', parent, [child, ...]]``, with
+``'selective'`` appended for a selective checkpoint; a nested target is followed by the targets
+inside it (recursively), and reading rebuilds the nesting from that order: a target that follows
+another and lies inside it is nested in it.
 
 Example:
     >>> plan = [RunTarget('blocks', 0, 2, inner=(ModuleTarget('blocks.1', selective=True),)),
@@ -67,6 +70,11 @@ class _Target(ABC):
     def covers(self, name: str) -> bool:
         """Whether module ``name`` runs inside this checkpoint, as another module than the one
         it is put on."""
+
+    @property
+    def occupies(self) -> tuple[str, ...]:
+        """Names of the modules this checkpoint changes (one module holds one checkpoint)."""
+        return (self.module,)
 
     @abstractmethod
     def _head(self) -> list:
@@ -134,7 +142,45 @@ class RunTarget(_Target):
         return ['run', self.sequential, self.first, self.last]
 
 
-Target = ModuleTarget | RunTarget
+@dataclass(frozen=True)
+class SiblingsTarget(_Target):
+    """Children of a module that it calls one after another, each on what the one before
+    returned, are one checkpoint (``selective`` and ``inner`` as keywords); it is put on the
+    first child, and the others pass on what it returns (:func:`~.apply.checkpoint_siblings`).
+
+    Attributes:
+        parent: The calling module's name in ``model.named_modules()`` (``''``: the model).
+        children: The children's attribute names, in call order.
+    """
+
+    parent: str
+    children: tuple[str, ...]
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The children's names in ``model.named_modules()``."""
+        return tuple(f'{self.parent}.{child}' if self.parent else child
+                     for child in self.children)
+
+    module = property(lambda self: self.members[0])
+    occupies = members
+
+    @property
+    def where(self) -> str:
+        """What the checkpoint covers, as plans print it (``layer.{conv..pool}``)."""
+        span = f'{{{self.children[0]}..{self.children[-1]}}}'
+        return f'{self.parent}.{span}' if self.parent else span
+
+    def covers(self, name: str) -> bool:
+        """Whether module ``name`` is one of the children after the first, or lies below one."""
+        return any(name == member or _below(name, member) is not None
+                   for member in self.members) and name != self.module
+
+    def _head(self) -> list:
+        return ['siblings', self.parent, list(self.children)]
+
+
+Target = ModuleTarget | RunTarget | SiblingsTarget
 """What one checkpoint of a plan is put on."""
 
 
@@ -168,6 +214,9 @@ def target_from_json(entry: object) -> Target:
         case ['run', str() as sequential, int() as first, int() as last, *rest] if (
                 rest in ([], [SELECTIVE]) and 0 <= first <= last):
             return RunTarget(sequential, first, last, selective=bool(rest))
+        case ['siblings', str() as parent, [str(), str(), *_] as children, *rest] if (
+                rest in ([], [SELECTIVE]) and all(isinstance(c, str) for c in children)):
+            return SiblingsTarget(parent, tuple(children), selective=bool(rest))
     raise _unreadable('target', entry)
 
 

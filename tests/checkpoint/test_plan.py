@@ -124,8 +124,8 @@ def test_no_checkpoint_starts_at_an_input_changed_in_place():
     model = _InPlaceAfter()
     x, y = torch.randn(32, 16, requires_grad=True), torch.randint(0, 5, (32,))
     plan = plan_checkpoints(model, lambda: nn.functional.cross_entropy(model(x), y))
-    assert not any(t.module == 'first' or (isinstance(t, RunTarget) and t.module == 'first'
-                                           and t.first == 0) for t in _all_targets(plan))
+    assert not any(t.where == 'first' or (isinstance(t, RunTarget) and t.module == 'first'
+                                          and t.first == 0) for t in _all_targets(plan))
     assert any(t.module.startswith('second') for t in _all_targets(plan))
     _assert_same_step(model, plan, x, y)
 
@@ -179,7 +179,9 @@ def test_dropit_layers_are_planned_with_their_compact_bytes():
     to_dropit(model, gamma=0.9)
     sparse = plan_checkpoints(model, lambda: model(x).sum())
     assert sparse.baseline.activation_peak < 0.9 * dense.baseline.activation_peak
-    assert sparse.planned.activation_peak < dense.planned.activation_peak
+    # at the least-memory end the peak is a backward moment, where a DropIT layer rebuilds its
+    # dense input: the plans' peaks are close, but what they keep is DropIT's compact bytes
+    assert sparse.planned.kept_bytes < 0.9 * dense.planned.kept_bytes
 
 
 def test_dropit_layers_rebuilt_inputs_are_counted_in_their_backward():

@@ -1,5 +1,5 @@
-"""Checkpoint plans under ``torch.compile``: plain, selective and nested plans trace in one
-graph with no break, and the compiled step's gradients equal the eager step's."""
+"""Checkpoint plans under ``torch.compile``: plain, selective, nested and sibling-run plans trace
+in one graph with no break, and the compiled step's gradients equal the eager step's."""
 from __future__ import annotations
 
 import copy
@@ -10,13 +10,16 @@ import torch
 import torch._dynamo
 from torch import nn
 
-from mmdropit.checkpoint import CheckpointPlan, ModuleTarget, RunTarget
+from mmdropit.checkpoint import CheckpointPlan, ModuleTarget, RunTarget, SiblingsTarget
 
 PLANS = {
     'plain': [RunTarget('blocks', 0, 1), ModuleTarget('blocks.2')],
     'selective': [ModuleTarget('blocks.0', selective=True), ModuleTarget('blocks.2.mlp',
                                                                          selective=True)],
     'nested': [RunTarget('blocks', 0, 2, inner=(ModuleTarget('blocks.1', selective=True),))],
+    'siblings': [SiblingsTarget('blocks.0.mlp', ('fc1', 'act')),
+                 SiblingsTarget('blocks.1', ('attn', 'ls1', 'drop_path1'), inner=(
+                     ModuleTarget('blocks.1.attn.qkv'),))],
 }
 
 

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from mmdropit import ConfigError
-from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, is_checkpointed,
-                                 targets_from_json, targets_to_json)
+from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, SiblingsTarget,
+                                 is_checkpointed, targets_from_json, targets_to_json)
 from tests.checkpoint.test_plan import _all_targets, _assert_same_step
 
 BEFORE = Path(__file__).parent / 'data' / 'plan_before_typed_targets.json'
@@ -82,6 +82,11 @@ NESTED = [
     ModuleTarget('neck', inner=(ModuleTarget('neck.lateral'), ModuleTarget('neck.fpn'))),
 ]
 
+SIBLINGS = [
+    SiblingsTarget('', ('conv1', 'bn1', 'relu', 'maxpool'), inner=(ModuleTarget('bn1.inner'),)),
+    SiblingsTarget('layer1.0', ('conv1', 'bn1'), selective=True),
+]
+
 
 @pytest.mark.parametrize('targets', [
     [],
@@ -89,7 +94,8 @@ NESTED = [
     NESTED,
     [RunTarget('', 0, 2, inner=(ModuleTarget('0.fc'), RunTarget('1', 0, 1, selective=True))),
      ModuleTarget('3', selective=True)],  # runs of the model itself, an nn.Sequential
-], ids=['empty', 'single-level', 'nested-selective', 'model-is-sequential'])
+    SIBLINGS,
+], ids=['empty', 'single-level', 'nested-selective', 'model-is-sequential', 'siblings'])
 def test_typed_targets_round_trip_through_json(targets, tmp_path):
     flat = targets_to_json(targets)
     assert all(isinstance(entry, list) for entry in flat)
@@ -108,6 +114,20 @@ def test_the_json_form_is_the_flat_list_of_before():
         ['module', 'neck.fpn']]
 
 
+def test_sibling_targets_cover_their_siblings_and_print_their_span():
+    assert targets_to_json(SIBLINGS) == [
+        ['siblings', '', ['conv1', 'bn1', 'relu', 'maxpool']], ['module', 'bn1.inner'],
+        ['siblings', 'layer1.0', ['conv1', 'bn1'], 'selective']]
+    stem, block = SIBLINGS
+    assert (stem.module, stem.where, block.module, block.where) == (
+        'conv1', '{conv1..maxpool}', 'layer1.0.conv1', 'layer1.0.{conv1..bn1}')
+    assert block.occupies == ('layer1.0.conv1', 'layer1.0.bn1')
+    assert [stem.covers(name) for name in ('conv1', 'conv1.weight', 'maxpool', 'layer1')] == [
+        False, True, True, False]
+    assert ModuleTarget('layer1.0.bn1.x').lies_inside(block)
+    assert not ModuleTarget('layer1.0.conv2').lies_inside(block)
+
+
 def test_a_nested_target_the_model_lacks_is_refused():
     plan = CheckpointPlan([RunTarget('blocks', 0, 2, inner=(ModuleTarget('blocks.9'),))])
     with pytest.raises(ConfigError, match='modules the model does not have: blocks.9; plan '
@@ -124,10 +144,14 @@ def test_a_nested_target_the_model_lacks_is_refused():
     [['run', 'blocks', 0, 2, 'selective', 3]],
     [['run', 'blocks', '0', 2]],
     [['run', 'blocks', 2, 0]],
+    [['siblings', '', ['conv1']]],
+    [['siblings', '', 'conv1', 'bn1']],
+    [['siblings', '', ['conv1', 2]]],
     [{'module': 'blocks.0'}],
     {'module': 'blocks.0'},
 ], ids=['unknown-kind', 'module-short', 'unknown-mark', 'module-long', 'run-short', 'run-long',
-        'run-text-index', 'run-backwards', 'entry-not-a-list', 'targets-not-a-list'])
+        'run-text-index', 'run-backwards', 'siblings-one', 'siblings-not-a-list',
+        'siblings-not-names', 'entry-not-a-list', 'targets-not-a-list'])
 def test_a_target_this_version_cannot_read_is_a_one_line_error(targets, tmp_path):
     path = tmp_path / 'plan.json'
     path.write_text(json.dumps({'targets': targets, 'budget': None}))
