@@ -54,6 +54,7 @@ from torch.utils.checkpoint import checkpoint
 from ..common.recompute_region import (COMPACT_WHEN_RECOMPUTED, checkpoint_pass,
                                        recomputed_region)
 from ..common.training_state import values_restored
+from ..errors import ConfigError
 from .selective import selective_contexts
 
 _CLASSES: dict[tuple[type, type], type] = {}
@@ -262,6 +263,12 @@ def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
     sequential._mmdropit_runs = sorted(runs)
 
 
+def has_forward_hooks(module: nn.Module) -> bool:
+    """Whether ``module`` has forward hooks or pre-hooks of its own (FSDP2 gathers a unit's
+    parameters in one): a run of siblings calls the later ones' ``forward`` without them."""
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
 def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
                         selective: bool = False) -> None:
     """Checkpoint children of ``parent`` that it calls one after another, each on what the one
@@ -273,6 +280,12 @@ def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
     Args:
         parent: The module whose ``forward`` calls the children.
         children: Their attribute names, in call order (two or more).
+
+    Raises:
+        ValueError: If fewer than two children are given.
+        ConfigError: If a child after the first has forward hooks of its own
+            (:func:`has_forward_hooks`; hooks registered after this call run when the parent
+            calls that child, around the tensor it passes on).
 
     Example:
         >>> class Stem(nn.Module):
@@ -289,6 +302,11 @@ def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
     if len(children) < 2:
         raise ValueError(f'a sibling checkpoint needs two or more children, got {children}')
     members = tuple(parent.get_submodule(child) for child in children)
+    hooked = [name for name, member in zip(children[1:], members[1:]) if has_forward_hooks(member)]
+    if hooked:
+        raise ConfigError(f'a sibling checkpoint would run {", ".join(hooked)} without the '
+                          'forward hooks they have (an FSDP2 unit, for one): plan again for '
+                          'this model')
     run = _SiblingRun(tuple(children), members, nn.ModuleList(members), selective)
     for position, member in enumerate(members):
         _swap(member, _CheckpointedSiblingsFollower if position else _CheckpointedSiblingsHead)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import nn
 
+from .apply import has_forward_hooks
 from .record import ModuleCall, StepRecord
 from .targets import ModuleTarget, RunTarget, SiblingsTarget, Target
 
@@ -184,7 +185,7 @@ def build_chain(record: StepRecord, model: nn.Module,
                 and type(module).forward is nn.Sequential.forward):
             segments.extend(_sequential_runs(call, record, ranges, last))
         elif expanded:
-            segments.extend(_sibling_runs(call, record, ranges, last))
+            segments.extend(_sibling_runs(call, record, ranges, last, modules))
     segments += [variant for variant in (_selective(s, items, record) for s in list(segments))
                  if variant is not None]
     segments.sort(key=lambda s: (s.start, s.stop, s.selective))
@@ -221,22 +222,11 @@ def _sequential_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tup
 
 
 def _sibling_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[int, int]],
-                  last: int) -> list[Segment]:
+                  last: int, modules: dict[str, nn.Module]) -> list[Segment]:
     """Runs of two or more child calls that ``call``'s own code makes one after another, each
     on what the one before returned, whose passed-on tensors no other code reads."""
-    chains: list[list[ModuleCall]] = [[]]
-    for kind, value in call.events:
-        child = record.calls[value] if kind == 'call' else None
-        chained = chains[-1]
-        if child is None or not _may_pass_on(child, record):
-            chains.append([])
-        elif (chained and chained[-1].returns_tensor and child.takes_one_tensor
-              and chained[-1].outputs == child.inputs):
-            chained.append(child)
-        else:
-            chains.append([child])
     runs = []
-    for chained in chains:
+    for chained in _passing_chains(call, record, modules):
         for first in range(len(chained) - 1):
             head = chained[first]
             if head.inplace_hazard:
@@ -258,6 +248,23 @@ def _sibling_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[
     return runs
 
 
-def _may_pass_on(call: ModuleCall, record: StepRecord) -> bool:
-    """Whether ``call`` may be one of a run of siblings: called once, needing a gradient."""
-    return record.times_called.get(call.name) == 1 and call.needs_grad
+def _passing_chains(call: ModuleCall, record: StepRecord,
+                    modules: dict[str, nn.Module]) -> list[list[ModuleCall]]:
+    """The longest sequences of ``call``'s child calls, with nothing of its own code between
+    them, in which each child took the one tensor the one before returned. Each child is called
+    once in the step and needs a gradient; one with forward hooks of its own (an FSDP2 unit, for
+    one) only starts a sequence, since a run calls the later siblings' ``forward`` itself."""
+    chains: list[list[ModuleCall]] = [[]]
+    for kind, value in call.events:
+        child = record.calls[value] if kind == 'call' else None
+        if child is None or record.times_called.get(child.name) != 1 or not child.needs_grad:
+            chains.append([])
+            continue
+        previous = chains[-1][-1] if chains[-1] else None
+        if (previous is not None and previous.returns_tensor and child.takes_one_tensor
+                and previous.outputs == child.inputs
+                and not has_forward_hooks(modules[child.name])):
+            chains[-1].append(child)
+        else:
+            chains.append([child])
+    return [chained for chained in chains if len(chained) > 1]

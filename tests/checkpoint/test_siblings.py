@@ -11,6 +11,7 @@ import torch
 import torchvision
 from torch import nn
 
+from mmdropit import ConfigError
 from mmdropit.checkpoint import (CheckpointPlan, SiblingsTarget, build_chain, checkpoint_siblings,
                                  plan_checkpoints, record_step)
 from mmdropit.memory import StepPeakMeter
@@ -73,6 +74,18 @@ def test_no_run_passes_on_a_tensor_that_other_code_reads():
     runs = _sibling_runs(_Stem(reuse=True), x)
     assert runs and not any(run.startswith('{conv..') for run in runs), runs
     assert '{bn..pool}' in runs  # what bn, relu and pool pass on stays among them
+
+
+def test_a_module_with_forward_hooks_only_starts_a_run():
+    """An FSDP2 unit gathers its parameters in a forward pre-hook, which a run would skip."""
+    torch.manual_seed(0)
+    model, x = _Stem(), torch.randn(2, 3, 8, 8)
+    model.relu.register_forward_pre_hook(lambda module, args: None)
+    # relu only starts a run, and none starts there (relu changes its input in place)
+    assert _sibling_runs(model, x) == {'{conv..bn}', '{pool..body}'}
+    with pytest.raises(ConfigError, match=r'^a sibling checkpoint would run relu without the '
+                                          r'forward hooks they have .*plan again'):
+        checkpoint_siblings(model, ('conv', 'bn', 'relu'))
 
 
 def test_later_siblings_in_eval_mode_pass_on_the_run_output():
