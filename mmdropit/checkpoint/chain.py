@@ -38,6 +38,12 @@ DEFAULT_GRANULARITY = 48
 """A call is split into its children when it saves more than ``1 / DEFAULT_GRANULARITY`` of the
 step's bytes."""
 
+LARGEST_SIBLING_RUN = 0.5
+"""Runs of siblings saving more than this share of the step's bytes are left out: they join
+whole stages (a ResNet's ``layer1..layer4``), which module segments and ``nn.Sequential`` runs
+already cover finely, and their nested variants took most of the search time (ResNet-101:
+planning 10.2 s with them)."""
+
 
 @dataclass
 class Item:
@@ -225,18 +231,22 @@ def _sibling_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[
                   last: int, modules: dict[str, nn.Module]) -> list[Segment]:
     """Runs of two or more child calls that ``call``'s own code makes one after another, each
     on what the one before returned, whose passed-on tensors no other code reads."""
-    runs = []
+    runs, largest = [], LARGEST_SIBLING_RUN * record.saved_bytes
     for chained in _passing_chains(call, record, modules):
         for first in range(len(chained) - 1):
             head = chained[first]
             if head.inplace_hazard:
                 continue
             region = {c.index for c in record.subtree(head.index)}
+            saved = record.saves_in(head.index)
             for final in range(first + 1, len(chained)):
                 region |= {c.index for c in record.subtree(chained[final].index)}
                 start, stop = ranges[head.index][0], ranges[chained[final].index][1]
                 if stop >= last or (start, stop) == ranges[call.index]:
                     continue
+                saved |= record.saves_in(chained[final].index)
+                if sum(record.storage_bytes[sid] for sid in saved) > largest:
+                    break
                 passed = {sid for c in chained[first:final] for sid in c.outputs}
                 passed -= set(chained[final].outputs)
                 if any(not record.readers.get(sid, set()) <= region for sid in passed):
