@@ -38,8 +38,6 @@ import math
 
 from .cost import ChainCosts, Cut, SegmentCost
 
-_State = tuple[int, Cut]  # (boundary, what the last piece left kept)
-
 
 _Starts = dict[int, list[SegmentCost]]
 
@@ -53,7 +51,8 @@ def _starts(costs: ChainCosts) -> _Starts:
 
 
 def _moves(costs: ChainCosts, starts: _Starts, i: int, before: Cut, kept: int):
-    """Each way to go on from boundary ``i``: (segment or None, next state, kept, peak)."""
+    """Each way to go on from boundary ``i`` after a piece that left ``before``: (segment or
+    None, the next state as (boundary, what this piece leaves), kept, peak)."""
     keep = costs.item_added(i, before)
     yield None, (i + 1, None), kept + keep, kept + keep + costs.transient[i]
     for segment in starts.get(i, ()):

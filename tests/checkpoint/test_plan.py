@@ -75,6 +75,19 @@ def _assert_same_step(model: nn.Module, plan: CheckpointPlan, x, y) -> None:
         assert torch.equal(buffer, plain_buffer), name  # BN statistics updated once
 
 
+def _assert_predicted_then_same_step(model: nn.Module, plan: CheckpointPlan, x, y) -> None:
+    """The plan's predicted activation peak is within 15% of the one measured with it applied,
+    and its step equals the unplanned one (:func:`_assert_same_step`)."""
+    plan.apply(model)
+    with StepPeakMeter(model) as meter:
+        nn.functional.cross_entropy(model(x), y).backward()
+    model.zero_grad(set_to_none=True)
+    truth = meter.result.activation_peak_bytes
+    assert abs(plan.planned.activation_peak - truth) <= 0.15 * truth, (plan.planned, truth)
+    plan.remove(model)
+    _assert_same_step(model, plan, x, y)
+
+
 def test_bn_dropout_kwargs_plan_gives_the_same_step():
     torch.manual_seed(0)
     model, x, y = _Net(), torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))
