@@ -247,9 +247,7 @@ def _sibling_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[
                 saved |= record.saves_in(chained[final].index)
                 if sum(record.storage_bytes[sid] for sid in saved) > largest:
                     break
-                passed = {sid for c in chained[first:final] for sid in c.outputs}
-                passed -= set(chained[final].outputs)
-                if any(not record.readers.get(sid, set()) <= region for sid in passed):
+                if not _passed_on_inside(chained[first:final + 1], region, record):
                     continue
                 names = tuple(c.name[len(call.name) + 1:] if call.name else c.name
                               for c in chained[first:final + 1])
@@ -260,10 +258,11 @@ def _sibling_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[
 
 def _passing_chains(call: ModuleCall, record: StepRecord,
                     modules: dict[str, nn.Module]) -> list[list[ModuleCall]]:
-    """The longest sequences of ``call``'s child calls, with nothing of its own code between
-    them, in which each child took the one tensor the one before returned. Each child is called
-    once in the step and needs a gradient; one with forward hooks of its own (an FSDP2 unit, for
-    one) only starts a sequence, since a run calls the later siblings' ``forward`` itself."""
+    """The longest sequences of ``call``'s child calls in which each child took, as its one
+    argument, the very tensor the one before returned (not a view or a slice of it), with no
+    save or costly op of ``call``'s own code between them. Each child is called once in the step
+    and needs a gradient; one with forward hooks of its own (an FSDP2 unit, for one) only starts
+    a sequence, since a run calls the later siblings' ``forward`` itself."""
     chains: list[list[ModuleCall]] = [[]]
     for kind, value in call.events:
         child = record.calls[value] if kind == 'call' else None
@@ -271,10 +270,26 @@ def _passing_chains(call: ModuleCall, record: StepRecord,
             chains.append([])
             continue
         previous = chains[-1][-1] if chains[-1] else None
-        if (previous is not None and previous.returns_tensor and child.takes_one_tensor
-                and previous.outputs == child.inputs
+        if (previous is not None and previous.result is not None
+                and previous.result == child.argument
                 and not has_forward_hooks(modules[child.name])):
             chains[-1].append(child)
         else:
             chains.append([child])
     return [chained for chained in chains if len(chained) > 1]
+
+
+def _passed_on_inside(run: list[ModuleCall], region: set[int], record: StepRecord) -> bool:
+    """Whether what ``run``'s calls pass on is read only inside it (``region``: the calls in
+    its subtrees): every read of an earlier call's output after that call returned comes from
+    inside, or, for a storage the run returns (an in-place or identity last call), after the
+    run."""
+    final = run[-1]
+    for call in run[:-1]:
+        for sid in call.outputs:
+            returned = sid in final.outputs
+            if any(reader not in region and at > call.ended_at
+                   and not (returned and at > final.ended_at)
+                   for reader, at in record.readers.get(sid, ())):
+                return False
+    return True

@@ -16,8 +16,9 @@ traced). While the recorded pass runs:
 - a dispatch mode times each costly ATen op (:data:`.selective.COSTLY_OPS`: matrix products,
   convolutions, fused attention) and files its outputs under the innermost running call, for
   selective checkpoints; an output changed in place later is marked, as it could not be reused;
-- the same mode notes which calls' own code reads each module call's outputs (any ATen op taking
-  them as an input), so a plan knows where an output goes (:mod:`.chain`'s sibling runs).
+- the same mode numbers every ATen op and notes, for each module call's outputs, which calls'
+  own code read them and when (any op taking them as an input), so a plan knows where an output
+  goes (:mod:`.chain`'s sibling runs).
 
 Afterwards the buffers (BatchNorm statistics) and the RNG state are restored, so recording changes
 no training state. The loss is not back-propagated.
@@ -92,9 +93,12 @@ class ModuleCall:
         seconds: Inclusive forward wall time.
         inplace_hazard: An input was modified in place after the call started.
         needs_grad: Some input or parameter of the call requires grad.
-        takes_one_tensor: The call took one tensor argument and nothing else.
-        returns_tensor: The call returned a tensor (these two say whether it may take part in
-            a run of siblings that pass a tensor on, :mod:`.chain`).
+        argument: ``id()`` of the tensor the call took, when it took one tensor and nothing
+            else; ``None`` otherwise.
+        result: ``id()`` of the tensor the call returned, when it returned a tensor (these two
+            say whether calls pass one tensor on in a run of siblings, :mod:`.chain`; the
+            tensors are alive from one call to the next, so their ids do not repeat there).
+        ended_at: Number of ATen ops run when the call returned (see ``StepRecord.readers``).
     """
 
     index: int
@@ -107,8 +111,9 @@ class ModuleCall:
     seconds: float = 0.0
     inplace_hazard: bool = False
     needs_grad: bool = False
-    takes_one_tensor: bool = False
-    returns_tensor: bool = False
+    argument: int | None = None
+    result: int | None = None
+    ended_at: int = 0
     saved_bytes: int = 0
     """Bytes of the distinct storages saved inside the call (children included)."""
     backward_workspace: int = 0
@@ -128,8 +133,8 @@ class StepRecord:
         param_grad_bytes: Bytes of the gradients of each module's own parameters, by name.
         times_called: How often each module name was called.
         ops: The costly ops run, in order (``('op', index)`` events point here).
-        readers: For each storage a module call returned, the calls whose own code ran an ATen
-            op reading it (the innermost call running at the time).
+        readers: For each storage a module call returned, the ATen ops reading it, as
+            ``(call, op number)``: the innermost call running, and how many ops ran before.
     """
 
     calls: list[ModuleCall]
@@ -138,7 +143,7 @@ class StepRecord:
     param_grad_bytes: dict[str, int]
     times_called: dict[str, int]
     ops: list[CostlyOp] = field(default_factory=list)
-    readers: dict[int, set[int]] = field(default_factory=dict)
+    readers: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def saved_bytes(self) -> int:
@@ -174,7 +179,8 @@ class _Recorder:
         self.ops: list[CostlyOp] = []
         self.op_versions: list[tuple[int, torch.Tensor, int]] = []
         self.times_called: dict[str, int] = {}
-        self.readers: dict[int, set[int]] = {}
+        self.readers: dict[int, list[tuple[int, int]]] = {}
+        self.ops_run = 0
         self.sync = any(p.is_cuda for p in model.parameters())
 
     def storage_id(self, tensor: torch.Tensor) -> int | None:
@@ -217,7 +223,8 @@ class _Recorder:
             p.requires_grad for p in module.parameters())
         self.calls.append(ModuleCall(
             index, name, type(module).__name__, parent, inputs=inputs, needs_grad=needs_grad,
-            takes_one_tensor=len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor)))
+            argument=id(args[0]) if len(args) == 1 and not kwargs and isinstance(
+                args[0], torch.Tensor) else None))
         self.calls[parent].events.append(('call', index))
         self.versions.extend((index, t, t._version) for t in tensors)
         self.times_called[name] = self.times_called.get(name, 0) + 1
@@ -231,12 +238,15 @@ class _Recorder:
         call = self.calls[index]
         call.seconds = self.now() - self.started.pop(index)
         call.outputs = self.tensor_ids(output)[1]
-        call.returns_tensor = isinstance(output, torch.Tensor)
+        call.result = id(output) if isinstance(output, torch.Tensor) else None
+        call.ended_at = self.ops_run
         for sid in call.outputs:
-            self.readers.setdefault(sid, set())
+            self.readers.setdefault(sid, [])
 
     def read(self, args: object) -> None:
-        """Note the running call as a reader of the module outputs among ``args``."""
+        """Note the running call as a reader of the module outputs among ``args``, the
+        arguments of the next ATen op."""
+        self.ops_run += 1
         for leaf in tree_flatten(args)[0]:
             if isinstance(leaf, torch.Tensor) and not isinstance(leaf, nn.Parameter):
                 try:
@@ -245,7 +255,7 @@ class _Recorder:
                     continue
                 entry = self.alive.get((str(storage.device), storage.data_ptr()))
                 if entry is not None and entry[0] in self.readers and entry[1]() is storage:
-                    self.readers[entry[0]].add(self.stack[-1])
+                    self.readers[entry[0]].append((self.stack[-1], self.ops_run))
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         if torch._C._current_graph_task_id() == -1 and not tensor.is_sparse \

@@ -69,6 +69,33 @@ def test_no_run_passes_on_a_tensor_that_other_code_reads():
     assert '{bn..pool}' in runs  # what bn, relu and pool pass on stays among them
 
 
+class _Pooled(nn.Module):
+    """timm's classifier head: the model's own code takes a token out of the norm's output
+    (a view of the same storage) before an identity and a dropout that return what they get."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = nn.Sequential(nn.Linear(8, 256), nn.GELU(), nn.Linear(256, 8))
+        self.norm = nn.LayerNorm(8)
+        self.fc_norm = nn.Identity()
+        self.head_drop = nn.Dropout(0.0)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(self.mix(x))[:, 0]
+        return self.head(self.head_drop(self.fc_norm(x)))
+
+
+def test_a_run_takes_the_tensor_itself_not_a_view_of_the_same_storage():
+    torch.manual_seed(0)
+    model, x = _Pooled(), torch.randn(4, 5, 8)
+    runs = _sibling_runs(model, x)
+    assert '{fc_norm..head_drop}' in runs, runs  # the same tensor passed on
+    assert not any(run.startswith('{norm..') for run in runs), runs
+    plan = plan_checkpoints(model, lambda: model(x).sum())
+    _assert_same_step(model, plan, x, torch.randint(0, 3, (4,)))
+
+
 def test_a_module_with_forward_hooks_only_starts_a_run():
     """An FSDP2 unit gathers its parameters in a forward pre-hook, which a run would skip."""
     torch.manual_seed(0)
