@@ -33,7 +33,7 @@ __all__ = [
     'BUDGET_HELP', 'COSTLY_OPS', 'Chain', 'ChainCosts', 'CheckpointPlan', 'DEFAULT_GRANULARITY',
     'Item', 'ModuleCall', 'ModuleTarget', 'Prediction', 'RunTarget', 'Segment', 'SegmentCost',
     'SiblingsTarget', 'StepRecord', 'Target', 'build_chain', 'chain_costs', 'checkpoint_module',
-    'checkpoint_run', 'checkpoint_siblings', 'fits', 'is_checkpointed', 'least_peak', 'least_time', 'plan_checkpoints', 'plan_for_chain',
-    'predict', 'record_step', 'selective_contexts', 'targets_from_json', 'targets_to_json',
-    'uncheckpoint', 'with_nested',
+    'checkpoint_run', 'checkpoint_siblings', 'fits', 'is_checkpointed', 'least_peak',
+    'least_time', 'plan_checkpoints', 'plan_for_chain', 'predict', 'record_step',
+    'selective_contexts', 'targets_from_json', 'targets_to_json', 'uncheckpoint', 'with_nested',
 ]

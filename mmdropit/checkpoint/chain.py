@@ -12,7 +12,7 @@ A segment is a range of items that one non-reentrant checkpoint can cover:
   residual blocks, FPN necks, detection heads with several outputs are recomputed as a whole);
 - a run of two or more consecutive children of an ``nn.Sequential`` (stages of blocks);
 - a run of two or more sibling calls that their parent's code makes one after another, each on
-  the one tensor the one before returned, where no other code reads what the run's calls pass
+  the very tensor the one before returned, where no other code reads what the run's calls pass
   between them (a ResNet's or an Inception's stem, written as module attributes called in
   ``forward``): the record knows which calls read each output.
 

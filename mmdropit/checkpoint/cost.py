@@ -216,6 +216,8 @@ def chain_costs(chain: Chain) -> ChainCosts:
     keep_after_cut = [chain.bytes_of(item.saves) for item in chain.items]
     transient = _transients(chain, _grad_bytes(chain))
     held = [frozenset({*segment.inputs, *segment.cached}) for segment in chain.segments]
+    inputs = [chain.bytes_of(kept - saved_before[segment.start])
+              for segment, kept in zip(chain.segments, held)]
     starting: dict[int, list[int]] = {}
     for k, segment in enumerate(chain.segments):
         starting.setdefault(segment.start, []).append(k)
@@ -228,16 +230,16 @@ def chain_costs(chain: Chain) -> ChainCosts:
         if stop == len(chain.items):
             cut_of.append(None)
             continue
+        following = starting.get(stop, ())
         after = (chain.bytes_of(chain.items[stop].saves - already),
-                 *(chain.bytes_of(held[j] - already) for j in starting.get(stop, ())))
-        unplanned = (keep[stop], *(chain.bytes_of(held[j] - saved_before[stop])
-                                   for j in starting.get(stop, ())))
+                 *(chain.bytes_of(held[j] - already) for j in following))
+        unplanned = (keep[stop], *(inputs[j] for j in following))
         cut_of.append(None if after == unplanned else cuts.setdefault((stop, after), len(cuts)))
     inputs_after: list[dict[int, int]] = [{} for _ in chain.segments]
     keep_after: dict[tuple[int, int], int] = {}
-    for (stop, (item_keeps, *inputs)), cut in cuts.items():
+    for (stop, (item_keeps, *segment_keeps)), cut in cuts.items():
         keep_after[(stop, cut)] = item_keeps
-        for j, kept in zip(starting.get(stop, ()), inputs):
+        for j, kept in zip(starting.get(stop, ()), segment_keeps):
             inputs_after[j][cut] = kept
 
     def segment_cost(k: int, segment: Segment) -> SegmentCost:
@@ -247,10 +249,8 @@ def chain_costs(chain: Chain) -> ChainCosts:
         for j in range(segment.start, segment.stop):
             inside |= chain.items[j].saves
             recompute = max(recompute, chain.bytes_of(inside - outside) + transient[j])
-        return SegmentCost(segment.start, segment.stop,
-                           chain.bytes_of(held[k] - saved_before[segment.start]),
-                           chain.bytes_of(held[k]), segment.seconds, recompute, cut_of[k],
-                           inputs_after[k])
+        return SegmentCost(segment.start, segment.stop, inputs[k], chain.bytes_of(held[k]),
+                           segment.seconds, recompute, cut_of[k], inputs_after[k])
 
     return ChainCosts(keep, keep_after_cut, transient,
                       [segment_cost(k, s) for k, s in enumerate(chain.segments)], keep_after)
