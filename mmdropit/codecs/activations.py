@@ -81,14 +81,15 @@ class Compression:
 
     Attributes:
         name: The module's qualified name in the converted model (for audits).
-        bits: The bit width.
+        bits: The bit width; ``None`` while :func:`~mmdropit.dropit.adapt_bits` measures the
+            exact step (the module then runs as the plain module).
         derivative: For a GELU / SiLU that saves 4-bit codes of its derivative instead
             (:mod:`.derivative_codes`), which one (``'gelu'``, ``'gelu_tanh'``, ``'silu'``);
             ``None`` otherwise.
     """
 
     name: str
-    bits: int
+    bits: int | None
     derivative: str | None = None
 
     @property
@@ -152,6 +153,8 @@ class CompressedActivations:
     _mmdropit_compact_when_recomputed = True  # COMPACT_WHEN_RECOMPUTED
 
     def forward(self, *args, **kwargs):
+        if self.compression.bits is None:
+            return super().forward(*args, **kwargs)
         if in_recomputed_region():  # hand what is saved to the checkpoint, or step aside
             hooks, recomputation = None, in_recomputation()
             if saved_tensors_dropped() or recomputation:

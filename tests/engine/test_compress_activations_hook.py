@@ -36,8 +36,34 @@ def test_the_hook_converts_and_the_run_trains(tmp_path):
     assert torch.equal(plain.model.model.head.weight, runner.model.model.head.weight)
 
 
+def test_adaptive_bits_choose_widths_on_the_first_batch_and_again_at_the_interval(tmp_path):
+    cfg = two_iteration_cfg(TINY_VIT_DROPIT, tmp_path, dict(
+        type='CompressActivationsHook', bits=4, adaptive_bits=True, adapt_interval=1))
+    cfg.custom_hooks[0] = dict(type='DropITHook', gamma=0.9, value_bits=4)
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    log = log_text(tmp_path)
+    table = log.split('Adaptive bits, measured on the first batch:')[1]
+    assert re.search(r'model\.blocks\.0\.mlp\.fc1 +dropit values +\d+ +[0-9.e+-]+ +4 -> [248]',
+                     table), table[:2000]
+    assert re.search(r'model\.blocks\.0\.norm1 +activations +\d+ +[0-9.e+-]+ +4 -> [248]', table)
+    codes, configured = map(float, re.search(r'codes ([0-9.]+) MiB \(configured ([0-9.]+) MiB\)',
+                                             table).groups())
+    assert codes <= configured
+    assert re.search(r'Adaptive bits re-measured at iteration 1: (\d+ slots at \d bits(, )?)+',
+                     log)
+    widths = {m.compression.bits for m in runner.model.modules()
+              if isinstance(m, CompressedActivations)}
+    assert widths <= {2, 4, 8} and widths != {4}
+    losses = [float(v) for v in re.findall(r'Epoch\(train\).*?\bloss: ([0-9.]+)', log)]
+    assert len(losses) == 2 and all(loss < 10 for loss in losses)
+
+
 @pytest.mark.parametrize('kwargs,message', [
     (dict(bits=3), r'CompressActivationsHook bits takes 8 .*, 4 or 2 .*; got 3'),
+    (dict(adapt_interval=10), 'adapt_interval takes a positive number of iterations, with '
+                              'adaptive_bits=True; got 10'),
+    (dict(adaptive_bits=True, adapt_interval=0), 'adapt_interval takes a positive number'),
     (dict(types='LayerNorm'), 'types / names take a list'),
 ])
 def test_bad_hook_arguments_are_clear_errors(kwargs, message):

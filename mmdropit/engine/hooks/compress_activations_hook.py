@@ -8,17 +8,26 @@ Example config (with DropIT, whose kept values are then stored in 8 bits too)::
         dict(type='DropITHook', gamma=0.9, value_bits=8),
         dict(type='CompressActivationsHook', bits=8),
     ]
+
+With adaptive bits (GACT), 4 bits on average, chosen per layer on the first batch::
+
+    custom_hooks = [
+        dict(type='DropITHook', gamma=0.9, value_bits=4),
+        dict(type='CompressActivationsHook', bits=4, adaptive_bits=True),
+    ]
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mmengine.dist import broadcast_object_list
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...codecs import DEFAULT_TYPES, compress_activations
 from ...codecs.bits import check_bits
 from ...dropit import audit
+from ...dropit.adaptive_bits import adapt_bits, set_bits
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
 
@@ -46,14 +55,28 @@ class CompressActivationsHook(Hook):
             converted module's saved tensor, the bytes it really freed and what keeps a dense
             copy alive (:func:`mmdropit.audit`; with ``DropITHook(audit=True)`` its audit
             lists both).
+        adaptive_bits: Before the first training step, measure on its batch how much each
+            place storing codes (these modules, and DropIT layers with ``value_bits``) adds to
+            the gradient's error, and give each 8, 4 or 2 bits so that the codes take no more
+            bytes than the configured widths with the least error
+            (:func:`mmdropit.dropit.adapt_bits`; one extra step per such place). Under
+            ``torch.distributed`` rank 0's choice is used by every rank.
+        adapt_interval: With ``adaptive_bits``, measure and choose again every this many
+            iterations (``None``: once).
     """
 
     priority = 'VERY_HIGH'
 
     def __init__(self, bits: int = 8, types: Sequence[str] | None = None,
                  names: Sequence[str] | None = None, lean_activations: bool = False,
-                 audit: bool = False) -> None:
+                 audit: bool = False, adaptive_bits: bool = False,
+                 adapt_interval: int | None = None) -> None:
         check_bits(bits, 'CompressActivationsHook bits')
+        if adapt_interval is not None and (not adaptive_bits or isinstance(adapt_interval, bool)
+                                           or not isinstance(adapt_interval, int)
+                                           or adapt_interval < 1):
+            raise ConfigError('CompressActivationsHook adapt_interval takes a positive number '
+                              f'of iterations, with adaptive_bits=True; got {adapt_interval!r}')
         if isinstance(types, str) or isinstance(names, str):
             raise ConfigError("CompressActivationsHook types / names take a list, e.g. "
                               "types=['LayerNorm', 'GELU']")
@@ -62,6 +85,10 @@ class CompressActivationsHook(Hook):
         self.names = None if names is None else list(names)
         self.lean_activations = lean_activations
         self.audit = audit
+        self.adaptive_bits = adaptive_bits
+        self.adapt_interval = adapt_interval
+        self._adapted = False
+        self._configured: dict[str, int] = {}
 
     def before_run(self, runner) -> None:
         converted = compress_activations(unwrap(runner.model), self.bits, self.types,
@@ -77,3 +104,28 @@ class CompressActivationsHook(Hook):
         report = audit(model, batch_loss(model, next(iter(runner.train_dataloader))))
         runner.logger.info(f'Compressed activations audit (one forward pass of the first '
                            f'batch):\n{report}')
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        if not self.adaptive_bits or data_batch is None:
+            return
+        due = self.adapt_interval is not None and runner.iter % self.adapt_interval == 0
+        if self._adapted and not due:
+            return
+        model = unwrap(runner.model)
+        if self._configured:  # each measurement starts from the configured widths
+            set_bits(model, self._configured)
+        allocation = adapt_bits(model, batch_loss(
+            model, data_batch, lambda: runner.optim_wrapper.optim_context(model)))
+        chosen = [allocation.chosen]
+        broadcast_object_list(chosen, src=0)
+        set_bits(model, chosen[0])
+        if not self._adapted:
+            self._configured = {slot.name: slot.configured_bits for slot in allocation.slots}
+            runner.logger.info(f'Adaptive bits, measured on the first batch:\n'
+                               f'{allocation.table()}')
+        else:
+            widths = sorted(chosen[0].values())
+            runner.logger.info(f'Adaptive bits re-measured at iteration {runner.iter}: '
+                               + ', '.join(f'{widths.count(b)} slots at {b} bits'
+                                           for b in sorted(set(widths))))
+        self._adapted = True
