@@ -11,7 +11,8 @@
   attention modules in place so that what they save is stored in 8, 4 or 2 bits (GELU / SiLU
   optionally as derivative codes).
 
-Not built: GACT's adaptive bits.
+GACT's adaptive bits (a width per layer, from its measured gradient error, across these codecs
+and DropIT's kept values) are :func:`mmdropit.dropit.adapt_bits`.
 """
 from .activations import (DEFAULT_TYPES, CompressedActivations, compress_activations,
                           compressible_modules, restore_activations)

@@ -18,6 +18,7 @@ Example:
     0.1
     >>> net = from_dropit(net)
 """
+from .adaptive_bits import BitsAllocation, BitsSlot, adapt_bits, set_bits
 from .audit import AuditReport, LayerAudit, audit
 from .compact import CompactLayout, compress, decompress, encoded_bytes, pack_bits, unpack_bits
 from .convert import (PREDICTOR_PATTERNS, ConversionReport, check_gammas, convert,
@@ -30,12 +31,12 @@ from .state import DropITState
 from .strategies import STRATEGIES, check_gamma, check_strategy, select
 
 __all__ = [
-    'AuditReport', 'CompactLayout', 'ConversionReport', 'DROPIT_TYPES', 'DropITConvFunction',
+    'AuditReport', 'BitsAllocation', 'BitsSlot', 'CompactLayout', 'ConversionReport', 'DROPIT_TYPES', 'DropITConvFunction',
     'DropITLinearFunction', 'DropITState', 'LEAN_ACTIVATION_TYPES', 'LayerAudit',
-    'PREDICTOR_PATTERNS', 'STRATEGIES', 'audit', 'check_gamma', 'check_gammas', 'check_strategy',
+    'PREDICTOR_PATTERNS', 'STRATEGIES', 'adapt_bits', 'audit', 'check_gamma', 'check_gammas', 'check_strategy',
     'compress',
     'convert', 'decompress', 'default_exclude', 'dropit_conv', 'dropit_layers', 'dropit_linear',
     'encoded_bytes', 'from_dropit', 'is_converted', 'is_dropit_layer', 'keep_ratio',
     'lean_hardtanh', 'lean_leaky_relu', 'lean_relu', 'matches', 'pack_bits', 'select',
-    'set_gamma_scale', 'to_dropit', 'unpack_bits',
+    'set_bits', 'set_gamma_scale', 'to_dropit', 'unpack_bits',
 ]
