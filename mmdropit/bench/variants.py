@@ -123,6 +123,10 @@ def catalogue() -> dict[str, Variant]:
         Variant('dropit-int8+int8-acts+ckpt-plan-min',
                 prepare=checkpoint_plan(None, inner=compressed_activations(True),
                                         inner_name='dropit-int8+int8-acts')),
+        Variant('dropit-int8+int8-acts+ckpt-plan-min+micro-2',
+                prepare=micro_batches(2, inner=checkpoint_plan(
+                    None, inner=compressed_activations(True),
+                    inner_name='dropit-int8+int8-acts'))),
         Variant('ckpt-mmengine', prepare=mmengine_checkpointing),
         Variant('ckpt-sqrt', prepare=uniform_sqrt),
         Variant('ckpt-ogc', prepare=checkpoint_plan(None, objective='ogc')),

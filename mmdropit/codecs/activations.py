@@ -100,7 +100,7 @@ class Compression:
 
 CompressionObserver = Callable[[Compression, torch.Tensor, int], None]
 """``observer(compression, dense, code_bytes)``, called when a converted module stores a saved
-tensor as codes."""
+tensor as codes (inside a plain checkpoint: when the recomputation stores it)."""
 _OBSERVERS: list[CompressionObserver] = []
 
 
@@ -158,7 +158,8 @@ class CompressedActivations:
         if in_recomputed_region():  # hand what is saved to the checkpoint, or step aside
             hooks, recomputation = None, in_recomputation()
             if saved_tensors_dropped() or recomputation:
-                hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes, recomputation)
+                hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes, recomputation,
+                                         functools.partial(_notify, self.compression))
             with hooks or contextlib.nullcontext():
                 return super().forward(*args, **kwargs)
         pack = functools.partial(_pack, self.compression)

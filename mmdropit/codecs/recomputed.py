@@ -57,7 +57,9 @@ class _Handed:
 
 
 def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
-                     recomputation: bool) -> torch.autograd.graph.saved_tensors_hooks | None:
+                     recomputation: bool,
+                     stored: Callable[[torch.Tensor, int], None] | None = None
+                     ) -> torch.autograd.graph.saved_tensors_hooks | None:
     """Hooks that hand a converted module's saved tensors to the checkpoint's hooks (the pair on
     top of the stack now); ``None`` when there is no such pair, or this torch does not say (the
     module then steps aside, as inside a selective checkpoint).
@@ -67,6 +69,8 @@ def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
         stored_as_codes: Whether a saved tensor is stored as codes (a test of the tensor alone).
         recomputation: Whether this is the checkpoint's recomputation (the tensors are encoded)
             or its first pass (they are handed on as they are, and dropped).
+        stored: Called as ``stored(dense, code_bytes)`` for each tensor the recomputation
+            stores as codes.
     """
     top = getattr(torch._C._autograd, '_top_saved_tensors_default_hooks', None)
     outer = None if top is None else top(False)
@@ -79,6 +83,8 @@ def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
             return _Handed(outer_pack(tensor), None, tensor.shape, tensor.dtype)
         kept = (join_codes(quantize_values(tensor.detach().reshape(-1), bits)) if recomputation
                 else tensor)
+        if recomputation and stored is not None:
+            stored(tensor, kept.nbytes)
         return _Handed(outer_pack(kept), bits, tensor.shape, tensor.dtype)
 
     def unpack(handed: _Handed) -> torch.Tensor:

@@ -22,7 +22,9 @@ gradients, buffers, RNG streams) is left as it was. The bits chosen hold until i
 ``adapt_interval`` iterations if set).
 
 Failure modes: the measurement is one batch's; a slot that stores nothing in that batch (a
-branch not taken) keeps its configured width. Distributed ranks that run it on their own
+branch not taken, a compressed module inside a selective checkpoint, where it steps aside) or
+that no gradient passes through keeps its configured width. Inside a plain checkpoint a slot is
+counted when the recomputation stores its codes. Distributed ranks that run it on their own
 batches may choose differently; the hook broadcasts rank 0's choice.
 
 Example:
@@ -53,6 +55,7 @@ from torch import nn
 
 from ..codecs.activations import CompressedActivations, Compression, observe_compression
 from ..codecs.bits import BITS, quantized_values_bytes
+from ..common.recompute_region import saved_tensors_dropped
 from ..common.training_state import preserved_training_state
 from ..errors import ConfigError
 from .compact import CompactLayout
@@ -152,6 +155,11 @@ class _Slot:
         self.configured = self.bits
 
     @property
+    def settings(self) -> Compression | DropITState:
+        """The object the module reads its width from (what the save observers are given)."""
+        return self.module.compression if self.kind == 'activations' else self.module.dropit
+
+    @property
     def bits(self) -> int | None:
         if self.kind == 'activations':
             return self.module.compression.bits
@@ -180,15 +188,18 @@ def _slots(model: nn.Module) -> list[_Slot]:
 
 @contextlib.contextmanager
 def _values_counted(slots: list[_Slot]) -> Iterator[dict[str, int]]:
-    """Count, per slot name, the values stored as codes while the block runs."""
+    """Count, per slot name, the values stored as codes while the block runs (inside a plain
+    checkpoint: by its recomputation)."""
     counts = dict.fromkeys((slot.name for slot in slots), 0)
+    names = {id(slot.settings): slot.name for slot in slots}
 
     def activation_saved(compression: Compression, dense: torch.Tensor, _: int) -> None:
-        counts[compression.name] = counts.get(compression.name, 0) + dense.numel()
+        if id(compression) in names:
+            counts[names[id(compression)]] += dense.numel()
 
     def dropit_saved(state: DropITState, _: torch.Tensor, layout: CompactLayout) -> None:
-        if state.name in counts:
-            counts[state.name] += layout.value_count
+        if id(state) in names and not saved_tensors_dropped():  # not a checkpoint's first pass
+            counts[names[id(state)]] += layout.value_count
 
     with observe_compression(activation_saved), observe_saves(dropit_saved):
         yield counts

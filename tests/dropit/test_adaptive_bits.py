@@ -101,3 +101,19 @@ def test_a_model_with_nothing_stored_as_codes_is_a_clear_error():
     with pytest.raises(ConfigError, match='adaptive bits found nothing stored as codes in '
                                           'Sequential'):
         adapt_bits(net, lambda: net(torch.randn(2, 4)).sum())
+
+
+def test_slots_inside_a_plain_checkpoint_are_measured_by_their_recomputation():
+    from mmdropit.checkpoint import checkpoint_module
+    torch.manual_seed(0)
+    net = to_dropit(nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(),
+                                  nn.Linear(64, 8)), gamma=0.5, value_bits=4,
+                    lean_activations=False)
+    compress_activations(net, bits=4)
+    x = torch.randn(128, 32)
+    plain = adapt_bits(net, lambda: net(x).square().mean())
+    set_bits(net, {slot.name: 4 for slot in plain.slots})
+    checkpoint_module(net)
+    planned = adapt_bits(net, lambda: net(x).square().mean())
+    assert [(s.name, s.values) for s in planned.slots] == [(s.name, s.values) for s in plain.slots]
+    assert all(slot.measured for slot in planned.slots)
