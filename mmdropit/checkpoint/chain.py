@@ -54,6 +54,8 @@ class Item:
         glue: Whether the item is glue.
         saves: Storage ids the item saves for backward.
         outputs: Storage ids the item returns (for glue: nothing).
+        grad_inputs: Storage ids of its arguments that require grad (for glue: nothing): its
+            backward makes their gradients while its outputs' are alive.
         grad_owner_calls: Calls whose own parameters get their gradient in this item's backward.
         ops: The costly ops the item runs (indices into ``StepRecord.ops``).
         workspace: The largest backward workspace one of its calls announced (a DropIT layer's
@@ -64,6 +66,7 @@ class Item:
     glue: bool
     saves: set[int] = field(default_factory=set)
     outputs: tuple[int, ...] = ()
+    grad_inputs: tuple[int, ...] = ()
     grad_owner_calls: list[int] = field(default_factory=list)
     ops: list[int] = field(default_factory=list)
     workspace: int = 0
@@ -112,6 +115,8 @@ class Chain:
         items: The chain's items, in forward order.
         segments: The checkpointable segments over them.
         record: The recorded step.
+        spans: For each call the chain visited, the range ``(start, stop)`` of its items (a
+            call inside an item is not in it).
         searches: What plan searches on this chain built and solved (their costs and search
             spaces), kept for the next search on it.
     """
@@ -119,7 +124,25 @@ class Chain:
     items: list[Item]
     segments: list[Segment]
     record: StepRecord
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)
     searches: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
+
+    def position(self, call: int, at: int) -> int:
+        """Where in the chain an ATen op that ``call``'s own code ran as op number ``at``
+        happened: the index of the item it ran in, or for a call split into items, of the
+        first item after the children that had returned by then."""
+        calls = self.record.calls
+        inner = call
+        while inner not in self.spans:
+            inner = calls[inner].parent
+        start, stop = self.spans[inner]
+        if inner != call or (stop - start == 1 and self.items[start].call == inner):
+            return start
+        where = start
+        for kind, child in calls[inner].events:
+            if kind == 'call' and calls[child].ended_at <= at and child in self.spans:
+                where = self.spans[child][1]
+        return where
 
     def bytes_of(self, storage_ids: set[int] | tuple[int, ...]) -> int:
         """Bytes of the given storages."""
@@ -151,7 +174,7 @@ def build_chain(record: StepRecord, model: nn.Module,
             subtree = list(record.subtree(index))
             ops = sorted(value for c in subtree for kind, value in c.events if kind == 'op')
             items.append(Item(index, False, record.saves_in(index), call.outputs,
-                              [c.index for c in subtree], ops,
+                              call.grad_inputs, [c.index for c in subtree], ops,
                               max(c.backward_workspace for c in subtree)))
         else:
             glue: Item | None = None
@@ -195,7 +218,7 @@ def build_chain(record: StepRecord, model: nn.Module,
     segments += [variant for variant in (_selective(s, items, record) for s in list(segments))
                  if variant is not None]
     segments.sort(key=lambda s: (s.start, s.stop, s.selective))
-    return Chain(items, segments, record)
+    return Chain(items, segments, record, ranges)
 
 
 def _selective(segment: Segment, items: list[Item], record: StepRecord) -> Segment | None:

@@ -3,10 +3,13 @@
 Backward walks the chain from the last item to the first. When it reaches item ``i``, still alive
 are: every tensor kept for items up to ``i`` (a tensor saved by several items lives until backward
 passes the earliest of them that is not checkpointed, or the checkpoint whose input it is), the
-gradient flowing through the item (its output's size, twice: incoming and outgoing), and the
-parameter gradients already produced by the items after ``i`` (and the item's own parameter
-gradients, temporaries until autograd accumulates them; and what the item's backward rebuilds,
-e.g. a DropIT layer's dense input, :mod:`mmdropit.common.backward_workspace`). When it reaches a
+gradients backward has made and not yet passed on (the item's output's; a tensor several items
+read, being summed; a parallel branch's, waiting), the gradients of the item's arguments it
+makes, and the parameter gradients already produced by the items after ``i`` (and the item's
+own parameter gradients, temporaries until autograd accumulates them; and what the item's
+backward rebuilds, e.g. a DropIT layer's dense input,
+:mod:`mmdropit.common.backward_workspace`). The input batch, which existed before the step, is
+not counted (:mod:`.record`). When it reaches a
 checkpointed segment, the segment is first recomputed, so everything the segment saves is alive
 again on top of what was kept before it, and is then freed item by item as backward goes back
 through it.
@@ -31,9 +34,6 @@ from dataclasses import dataclass, field
 
 from .chain import Chain, Segment
 
-TRANSIENT_FACTOR = 2
-"""Gradient bytes alive during an item's backward, in units of its output's bytes."""
-
 
 @dataclass(frozen=True)
 class Prediction:
@@ -54,8 +54,57 @@ class Prediction:
 
 
 def _transients(chain: Chain, grads: list[int]) -> list[int]:
-    return [(0 if item.glue else TRANSIENT_FACTOR * chain.bytes_of(item.outputs))
-            + item.workspace + grad for item, grad in zip(chain.items, grads)]
+    """Bytes alive only while each item runs its backward: the gradients backward has made and
+    not yet passed on (:func:`_pending_gradients`), the gradients of the item's arguments it
+    makes (a pooling layer's or a strided convolution's are larger than its output's; where an
+    argument's gradient is already being summed, the new sum too), its workspace and its
+    parameters' gradients."""
+    pending, last_reader = _pending_gradients(chain)
+    transients = []
+    for i, (item, grad) in enumerate(zip(chain.items, grads)):
+        made = 0
+        for sid in item.grad_inputs:
+            if sid not in item.outputs:  # an in-place op's input is another tensor
+                made += chain.record.storage_bytes[sid] * (2 if i < last_reader.get(sid, i)
+                                                          else 1)
+        transients.append(pending[i] + (0 if item.glue else made) + item.workspace + grad)
+    return transients
+
+
+def _pending_gradients(chain: Chain) -> tuple[list[int], dict[int, int]]:
+    """For each item, the bytes of the gradients alive when backward reaches it: of every
+    module output made at or before it and read after it (the item's own output's, coming
+    in; a tensor several items read, summed from its last reader's backward to its first's;
+    a parallel branch's, waiting); and for each storage, the last item reading it.
+
+    A module output lives, as a gradient, from the backward of its last reader (an item, or
+    its parent's own code between two items) back to the backward of the item that made it;
+    one never read again (the loss) from the start of backward.
+    """
+    record, count = chain.record, len(chain.items)
+    made: dict[int, int] = {}
+    for call, (start, stop) in chain.spans.items():
+        for sid in record.calls[call].outputs:
+            made[sid] = min(made.get(sid, stop - 1), stop - 1)
+    last: dict[int, int] = {}
+    for i, item in enumerate(chain.items):
+        for sid in item.grad_inputs:
+            if sid not in item.outputs:
+                last[sid] = max(last.get(sid, i), i)
+    for sid, reads in record.readers.items():
+        for call, at in reads:
+            last[sid] = max(last.get(sid, 0), chain.position(call, at))
+    delta = [0] * (count + 1)
+    for sid, first in made.items():
+        end = last.get(sid, count)
+        if end > first:
+            delta[first] += record.storage_bytes[sid]
+            delta[end] -= record.storage_bytes[sid]
+    pending, alive = [], 0
+    for i in range(count):
+        alive += delta[i]
+        pending.append(alive)
+    return pending, last
 
 
 def _grad_bytes(chain: Chain) -> list[int]:

@@ -89,6 +89,7 @@ class ModuleCall:
         events: In order: child calls, and the storages saved and costly ops run directly by
             this call's own code.
         inputs: Storage ids of the tensor arguments.
+        grad_inputs: Those of them that require grad (backward makes a gradient of each).
         outputs: Storage ids of the tensors returned.
         seconds: Inclusive forward wall time.
         inplace_hazard: An input was modified in place after the call started.
@@ -107,6 +108,7 @@ class ModuleCall:
     parent: int | None
     events: list[Event] = field(default_factory=list)
     inputs: tuple[int, ...] = ()
+    grad_inputs: tuple[int, ...] = ()
     outputs: tuple[int, ...] = ()
     seconds: float = 0.0
     inplace_hazard: bool = False
@@ -128,7 +130,9 @@ class StepRecord:
     Attributes:
         calls: ``calls[0]`` stands for the whole step (named :data:`STEP`); then every module
             call in call order (the model's own call, and e.g. its data preprocessor's).
-        storage_bytes: Bytes of each storage id seen (saved, input or output).
+        storage_bytes: Bytes of each storage id seen (saved, input or output); 0 for a storage
+            that existed before the step (the input batch: its caller holds it whatever the
+            plan, and memory meters do not count it as an activation).
         saver: For each saved storage id, the index of the first call that saved it.
         param_grad_bytes: Bytes of the gradients of each module's own parameters, by name.
         times_called: How often each module name was called.
@@ -180,6 +184,8 @@ class _Recorder:
         self.op_versions: list[tuple[int, torch.Tensor, int]] = []
         self.times_called: dict[str, int] = {}
         self.readers: dict[int, list[tuple[int, int]]] = {}
+        self.made: set[tuple[str, int]] = set()  # storages the step's ops allocated
+        self.external: set[int] = set()  # ids of storages that existed before the step
         self.ops_run = 0
         self.sync = any(p.is_cuda for p in model.parameters())
 
@@ -197,6 +203,8 @@ class _Recorder:
         if entry is not None and entry[1]() is storage:
             return entry[0]
         sid = len(self.storage_bytes)
+        if key not in self.made:
+            self.external.add(sid)
         alive = self.alive
         self.alive[key] = (sid, weakref.ref(storage, lambda _ref: alive.pop(key, None)))
         self.storage_bytes[sid] = storage.nbytes()
@@ -219,10 +227,11 @@ class _Recorder:
         index = len(self.calls)
         parent = self.stack[-1]
         tensors, inputs = self.tensor_ids((args, kwargs))
-        needs_grad = any(t.requires_grad for t in tensors) or any(
-            p.requires_grad for p in module.parameters())
+        grad_inputs = self.tensor_ids([t for t in tensors if t.requires_grad])[1]
+        needs_grad = bool(grad_inputs) or any(p.requires_grad for p in module.parameters())
         self.calls.append(ModuleCall(
-            index, name, type(module).__name__, parent, inputs=inputs, needs_grad=needs_grad,
+            index, name, type(module).__name__, parent, inputs=inputs, grad_inputs=grad_inputs,
+            needs_grad=needs_grad,
             argument=id(args[0]) if len(args) == 1 and not kwargs and isinstance(
                 args[0], torch.Tensor) else None))
         self.calls[parent].events.append(('call', index))
@@ -243,19 +252,22 @@ class _Recorder:
         for sid in call.outputs:
             self.readers.setdefault(sid, [])
 
-    def read(self, args: object) -> None:
+    def read(self, args: object) -> set[tuple[str, int]]:
         """Note the running call as a reader of the module outputs among ``args``, the
-        arguments of the next ATen op."""
+        arguments of the next ATen op; return the keys of their storages."""
         self.ops_run += 1
-        for leaf in tree_flatten(args)[0]:
-            if isinstance(leaf, torch.Tensor) and not isinstance(leaf, nn.Parameter):
-                try:
-                    storage = leaf.untyped_storage()
-                except (RuntimeError, NotImplementedError):
-                    continue
-                entry = self.alive.get((str(storage.device), storage.data_ptr()))
-                if entry is not None and entry[0] in self.readers and entry[1]() is storage:
-                    self.readers[entry[0]].append((self.stack[-1], self.ops_run))
+        keys = set()
+        for key, storage in _storages(args):
+            keys.add(key)
+            entry = self.alive.get(key)
+            if entry is not None and entry[0] in self.readers and entry[1]() is storage:
+                self.readers[entry[0]].append((self.stack[-1], self.ops_run))
+        return keys
+
+    def allocated(self, output: object, read: set[tuple[str, int]]) -> None:
+        """Note the storages of an op's ``output`` that are none of those it ``read``: the
+        step made them."""
+        self.made.update(key for key, _ in _storages(output) if key not in read)
 
     def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         if torch._C._current_graph_task_id() == -1 and not tensor.is_sparse \
@@ -288,6 +300,8 @@ class _Recorder:
                 self.ops[index].changed_in_place = True
         self.versions.clear()
         self.op_versions.clear()
+        for sid in self.external:
+            self.storage_bytes[sid] = 0
         record = StepRecord(self.calls, self.storage_bytes, self.saver,
                             _param_grad_bytes(model), self.times_called, self.ops, self.readers)
         for call in reversed(self.calls):
@@ -297,7 +311,7 @@ class _Recorder:
 
 class _OpWatcher(TorchDispatchMode):
     """Times the costly ATen ops and hands them to the recorder, and tells it which module
-    outputs each op reads."""
+    outputs each op reads and which storages each op allocates."""
 
     def __init__(self, recorder: _Recorder) -> None:
         super().__init__()
@@ -305,13 +319,27 @@ class _OpWatcher(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        self.recorder.read((args, kwargs))
-        if not is_costly(func):
-            return func(*args, **kwargs)
-        started = self.recorder.now()
+        read = self.recorder.read((args, kwargs))
+        costly = is_costly(func)
+        started = self.recorder.now() if costly else 0.0
         output = func(*args, **kwargs)
-        self.recorder.costly_op(output, self.recorder.now() - started)
+        if costly:
+            seconds = self.recorder.now() - started
+        self.recorder.allocated(output, read)  # before the output gets a storage id
+        if costly:
+            self.recorder.costly_op(output, seconds)
         return output
+
+
+def _storages(values: object) -> Iterator[tuple[tuple[str, int], torch.UntypedStorage]]:
+    """``((device, data pointer), storage)`` of each tensor among ``values`` but parameters."""
+    for leaf in tree_flatten(values)[0]:
+        if isinstance(leaf, torch.Tensor) and not isinstance(leaf, nn.Parameter):
+            try:
+                storage = leaf.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            yield (str(storage.device), storage.data_ptr()), storage
 
 
 def _param_grad_bytes(model: nn.Module) -> dict[str, int]:

@@ -1,0 +1,65 @@
+"""The cost model's backward figures, checked against MemTracker on chains where the simple
+"twice the output" rule was wrong: layers whose input is larger than their output, a tensor
+that several layers read (its gradient is summed across their backward passes), and the
+input batch, which the caller holds whatever the plan."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mmdropit.checkpoint import build_chain, predict, record_step
+from mmdropit.memory.peak import StepPeakMeter
+
+
+class _Branches(nn.Module):
+    """An Inception-like block: three layers read the same tensor."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.stem = nn.Linear(width, width)
+        self.branches = nn.ModuleList(nn.Linear(width, width) for _ in range(3))
+        self.head = nn.Linear(width, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        return self.head(self.branches[0](x) * self.branches[1](x) * self.branches[2](x))
+
+
+def _mlp() -> nn.Module:  # the last layers' inputs are four times their outputs
+    return nn.Sequential(nn.Linear(192, 192), nn.Linear(192, 768), nn.GELU(),
+                         nn.Linear(768, 192), nn.Linear(192, 5))
+
+
+def _cnn() -> nn.Module:  # pooling and a strided convolution shrink what flows back
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4),
+                         nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.Flatten(),
+                         nn.Linear(32 * 4 * 4, 5))
+
+
+@pytest.mark.parametrize('build,shape', [(_mlp, (8, 17, 192)), (_cnn, (8, 3, 32, 32)),
+                                         (lambda: _Branches(256), (64, 256))])
+def test_the_unplanned_peak_is_predicted_to_the_byte(build, shape):
+    torch.manual_seed(0)
+    net = build()
+    batch = torch.randn(shape)
+
+    def step():
+        return net(batch * 1.0).square().mean()  # the step's own input: an activation
+
+    for _ in range(2):
+        with StepPeakMeter(net) as meter:
+            step().backward()
+        net.zero_grad(set_to_none=True)
+    predicted = predict(build_chain(record_step(net, step), net), []).activation_peak
+    assert abs(predicted - meter.result.activation_peak_bytes) <= 64, \
+        (predicted, meter.result.activation_peak_bytes)
+
+
+def test_the_input_batch_is_not_counted():
+    torch.manual_seed(0)
+    net = _cnn()
+    batch = torch.randn(8, 3, 32, 32)
+    held = predict(build_chain(record_step(net, lambda: net(batch).sum()), net), [])
+    made = predict(build_chain(record_step(net, lambda: net(batch * 1.0).sum()), net), [])
+    assert made.kept_bytes - held.kept_bytes == batch.nbytes
