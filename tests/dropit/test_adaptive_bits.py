@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from mmdropit import ConfigError
+from mmdropit.checkpoint import checkpoint_module
 from mmdropit.codecs import BITS, compress_activations
 from mmdropit.dropit import to_dropit
 from mmdropit.dropit.adaptive_bits import (_BYTE_UNITS, BitsSlot, _allocate, adapt_bits,
@@ -79,13 +80,18 @@ def test_the_sensitive_slot_gets_the_bits_and_training_state_is_left_alone():
     assert 'no gradient through it: kept' in allocation.table().splitlines()[4]
 
 
-def test_dropit_values_are_slots_and_set_bits_applies_a_choice():
+def _dropit_mlp() -> tuple[nn.Module, torch.Tensor]:
+    """An MLP whose DropIT layers keep 4-bit values and whose GELUs save 4-bit codes."""
     torch.manual_seed(0)
     net = to_dropit(nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(),
                                   nn.Linear(64, 8)), gamma=0.5, value_bits=4,
                     lean_activations=False)
     compress_activations(net, bits=4)
-    x = torch.randn(128, 32)
+    return net, torch.randn(128, 32)
+
+
+def test_dropit_values_are_slots_and_set_bits_applies_a_choice():
+    net, x = _dropit_mlp()
     allocation = adapt_bits(net, lambda: net(x).square().mean())
     assert {slot.name: slot.kind for slot in allocation.slots} == {
         '1': 'activations', '2': 'dropit values', '3': 'activations', '4': 'dropit values'}
@@ -104,13 +110,7 @@ def test_a_model_with_nothing_stored_as_codes_is_a_clear_error():
 
 
 def test_slots_inside_a_plain_checkpoint_are_measured_by_their_recomputation():
-    from mmdropit.checkpoint import checkpoint_module
-    torch.manual_seed(0)
-    net = to_dropit(nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(),
-                                  nn.Linear(64, 8)), gamma=0.5, value_bits=4,
-                    lean_activations=False)
-    compress_activations(net, bits=4)
-    x = torch.randn(128, 32)
+    net, x = _dropit_mlp()
     plain = adapt_bits(net, lambda: net(x).square().mean())
     set_bits(net, {slot.name: 4 for slot in plain.slots})
     checkpoint_module(net)
