@@ -30,8 +30,10 @@ Example:
     >>> record = record_step(net, lambda: net(x).sum())
     >>> [call.name for call in record.calls]  # the whole step, then each module call
     ['<step>', '', '0', '1', '2']
-    >>> record.calls[2].saved_bytes  # the first Linear saves its input, 8 x 16 floats
-    512
+    >>> record.calls[2].saved_bytes  # the first Linear saves the batch, held before the step
+    0
+    >>> record.calls[3].saved_bytes  # the GELU saves its input, 8 x 32 floats
+    1024
 """
 from __future__ import annotations
 

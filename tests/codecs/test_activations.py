@@ -163,6 +163,40 @@ def test_inside_a_plain_checkpoint_the_recomputation_stores_codes():
     assert planned_bytes < 0.6 * compressed_bytes
 
 
+@pytest.mark.xfail(strict=True, reason='known miss (2026-11-26): inside a nested plan the '
+                   'compressed GELUs hold more than the same plan on the dense model')
+def test_a_nested_plan_on_top_of_compression_keeps_no_more_than_on_the_dense_model():
+    """The least-memory plan of an MLP of eight Linear + GELU blocks nests ([0:4], [4:6], [6:8]
+    with block 6 inside): with DropIT alone it measures its prediction (356 KB), with the GELUs
+    compressed too it measured 500 KB, above compression without a plan (459 KB)."""
+    from mmdropit.checkpoint import plan_checkpoints
+
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(32, 64), *[nn.Sequential(nn.Linear(64, 64), nn.GELU())
+                                               for _ in range(8)], nn.Linear(64, 10))
+    images, labels = torch.randn(256, 32), torch.randint(0, 10, (256,))
+
+    def loss():
+        return nn.functional.cross_entropy(model(images), labels)
+
+    def activation_peak() -> int:
+        for _ in range(2):
+            with StepPeakMeter(model) as meter:
+                loss().backward()
+            model.zero_grad(set_to_none=True)
+        return meter.result.activation_peak_bytes
+
+    to_dropit(model, 0.9, 'mink', value_bits=8)
+    compress_activations(model, bits=8)
+    plan = plan_checkpoints(model, loss)
+    assert any(target.inner for target in plan.targets)
+    plan.apply(model)
+    compressed = activation_peak()
+    restore_activations(model)
+    dense = activation_peak()
+    assert compressed <= dense
+
+
 def test_inside_a_selective_checkpoint_the_converted_modules_step_aside():
     """A selective checkpoint replays its first pass's ops: the converted modules inside it run
     as the plain modules (the gradients are those of uncompressed blocks)."""
