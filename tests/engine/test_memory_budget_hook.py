@@ -59,7 +59,9 @@ def test_tiny_vit_fits_fractional_budgets(tmp_path, budget):
         TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=budget)))
     assert decision['budget_bytes'] == int(budget * decision['unplanned_peak_bytes'])
     _assert_fits(scalars, decision)
-    assert decision['chosen'] != 'nothing' and decision['predicted_time_ratio'] >= 1
+    # a time ratio is not asserted: micro-batches can be faster than the whole batch on a CPU
+    # (a fresh CI run measured 4 micro-batches at 0.79x)
+    assert decision['chosen'] != 'nothing' and decision['predicted_time_ratio'] > 0
     log = log_text(tmp_path)
     assert 'MemoryBudgetHook for inputs 32x1x128x128: budget' in log
     assert '| combination | predicted peak MiB' in log
