@@ -52,7 +52,7 @@ def run_tool(*args: str, env: dict | None = None, timeout: int = 600,
     """Run ``python <args>`` from the repository root, as a user would."""
     full_env = dict(os.environ, **(env or {}))
     full_env['PYTHONPATH'] = os.pathsep.join(
-        filter(None, [str(ROOT), (env or {}).get('PYTHONPATH')]))
+        filter(None, [str(ROOT), (env or {}).get('PYTHONPATH'), os.environ.get('PYTHONPATH')]))
     result = subprocess.run([sys.executable, *args], cwd=ROOT, env=full_env, text=True,
                             capture_output=True, timeout=timeout)
     if check and result.returncode != 0:

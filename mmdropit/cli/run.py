@@ -8,11 +8,12 @@ import sys
 from collections.abc import Callable
 
 from mmengine.config import Config, DictAction
+from mmengine.utils import import_modules_from_strings
 
 from ..common.process_exit import end_distributed_process
 from ..errors import ConfigError
 from .checkpoint_files import check_checkpoint
-from .environment import require_mmcv_ops
+from .environment import mmcv_ops_installed, needs_mmcv_ops, require_mmcv_ops
 from .friendly_errors import explain
 
 
@@ -50,7 +51,8 @@ def load_config(args: argparse.Namespace) -> Config:
             ``data_root`` the datasets do not read, ``load_from`` is not a whole checkpoint,
             ``train_cfg.val_interval`` is below 1, the work dir is a file, or
             ``--launcher pytorch`` runs outside torchrun.
-        EnvironmentProblem: mmcv's compiled ops do not load.
+        EnvironmentProblem: mmcv's compiled ops do not load, and the config builds
+            MMDetection's models or the ops are installed (MMEngine loads them then).
     """
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     if not osp.isfile(args.config):
@@ -60,11 +62,14 @@ def load_config(args: argparse.Namespace) -> Config:
     if args.launcher == 'pytorch' and 'RANK' not in os.environ:
         raise ConfigError('--launcher pytorch is for processes that torchrun starts: run '
                           'bash tools/dist_train.sh CONFIG NPROC')
-    require_mmcv_ops()
-    try:
-        cfg = Config.fromfile(args.config)
+    try:  # its imports come after the check: a broken mmcv would fail deep inside mmdet
+        cfg = Config.fromfile(args.config, import_custom_modules=False)
     except SyntaxError as exc:
         raise ConfigError(_syntax_error(exc, args.config)) from exc
+    if needs_mmcv_ops(cfg) or mmcv_ops_installed():
+        require_mmcv_ops()
+    if cfg.get('custom_imports'):
+        import_modules_from_strings(**cfg.custom_imports)
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         _check_option_types(cfg, args.cfg_options)

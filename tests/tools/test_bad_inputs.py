@@ -3,9 +3,11 @@ and our hooks and wrappers: each ends in one ``error: ...`` line that says what 
 no traceback."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
@@ -73,10 +75,28 @@ ABI_BROKEN = "ImportError('mmcv/_ext.so: undefined symbol: _ZN3c1017RegisterOper
 ], ids=['abi-broken', 'missing'])
 def test_broken_or_missing_mmcv_is_one_line(tmp_path, module, error, expected):
     (tmp_path / 'sitecustomize.py').write_text(BLOCK_MODULE.format(module=module, error=error))
-    result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
+    result = run_tool('tools/train.py', str(TINY_FRCNN), '--work-dir', str(tmp_path),
                       env={'PYTHONPATH': str(tmp_path)}, check=False)
     line = _one_line_error(result)
     assert all(text in line for text in expected), line
+
+
+@pytest.mark.parametrize('config,trains', [(TINY_VIT, True), (TINY_FRCNN, False)],
+                         ids=['timm', 'mmdet'])
+def test_mmcv_installed_without_its_ops_trains_all_but_mmdet_models(tmp_path, config, trains):
+    import mmcv
+
+    # this mmcv as MMCV_WITH_OPS=0 installs it: the same package without the compiled ops
+    shutil.copytree(Path(mmcv.__file__).parent, tmp_path / 'mmcv',
+                    ignore=shutil.ignore_patterns('_ext*', '__pycache__'))
+    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path / 'work'),
+                      '--cfg-options', *TINY_VIT_2_ITERS, env={'PYTHONPATH': str(tmp_path)},
+                      check=trains)
+    if trains:
+        assert 'Saving checkpoint at 1 epochs' in result.stdout + result.stderr
+    else:
+        line = _one_line_error(result)
+        assert "compiled ops do not load" in line and "No module named 'mmcv._ext'" in line
 
 
 @pytest.mark.parametrize('args', [[], ['configs/tiny/vit-tiny_mnist5k.py'],
