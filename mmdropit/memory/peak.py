@@ -219,6 +219,8 @@ class StepPeakMeter(Meter[StepPeak]):
         if self.device.type == 'cuda':
             if self.reset_peak:
                 torch.cuda.synchronize(self.device)
+                # the blocks earlier steps left cached would count as this step's reserved peak
+                torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(self.device)
             self._cuda_running = True
             return
