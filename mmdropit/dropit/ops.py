@@ -119,7 +119,9 @@ def keep_sampled(flat: torch.Tensor, gamma: float, shape: torch.Size,
     if fused is None:
         keep, scale = select('mink_approx', flat, gamma)
         return compress(flat, keep, scale, shape, memory_order)
-    threshold = float(sampled_threshold(flat, gamma))
+    threshold = sampled_threshold(flat, gamma)
+    if not flat.is_cuda:  # the CPU kernels take a number; the GPU's read it on the device
+        threshold = float(threshold)
     counts = fused.above_counts(flat, threshold)
     kept = int(counts.sum())
     encoding = smaller_encoding(flat.numel(), kept, flat.element_size())

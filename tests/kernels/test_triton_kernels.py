@@ -20,7 +20,7 @@ triton = pytest.importorskip('triton', reason='Triton ships with the CUDA build 
 
 DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-BRACKETED = 140_001  # > 8 * SAMPLE: the sampled bracket; smaller sizes: kthvalue on everything
+BRACKETED = 140_001  # many blocks (and, for the eager mink, its sampled bracket)
 # The interpreter takes seconds per pass over the bracketed size: there it runs in float32 only
 # (and in bfloat16 on the 'scaled' input below); on a GPU in every dtype.
 CASES = [(dtype, numel) for dtype in DTYPES for numel in (1, 7, 1000, 3001)] + [
@@ -58,25 +58,43 @@ def test_bracketed_threshold_in_half_precision(kernels, dtype):
     assert torch.equal(bits, pack_bits(keep)) and torch.equal(values, x[keep])
 
 
-def test_bracket_finds_the_threshold_without_a_full_selection(kernels, monkeypatch):
-    def no_full_selection(flat, rank):
-        raise AssertionError('the bracket missed on ordinary data')
+def _neighbours(value: float, count: int) -> torch.Tensor:
+    """``count`` float32 numbers from ``value`` up, one unit in the last place apart: their bit
+    patterns differ in the lowest byte (or two)."""
+    start = torch.tensor([value], dtype=torch.float32).view(torch.int32)
+    return (start + torch.arange(count, dtype=torch.int32)).view(torch.float32)
 
-    monkeypatch.setattr(kernels, '_kth_magnitude', no_full_selection)
+
+@pytest.mark.parametrize('case', ['ulps', 'ties', 'specials'])
+def test_the_radix_select_finds_the_exact_kth_magnitude(kernels, case):
+    """Ranks that fall between bit patterns differing in any byte, ties across blocks, zeros
+    of both signs, subnormals and infinities: the threshold is ``kthvalue``'s, bit for bit."""
+    generator = torch.Generator().manual_seed(0)
+    x = {'ulps': torch.cat([_neighbours(1.0, 700), -_neighbours(1.0, 700),
+                            _neighbours(3e-3, 300), _neighbours(2.0**40, 300)]),
+         'ties': torch.full((5000,), -0.25).index_fill(0, torch.arange(0, 5000, 7), 0.5),
+         'specials': torch.tensor([0.0, -0.0, 1e-45, -1e-45, 1e-40, float('inf'),
+                                   float('-inf'), 3.0e38] * 300)}[case]
+    x = x[torch.randperm(x.numel(), generator=generator)].to(DEVICE)
+    for rank in sorted({1, 2, x.numel() // 3, x.numel() // 2, x.numel() - 1, x.numel()}):
+        found = kernels._threshold(x, rank)
+        assert found.dtype == torch.float32 and found.shape == (1,)
+        assert torch.equal(found.view(torch.int32), x.abs().kthvalue(rank).values.reshape(1)
+                           .view(torch.int32)), rank
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+@pytest.mark.parametrize('bitmask', [True, False])
+def test_keep_topk_never_waits_for_the_gpu(kernels, bitmask):
     x = kernel_input(BRACKETED, torch.float32, 'normal', DEVICE)
-    keep, _ = mink(x, 0.9)
-    bits, values = kernels.keep_topk(x, kept_count(x.numel(), 0.9), True)
-    assert torch.equal(bits, pack_bits(keep)) and torch.equal(values, x[keep])
-
-
-def test_bracket_that_misses_falls_back_to_the_exact_threshold(kernels, monkeypatch):
-    """A sample that brackets the wrong place (forced here) still gives the exact min-k."""
-    x = kernel_input(BRACKETED, torch.float32, 'scaled', DEVICE)
-    keep, _ = mink(x, 0.9)
-    monkeypatch.setattr(kernels, '_sampled_magnitudes',
-                        lambda flat: torch.linspace(0, 1e-9, kernels.SAMPLE, device=DEVICE))
-    bits, values = kernels.keep_topk(x, kept_count(x.numel(), 0.9), True)
-    assert torch.equal(bits, pack_bits(keep)) and torch.equal(values, x[keep])
+    kernels.keep_topk(x, kept_count(x.numel(), 0.9), bitmask)  # compiled before it is watched
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        kernels.keep_topk(x, kept_count(x.numel(), 0.9), bitmask)
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
 
 
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)

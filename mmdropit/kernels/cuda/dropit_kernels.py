@@ -4,21 +4,24 @@ tensors to the eager path.
 
 The input is cut into blocks of :data:`BLOCK` elements, one Triton program each.
 
-- ``keep_topk`` (``mink``): a sample of :data:`SAMPLE` elements at fixed pseudo-random places
-  brackets the exact threshold; one pass counts the elements below the bracket per block and
-  collects those inside it (a few percent), where ``torch.kthvalue`` finds the threshold. Inputs
-  of fewer than ``8 * SAMPLE`` elements, and a bracket that misses, use ``torch.kthvalue`` on
-  the whole magnitude. A second pass counts, per block, the elements above the threshold and
-  those equal to it; a third writes the bitmask (or indices) and the kept values, with the ties
-  that fill the count taken first in memory order, as the eager ``mink`` does.
+- ``keep_topk`` (``mink``): the exact threshold by a radix select on the magnitudes' float32
+  bit patterns (non-negative floats order as their bits do): four passes, one per byte from
+  the highest, each a histogram of that byte over the elements whose higher bytes match the
+  prefix found so far, and a one-program kernel that picks the byte holding the wanted rank.
+  A count pass then finds, per block, the elements above the threshold and those equal to it;
+  a write pass writes the bitmask (or indices) and the kept values, with the ties that fill the
+  count taken first in memory order, as the eager ``mink`` does.
 - ``above_counts`` / ``write_above`` (``mink_approx``): the count and write passes with a given
   threshold and no ties kept.
 - ``scatter_bitmask`` (backward): per-block popcounts of the bitmask, then one pass that writes
   every element of the dense input (kept values or zero).
 
-Offsets between blocks are prefix sums over the per-block counts (``torch.cumsum``); the only
-host synchronisation of ``keep_topk`` is the bracket check. Inputs of 2**31 elements or more,
-and float64 inputs, stay on the eager path (:func:`~.library.usable`).
+Offsets between blocks are prefix sums over the per-block counts (``torch.cumsum``). The
+threshold, the prefix and the rank stay in device memory and every output size follows from
+the shape: ``keep_topk`` never waits for the GPU (the first GPU run, with a sampled bracket
+read back four times a layer, spent most of its time waiting: docs/benchmarks.md, GPU section).
+``write_above`` needs its kept count on the host, to size its output. Inputs of 2**31 elements
+or more, and float64 inputs, stay on the eager path (:func:`~.library.usable`).
 
 Example (on a GPU; with ``TRITON_INTERPRET=1``, as the tests run it, on CPU tensors too):
     >>> device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -29,41 +32,52 @@ Example (on a GPU; with ``TRITON_INTERPRET=1``, as the tests run it, on CPU tens
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
 BLOCK = 1024
 """Elements per Triton program (a multiple of 8: one program writes whole bitmask bytes)."""
-SAMPLE = 16384
-"""Elements sampled to bracket ``mink``'s threshold."""
-_HASH = 2654435761  # Knuth's multiplicative hash: the sample's fixed pseudo-random places
+_DIGITS = 256  # values of one byte of the bit pattern: the radix select's histogram bins
 
 
 @triton.jit
-def _band_kernel(x_ptr, numel, low, high, below_ptr, band_ptr, band_fill_ptr, band_capacity,
-                 BLOCK: tl.constexpr):
-    """Per block: how many magnitudes are <= ``low``; those in ``(low, high]`` are appended to
-    ``band`` (in any order: only their multiset matters) while it has room."""
+def _digit_histogram_kernel(x_ptr, numel, prefix_ptr, hist_ptr, SHIFT: tl.constexpr,
+                            BLOCK: tl.constexpr):
+    """Add the block's histogram of byte ``SHIFT // 8`` of the magnitudes' bit patterns, over
+    the elements whose bytes above it equal the prefix's, to the 256 bins at ``hist_ptr``."""
     pid = tl.program_id(0)
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < numel
     magnitude = tl.abs(tl.load(x_ptr + offsets, mask=inside, other=0).to(tl.float32))
-    below = (magnitude <= low) & inside
-    in_band = (magnitude > low) & (magnitude <= high) & inside
-    tl.store(below_ptr + pid, tl.sum(below.to(tl.int32), 0))
-    band_count = tl.sum(in_band.to(tl.int32), 0)
-    start = tl.atomic_add(band_fill_ptr, band_count)
-    slots = start + tl.cumsum(in_band.to(tl.int32), 0) - 1
-    tl.store(band_ptr + slots, magnitude, mask=in_band & (slots < band_capacity))
+    key = magnitude.to(tl.int32, bitcast=True)  # >= 0: the sign bit is clear
+    match = inside
+    if SHIFT < 24:
+        match = match & ((key >> (SHIFT + 8)) == (tl.load(prefix_ptr) >> (SHIFT + 8)))
+    digit = tl.where(match, (key >> SHIFT) & 255, 256)  # 256: a bin that is not stored
+    counts = tl.histogram(digit, 512)
+    bins = tl.arange(0, 512)
+    tl.atomic_add(hist_ptr + bins, counts, mask=bins < 256)
 
 
 @triton.jit
-def _count_kernel(x_ptr, numel, threshold, counts_ptr, blocks, BLOCK: tl.constexpr):
-    """Per block: magnitudes above ``threshold`` (row 0) and equal to it (row 1)."""
+def _pick_digit_kernel(hist_ptr, prefix_ptr, rank_ptr, SHIFT: tl.constexpr):
+    """Find the byte whose bin holds the ``rank``-th smallest matching pattern; put it into the
+    prefix and make ``rank`` relative to that bin."""
+    counts = tl.load(hist_ptr + tl.arange(0, 256))
+    below = tl.cumsum(counts, 0) - counts
+    rank = tl.load(rank_ptr)
+    chosen = below < rank
+    digit = tl.sum(chosen.to(tl.int32), 0) - 1
+    tl.store(rank_ptr, rank - tl.max(tl.where(chosen, below, 0), 0))
+    tl.store(prefix_ptr, tl.load(prefix_ptr) | (digit << SHIFT))
+
+
+@triton.jit
+def _count_kernel(x_ptr, numel, threshold_ptr, counts_ptr, blocks, BLOCK: tl.constexpr):
+    """Per block: magnitudes above the threshold (row 0) and equal to it (row 1)."""
     pid = tl.program_id(0)
+    threshold = tl.load(threshold_ptr)
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < numel
     magnitude = tl.abs(tl.load(x_ptr + offsets, mask=inside, other=0).to(tl.float32))
@@ -73,11 +87,12 @@ def _count_kernel(x_ptr, numel, threshold, counts_ptr, blocks, BLOCK: tl.constex
 
 
 @triton.jit
-def _write_kernel(x_ptr, numel, threshold, missing_ptr, kept_before_ptr, ties_before_ptr,
+def _write_kernel(x_ptr, numel, threshold_ptr, missing_ptr, kept_before_ptr, ties_before_ptr,
                   first_ptr, values_ptr, BITMASK: tl.constexpr, BLOCK: tl.constexpr):
-    """Keep the magnitudes above ``threshold`` and the first ``missing`` equal to it (memory
+    """Keep the magnitudes above the threshold and the first ``missing`` equal to it (memory
     order); write the block's bitmask bytes (or indices) and its kept values."""
     pid = tl.program_id(0)
+    threshold = tl.load(threshold_ptr)
     offsets = pid * BLOCK + tl.arange(0, BLOCK)
     inside = offsets < numel
     x = tl.load(x_ptr + offsets, mask=inside, other=0)
@@ -131,41 +146,25 @@ def _exclusive_prefix(counts: torch.Tensor) -> torch.Tensor:
     return counts.cumsum(0) - counts
 
 
-def _sampled_magnitudes(flat: torch.Tensor) -> torch.Tensor:
-    places = torch.arange(SAMPLE, device=flat.device, dtype=torch.int64) * _HASH % flat.numel()
-    return flat.take(places).abs().float()
+def _threshold(flat: torch.Tensor, rank: int) -> torch.Tensor:
+    """The ``rank``-th smallest magnitude of ``flat`` (1-based), exactly, as a one-element
+    float32 tensor on its device (a radix select; nothing is read back)."""
+    blocks = _blocks(flat.numel())
+    hist = flat.new_zeros((4, _DIGITS), dtype=torch.int32)
+    prefix = flat.new_zeros(1, dtype=torch.int32)
+    remaining = torch.full((1,), rank, dtype=torch.int32, device=flat.device)
+    for byte, shift in enumerate((24, 16, 8, 0)):
+        _digit_histogram_kernel[(blocks,)](flat, flat.numel(), prefix, hist[byte], SHIFT=shift,
+                                           BLOCK=BLOCK)
+        _pick_digit_kernel[(1,)](hist[byte], prefix, remaining, SHIFT=shift)
+    return prefix.view(torch.float32)
 
 
-def _kth_magnitude(flat: torch.Tensor, rank: int) -> float:
-    return float(flat.abs().kthvalue(rank).values)
+def _on_device(threshold: float | torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    return torch.as_tensor(threshold, dtype=torch.float32, device=flat.device).reshape(1)
 
 
-def _threshold(flat: torch.Tensor, rank: int) -> float:
-    """The ``rank``-th smallest magnitude of ``flat`` (1-based), exactly."""
-    numel = flat.numel()
-    if numel <= 8 * SAMPLE:
-        return _kth_magnitude(flat, rank)
-    quantile = rank / numel
-    margin = 5 * math.sqrt(quantile * (1 - quantile) / SAMPLE) + 2 / SAMPLE
-    low_rank, high_rank = int((quantile - margin) * SAMPLE), math.ceil(
-        (quantile + margin) * SAMPLE)
-    if low_rank < 1 or high_rank > SAMPLE:
-        return _kth_magnitude(flat, rank)
-    sample = _sampled_magnitudes(flat)
-    low, high = float(sample.kthvalue(low_rank).values), float(sample.kthvalue(high_rank).values)
-    capacity = min(numel, int(4 * margin * numel) + 4 * BLOCK)
-    band = flat.new_empty(capacity, dtype=torch.float32)
-    below = flat.new_empty(_blocks(numel), dtype=torch.int32)
-    fill = flat.new_zeros(1, dtype=torch.int32)
-    _band_kernel[(_blocks(numel),)](flat, numel, low, high, below, band, fill, capacity,
-                                    BLOCK=BLOCK)
-    below_count, band_count = int(below.sum()), int(fill)
-    if band_count > capacity or not below_count < rank <= below_count + band_count:
-        return _kth_magnitude(flat, rank)  # the sample missed
-    return float(band[:band_count].kthvalue(rank - below_count).values)
-
-
-def _write(flat: torch.Tensor, threshold: float, missing: torch.Tensor, kept: int,
+def _write(flat: torch.Tensor, threshold: torch.Tensor, missing: torch.Tensor, kept: int,
            above: torch.Tensor, ties: torch.Tensor,
            bitmask: bool) -> tuple[torch.Tensor, torch.Tensor]:
     numel = flat.numel()
@@ -180,7 +179,7 @@ def _write(flat: torch.Tensor, threshold: float, missing: torch.Tensor, kept: in
     return first, values
 
 
-def _counts(flat: torch.Tensor, threshold: float) -> torch.Tensor:
+def _counts(flat: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     blocks = _blocks(flat.numel())
     counts = flat.new_empty((2, blocks), dtype=torch.int32)
     _count_kernel[(blocks,)](flat, flat.numel(), threshold, counts, blocks, BLOCK=BLOCK)
@@ -192,7 +191,7 @@ def keep_topk(flat: torch.Tensor, kept: int, bitmask: bool) -> tuple[torch.Tenso
     ``(bitmask, values)`` or ``(int32 indices, values)``, ties first in memory order."""
     numel = flat.numel()
     if kept == numel:  # everything kept: the threshold is below every magnitude
-        threshold = -1.0
+        threshold = _on_device(-1.0, flat)
     else:
         threshold = _threshold(flat, numel - kept)
     counts = _counts(flat, threshold)
@@ -200,17 +199,19 @@ def keep_topk(flat: torch.Tensor, kept: int, bitmask: bool) -> tuple[torch.Tenso
     return _write(flat, threshold, missing, kept, counts[0], counts[1], bitmask)
 
 
-def above_counts(flat: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Per block, the elements of ``flat`` whose magnitude is above ``threshold``."""
-    return _counts(flat, threshold)[0]
+def above_counts(flat: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tensor:
+    """Per block, the elements of ``flat`` whose magnitude is above ``threshold`` (a number, or
+    a one-element tensor on ``flat``'s device, read there)."""
+    return _counts(flat, _on_device(threshold, flat))[0]
 
 
-def write_above(flat: torch.Tensor, threshold: float, counts: torch.Tensor,
+def write_above(flat: torch.Tensor, threshold: float | torch.Tensor, counts: torch.Tensor,
                 bitmask: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The elements above ``threshold`` encoded, given their per-block ``counts`` (from
     :func:`above_counts`)."""
     no_ties = torch.zeros_like(counts)
-    return _write(flat, threshold, no_ties[:1], int(counts.sum()), counts, no_ties, bitmask)
+    return _write(flat, _on_device(threshold, flat), no_ties[:1], int(counts.sum()), counts,
+                  no_ties, bitmask)
 
 
 def scatter_bitmask(bits: torch.Tensor, values: torch.Tensor, numel: int) -> torch.Tensor:
