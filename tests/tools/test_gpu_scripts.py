@@ -84,6 +84,18 @@ def test_on_device_runs_the_stages_in_the_order_given(tmp_path):
     assert 'tools/gpu/summary.py' in lines[5]
 
 
+def test_a_stage_runs_one_model_under_a_time_limit(tmp_path):
+    result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'mmcv-lite',
+                   'bench-resnet50@80', 'tests')
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith('build mmcv (no ops)')
+    assert lines[1].startswith('timeout 80 ') and '--models resnet50 --batch-size 64' in lines[1]
+    assert f'--out {tmp_path}/bench-resnet50 ' in lines[1]
+    assert lines[2].startswith('python3 -m pytest')  # the limit is the stage's own
+    assert lines[2].split()[-4:-2] == [str(ROOT / 'tests' / 'cuda'), str(ROOT / 'tests' / 'kernels')]
+
+
 def test_the_ogc_stage_runs_the_table_at_the_papers_batch_sizes(tmp_path):
     result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'ogc')
     assert result.returncode == 0, result.stderr
@@ -94,6 +106,7 @@ def test_the_ogc_stage_runs_the_table_at_the_papers_batch_sizes(tmp_path):
 @pytest.mark.parametrize('args,message', [
     ([], 'usage: bash tools/gpu/on_device.sh'),
     (['/tmp/out', 'benchmark'], "error: unknown stage 'benchmark'"),
+    (['/tmp/out', 'bench@5m'], "error: stage 'bench@5m': the limit after @ must be whole seconds"),
 ])
 def test_on_device_refuses_bad_arguments_in_one_line(args, message):
     result = _bash(str(GPU / 'on_device.sh'), *args)

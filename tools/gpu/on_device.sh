@@ -15,6 +15,8 @@
 #   mmcv-background  the same in the background (setsid), to overlap other stages; the machine
 #                    keeps it across calls while it stays warm (30 s idle)
 #   mmcv-wait        wait for a background build (at most 8 minutes)
+#   mmcv-lite        mmcv 2.1.0 without ops (seconds, not minutes: for a short lease); mmcv.txt
+#                    says which parts then cannot run
 #   mmcv-save        pack the built mmcv into OUT/mmcv-prebuilt.tgz.part-* (15 MB parts, within the
 #                    device tool's file limits); carried back as .gpu/prebuilt/, a later machine
 #                    unpacks them instead of building (the mmcv stages look there first)
@@ -24,18 +26,22 @@
 #   bench            DeiT-S and ResNet-50, batch 64: baseline, per-block checkpointing, DropIT
 #                    (Triton kernels and eager path, exact and sampled threshold, fp32 and bf16),
 #                    least-memory plan, plan at 0.5, 4 micro-batches, bf16 and fp16 autocast,
-#                    MemoryBudgetHook at 0.5 (bench/)
+#                    MemoryBudgetHook at 0.5 (bench-<model>/)
+#   bench-MODEL      the same for one model (bench-deit_small, bench-resnet50)
 #   detect           Faster R-CNN R50-FPN, batch 2, the same variants (needs mmcv's ops; detect/)
 #   ogc              our plans on the OGC paper's 18 models at its own batch sizes (--ogc-table
 #                    --ogc-scale 1), where its GPU figures compare directly (ogc/)
 #   snapshot         CUDA memory snapshots of a DeiT-S baseline step and a planned one (HTML)
 #   summary          a short table of every benchmark.json under OUT, printed last
+# A stage may end in @SECONDS (kernel-tests@90): its command is stopped after that long, and the
+# stages after it still run (a short lease cannot lose them all to one that hangs).
 set -uo pipefail
 DRY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ $# -lt 2 ]]; then
   echo "usage: bash tools/gpu/on_device.sh [--dry-run] OUT STAGE... (stages: setup mmcv" \
-       "mmcv-background mmcv-wait mmcv-save kernel-tests tests bench detect ogc snapshot summary)" >&2
+       "mmcv-background mmcv-wait mmcv-save mmcv-lite kernel-tests tests bench bench-MODEL" \
+       "detect ogc snapshot summary, each optionally @SECONDS)" >&2
   exit 2
 fi
 OUT=$1; shift
@@ -50,18 +56,25 @@ export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBU
 export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 VARIANTS=grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5
 
+BENCH_MODELS=(deit_small resnet50)
 for stage in "${STAGES[@]}"; do
-  case $stage in
-    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|kernel-tests|tests|bench|detect|ogc|snapshot|summary) ;;
-    *) echo "error: unknown stage '$stage'" >&2; exit 2 ;;
+  name=${stage%@*}
+  if [[ $stage == *@* && ! ${stage##*@} =~ ^[0-9]+$ ]]; then
+    echo "error: stage '$stage': the limit after @ must be whole seconds" >&2; exit 2
+  fi
+  case $name in
+    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|bench|detect|ogc|snapshot|summary) ;;
+    bench-deit_small|bench-resnet50) ;;
+    *) echo "error: unknown stage '$name'" >&2; exit 2 ;;
   esac
 done
+LIMIT=()  # the current stage's `timeout SECONDS`, when it has one
 
 run() {  # run (or print) a command, its output also in OUT/<log>
   local log=$1; shift
-  if (( DRY )); then echo "$*  > $OUT/$log"; return 0; fi
-  echo "[on_device] $(date +%T) $*"
-  "$@" 2>&1 | tee -a "$OUT/$log"
+  if (( DRY )); then echo "${LIMIT[*]}${LIMIT:+ }$*  > $OUT/$log"; return 0; fi
+  echo "[on_device] $(date +%T) ${LIMIT[*]}${LIMIT:+ }$*"
+  "${LIMIT[@]}" "$@" 2>&1 | tee -a "$OUT/$log"
   return "${PIPESTATUS[0]}"
 }
 
@@ -73,6 +86,7 @@ build_mmcv() {
       echo "mmcv 2.1.0 unpacked from .gpu/prebuilt (built on an earlier machine)" > "$OUT/mmcv.txt" &&
       return 0
   fi
+  rm -rf "$MMCV_SITE"  # pip --target leaves an existing mmcv in place: a lite one would stay
   arch=$($PY -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')
   if MMCV_WITH_OPS=1 FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS="$(nproc)" \
      $PY -m pip install -q --no-build-isolation --no-deps --target "$MMCV_SITE" \
@@ -88,9 +102,16 @@ build_mmcv() {
   fi
 }
 
+bench() {  # one model's benchmark, in a process of its own
+  run bench.log $PY "$ROOT/tools/benchmark.py" --device cuda --models "$1" \
+    --batch-size 64 --steps "$STEPS" --variants "$VARIANTS" --out "$OUT/bench-$1"
+}
+
 (( DRY )) || mkdir -p "$OUT"
 for stage in "${STAGES[@]}"; do
-  case $stage in
+  LIMIT=()
+  [[ $stage == *@* ]] && LIMIT=(timeout "${stage##*@}")
+  case ${stage%@*} in
     setup)
       run setup.log $PY -m pip install -q --no-deps --no-compile --upgrade --target "$SITE" \
         "$ROOT"/.gpu/wheels/*.whl
@@ -121,12 +142,20 @@ for stage in "${STAGES[@]}"; do
       run kernel-tests.log $PY -m pytest -q -p no:cacheprovider \
         "$ROOT/tests/kernels/test_triton_kernels.py" ;;
     tests)
-      run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests" ;;
+      run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests/cuda" \
+        "$ROOT/tests/kernels" ;;
     bench)  # one process per model: a model that runs out of time still leaves the one before
-      for model in deit_small resnet50; do
-        run bench.log $PY "$ROOT/tools/benchmark.py" --device cuda --models $model \
-          --batch-size 64 --steps "$STEPS" --variants "$VARIANTS" --out "$OUT/bench-$model"
-      done ;;
+      for model in "${BENCH_MODELS[@]}"; do bench "$model"; done ;;
+    bench-*) name=${stage%@*}; bench "${name#bench-}" ;;
+    mmcv-lite)
+      if (( DRY )); then echo "build mmcv (no ops) into $MMCV_SITE  > $OUT/mmcv.txt"
+      else
+        MMCV_WITH_OPS=0 $PY -m pip install -q --no-build-isolation --no-deps --target \
+          "$MMCV_SITE" "$ROOT"/.gpu/src/mmcv-2.1.0.tar.gz > "$BUILD_LOG" 2>&1
+        cp "$BUILD_LOG" "$OUT/mmcv-build.log"
+        echo "mmcv 2.1.0 WITHOUT ops (stage mmcv-lite, chosen for a short lease): the detector" \
+             "rows (nms, RoIAlign) and the tests that need mmcv.ops cannot run" > "$OUT/mmcv.txt"
+      fi ;;
     detect)
       run detect.log $PY "$ROOT/tools/benchmark.py" --device cuda --models faster_rcnn \
         --det-batch-size 2 --steps "$STEPS" --variants "$VARIANTS" --out "$OUT/detect" ;;
