@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ('common', 'codecs', 'kernels', 'dropit', 'checkpoint', 'memory', 'microbatch',
-        'planner')
+        'offload', 'planner')
 REFUSED = ('mmengine', 'mmdet', 'mmcv', 'timm', 'cv2', 'pycocotools')
 
 # Runs in a fresh interpreter whose import system refuses the OpenMMLab stack, timm and OpenCV,
@@ -34,6 +34,7 @@ from torch import nn
 import mmdropit
 from mmdropit.memory import SavedTensorMeter, StepPeakMeter, trial_peak
 from mmdropit.microbatch import search_split
+from mmdropit.offload import offload_activations, restore_offload
 
 assert not hasattr(mmdropit, 'engine') and 'mmdropit.engine' not in sys.modules
 torch.manual_seed(0)
@@ -51,6 +52,9 @@ with SavedTensorMeter(model) as saved, StepPeakMeter(model) as peak:
 assert saved.result.total_bytes > 0 and peak.result.activation_peak_bytes > 0
 assert all(p.grad is not None for p in model.parameters())
 plan.remove(model)
+offload_activations(model, ['1', '2'])
+loss().backward()
+assert restore_offload(model) == ['1', '2']
 mmdropit.from_dropit(model)
 decision = search_split(16, lambda size: (loss() * size / 16).backward(), model, None, 10**9)
 assert decision.micro_batches == 1, decision

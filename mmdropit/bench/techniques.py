@@ -31,6 +31,7 @@ from ..dropit import from_dropit, to_dropit
 from ..kernels.switch import eager_only
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
+from ..offload import modules_holding_share, offload_activations, restore_offload
 from ..planner import (StepProbe, bf16_switch, dropit_switch, plan_within_budget, put_in_effect,
                        quantize_switch, remove_all)
 from .workload import Workload
@@ -136,6 +137,25 @@ def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepar
                 print(f'  {work.name}: {work.plans[key]}'.replace('\n', '\n  '), flush=True)
             with applied(work.plans[key], work.model):
                 yield
+    return prepare
+
+
+def offload(share: float, method: str = 'prefetch') -> Prepare:
+    """Activation offload (:mod:`mmdropit.offload`) of the earliest blocks of the model's block
+    sequences that hold ``share`` of the step's saved bytes, chosen once per workload."""
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        if share not in work.offloaded:
+            candidates = [f'{name}.*' if name else '*' for name, _ in block_sequences(work.model)]
+            work.offloaded[share] = modules_holding_share(work.model, work.loss, candidates,
+                                                          share)
+            print(f'  {work.name}: offload {share} of the saved bytes: '
+                  f'{", ".join(work.offloaded[share])}', flush=True)
+        offload_activations(work.model, work.offloaded[share], method)
+        try:
+            yield
+        finally:
+            restore_offload(work.model)
     return prepare
 
 

@@ -27,7 +27,8 @@ from typing import ContextManager
 from .budget_grid import GRID_POINTS, LOSSY_GRID_POINTS, grid_name
 from .techniques import (bf16_autocast, checkpoint_plan, compressed_activations,
                          decided_autocast, dropit, fp16_autocast, grad_checkpointing,
-                         memory_budget, micro_batches, mmengine_checkpointing, uniform_sqrt)
+                         memory_budget, micro_batches, mmengine_checkpointing, offload,
+                         uniform_sqrt)
 from .workload import Workload
 
 BASELINE = 'baseline'
@@ -35,6 +36,10 @@ CURVE_BUDGETS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 """Budgets of the planner on the memory-vs-time curve of checkpointing."""
 MICRO_BATCHES = 4
 MICRO_BUDGET = 0.5
+OFFLOAD_SHARE = 0.5
+"""Share of the saved bytes the activation-offload variants move to host memory (GPU only:
+on CPU nothing moves), ``offload-0.5`` with side-stream copies and prefetch, ``save-on-cpu-0.5``
+with PyTorch's ``save_on_cpu`` on the same modules."""
 
 DEFAULT_VARIANTS = ('grad-ckpt', 'bf16-autocast', 'dropit-mink', 'dropit-approx',
                     'dropit-no-lean', 'ckpt-plan-min', 'ckpt-plan-0.5', 'dropit+ckpt-plan-min')
@@ -118,6 +123,9 @@ def catalogue() -> dict[str, Variant]:
                 prepare=compressed_activations(with_dropit=True, lean=True)),
         Variant('ckpt-plan-min', prepare=checkpoint_plan(None)),
         Variant('ckpt-plan-0.5', prepare=checkpoint_plan(0.5)),
+        Variant('grad-ckpt+bf16', prepare=grad_checkpointing, forward=bf16_autocast),
+        Variant('ckpt-plan-min+bf16', prepare=checkpoint_plan(None), forward=bf16_autocast),
+        Variant('ckpt-plan-0.5+bf16', prepare=checkpoint_plan(0.5), forward=bf16_autocast),
         Variant('dropit+ckpt-plan-min', prepare=checkpoint_plan(None, inner=dropit('mink'),
                                                                 inner_name='dropit')),
         Variant('dropit-int8+int8-acts+ckpt-plan-min',
@@ -127,6 +135,10 @@ def catalogue() -> dict[str, Variant]:
                 prepare=micro_batches(2, inner=checkpoint_plan(
                     None, inner=compressed_activations(True),
                     inner_name='dropit-int8+int8-acts'))),
+        Variant(f'offload-{OFFLOAD_SHARE}', prepare=offload(OFFLOAD_SHARE)),
+        Variant(f'offload-{OFFLOAD_SHARE}+bf16', prepare=offload(OFFLOAD_SHARE),
+                forward=bf16_autocast),
+        Variant(f'save-on-cpu-{OFFLOAD_SHARE}', prepare=offload(OFFLOAD_SHARE, 'save_on_cpu')),
         Variant('ckpt-mmengine', prepare=mmengine_checkpointing),
         Variant('ckpt-sqrt', prepare=uniform_sqrt),
         Variant('ckpt-ogc', prepare=checkpoint_plan(None, objective='ogc')),

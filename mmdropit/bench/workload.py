@@ -47,6 +47,8 @@ class Workload:
             settings of the variant that searched them.
         split_decisions: Micro-batch splits searched for this workload, by memory budget.
         budget_outcomes: Memory-budget decisions made for this workload, by variant name.
+        offloaded: The modules chosen to hold each share of the saved bytes (activation
+            offload), by share.
         autocast_dtype: Autocast dtype of the forward passes when a budget decision turned it
             on (``None``: off).
         graph_breaks: Graph breaks ``torch.compile`` made in each variant's measured steps, by
@@ -64,6 +66,7 @@ class Workload:
     plans: dict[str, CheckpointPlan] = field(default_factory=dict)
     split_decisions: dict[float | int, SplitDecision] = field(default_factory=dict)
     budget_outcomes: dict[str, BudgetOutcome] = field(default_factory=dict)
+    offloaded: dict[float, list[str]] = field(default_factory=dict)
     autocast_dtype: torch.dtype | None = None
     graph_breaks: dict[str, int] = field(default_factory=dict)
 

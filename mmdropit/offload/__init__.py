@@ -1,0 +1,24 @@
+"""Activation offload (pure PyTorch): what chosen modules save for backward is kept in pinned
+host memory, copied off the GPU on a side stream and prefetched back one group ahead.
+
+- :class:`HostCopies` (:mod:`.host_copies`): the saved-tensor hooks, their side stream and
+  statistics (:class:`OffloadStats`);
+- :func:`offload_activations`, :func:`restore_offload`, :func:`modules_holding_share`
+  (:mod:`.modules`): put it on a model's modules, take it off, choose the modules that hold a
+  share of a step's saved bytes.
+
+On a machine without a GPU nothing moves (CPU tensors stay where they are).
+
+Example:
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    >>> offload_activations(net, ['0']).method
+    'prefetch'
+"""
+import torch  # noqa: F401  (the doctest's namespace)
+
+from .host_copies import MIN_BYTES, HostCopies, OffloadStats
+from .modules import METHODS, Offload, modules_holding_share, offload_activations, restore_offload
+
+__all__ = ['METHODS', 'MIN_BYTES', 'HostCopies', 'Offload', 'OffloadStats',
+           'modules_holding_share', 'offload_activations', 'restore_offload']

@@ -1,0 +1,170 @@
+"""Saved tensors kept in pinned host memory: copied off the GPU on a side stream during the
+forward pass and prefetched back, one group ahead, during the backward pass.
+
+A *group* is what one offloaded module saved in one call. Its pack hook (:meth:`HostCopies.pack`)
+starts a device-to-host copy of each saved CUDA tensor on a side stream and lets the caching
+allocator reuse the device memory once that copy is done (``Tensor.record_stream``); the forward
+pass does not wait for it. In the backward pass the first tensor unpacked from a group starts
+the host-to-device copies of the group that the forward pass ran before it, so that they travel
+while this group's gradients are computed; a tensor whose copy was not started yet is fetched
+when asked for. The compute stream waits on an event per group, never the host.
+
+The baseline to beat is ``torch.autograd.graph.save_on_cpu(pin_memory=True)``: it copies in the
+compute stream (the forward pass waits for each copy) and fetches each tensor when the
+backward pass asks for it.
+
+Tensors that stay where they are: CPU tensors (on a machine without a GPU offload changes
+nothing), parameters, and tensors under :data:`MIN_BYTES`.
+
+Failure modes: a tensor saved by an offloaded module and also held elsewhere (a module output
+the next, not offloaded, layer saves too) stays on the GPU as well, so the copy frees nothing;
+compare the step peak, not only the bytes moved. Pinned host memory is page-locked: offloading
+more than the host can lock slows the whole machine.
+
+Example:
+    >>> copies = HostCopies()
+    >>> x = torch.randn(64, 64, requires_grad=True)
+    >>> with copies.group():
+    ...     y = (x * x).sum()
+    >>> y.backward()          # on CPU the tensors stay where they are
+    >>> copies.stats.bytes_moved, torch.equal(x.grad, 2 * x)
+    (0, True)
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from ..common.saved_tensors import report_kept
+
+MIN_BYTES = 1 << 16
+"""Smaller saved tensors stay on the device (their copies cost more than they free)."""
+
+
+@dataclass
+class OffloadStats:
+    """What a :class:`HostCopies` moved.
+
+    Attributes:
+        bytes_moved: Bytes copied to host memory in forward passes.
+        tensors_moved: How many tensors.
+        prefetched: Tensors whose way back had started before backward asked for them.
+        fetched_on_demand: Tensors fetched when asked for (the first group of each backward
+            pass, and any whose prefetch had not started).
+    """
+
+    bytes_moved: int = 0
+    tensors_moved: int = 0
+    prefetched: int = 0
+    fetched_on_demand: int = 0
+
+
+@dataclass(eq=False)
+class _HostCopy:
+    """One saved tensor in host memory, and its way back once started."""
+
+    host: torch.Tensor
+    device: torch.device
+    group: int
+    on_device: torch.Tensor | None = None
+    arrived: torch.cuda.Event | None = None
+
+
+@dataclass
+class _Groups:
+    """The copies of each group still waiting for backward, weakly held (autograd owns them:
+    a group whose graph is dropped unused empties itself)."""
+
+    next_index: int = 0
+    members: dict[int, weakref.WeakSet] = field(default_factory=dict)
+
+    def start(self) -> int:
+        for index in [index for index, copies in self.members.items() if not copies]:
+            del self.members[index]
+        self.next_index += 1
+        return self.next_index - 1
+
+
+class HostCopies:
+    """Keep the tensors saved inside :meth:`group` blocks in pinned host memory.
+
+    Example (a step of a CUDA model with its first half offloaded)::
+
+        copies = HostCopies()
+        with copies.group():
+            hidden = model.first_half(x)
+        loss = model.second_half(hidden).sum()
+        loss.backward()
+        print(copies.stats)
+    """
+
+    def __init__(self) -> None:
+        self.stats = OffloadStats()
+        self._groups = _Groups()
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self._current = -1
+
+    @contextlib.contextmanager
+    def group(self) -> Iterator[None]:
+        """Offload what autograd saves inside the block, as one group."""
+        self._current, outer = self._groups.start(), self._current
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
+                yield
+        finally:
+            self._current = outer
+
+    def _stream(self, device: torch.device) -> torch.cuda.Stream:
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device)
+        return self._streams[device]
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor | _HostCopy:
+        """Start copying ``tensor`` to pinned host memory (or keep it, see the module doc)."""
+        if (not tensor.is_cuda or tensor.nbytes < MIN_BYTES
+                or (tensor.requires_grad and tensor.is_leaf)):
+            report_kept(tensor)
+            return tensor
+        stream = self._stream(tensor.device)
+        stream.wait_stream(torch.cuda.current_stream(tensor.device))
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        with torch.cuda.stream(stream):
+            host.copy_(tensor.detach(), non_blocking=True)
+        tensor.record_stream(stream)  # its memory is reused only once the copy is done
+        copy = _HostCopy(host, tensor.device, self._current)
+        self._groups.members.setdefault(self._current, weakref.WeakSet()).add(copy)
+        self.stats.bytes_moved += tensor.nbytes
+        self.stats.tensors_moved += 1
+        return copy
+
+    def _fetch(self, copy: _HostCopy) -> None:
+        stream = self._stream(copy.device)
+        with torch.cuda.stream(stream):
+            copy.on_device = copy.host.to(copy.device, non_blocking=True)
+            copy.arrived = stream.record_event()
+
+    def _prefetch_group(self, index: int) -> None:
+        for copy in list(self._groups.members.pop(index, ())):
+            if copy.on_device is None:
+                self._fetch(copy)
+
+    def unpack(self, saved: torch.Tensor | _HostCopy) -> torch.Tensor:
+        """The saved tensor on its device; starts the way back of the group before it."""
+        if isinstance(saved, torch.Tensor):
+            return saved
+        if saved.on_device is None:  # the first of its group, or its prefetch never started
+            self.stats.fetched_on_demand += 1
+            self._fetch(saved)
+            self._prefetch_group(saved.group)
+        else:
+            self.stats.prefetched += 1
+        self._prefetch_group(saved.group - 1)
+        compute = torch.cuda.current_stream(saved.device)
+        compute.wait_event(saved.arrived)
+        tensor = saved.on_device
+        tensor.record_stream(compute)  # made on the side stream, used on this one
+        return tensor
