@@ -26,12 +26,14 @@ import torch
 from torch import nn
 
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
+from ..common.blocks import block_sequences
 from ..codecs import compress_activations, restore_activations
 from ..dropit import from_dropit, to_dropit
 from ..kernels.switch import eager_only
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
-from ..offload import modules_holding_share, offload_activations, restore_offload
+from ..offload import (block_patterns, modules_holding_share, offload_activations,
+                       restore_offload)
 from ..planner import (StepProbe, bf16_switch, dropit_switch, plan_within_budget, put_in_effect,
                        quantize_switch, remove_all)
 from .workload import Workload
@@ -146,9 +148,8 @@ def offload(share: float, method: str = 'prefetch') -> Prepare:
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         if share not in work.offloaded:
-            candidates = [f'{name}.*' if name else '*' for name, _ in block_sequences(work.model)]
-            work.offloaded[share] = modules_holding_share(work.model, work.loss, candidates,
-                                                          share)
+            work.offloaded[share] = modules_holding_share(work.model, work.loss,
+                                                          block_patterns(work.model), share)
             print(f'  {work.name}: offload {share} of the saved bytes: '
                   f'{", ".join(work.offloaded[share])}', flush=True)
         offload_activations(work.model, work.offloaded[share], method)
@@ -157,20 +158,6 @@ def offload(share: float, method: str = 'prefetch') -> Prepare:
         finally:
             restore_offload(work.model)
     return prepare
-
-
-def block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
-    """The outermost ``nn.Sequential`` modules made of two or more blocks of one class (timm's
-    ``blocks``, ResNet stages ``layer1``..``layer4``, mmdet's ``ResLayer``)."""
-    found: list[tuple[str, nn.Sequential]] = []
-    for name, module in model.named_modules():
-        children = list(module.children())
-        if (isinstance(module, nn.Sequential) and len(children) >= 2
-                and len({type(child) for child in children}) == 1
-                and any(True for _ in children[0].parameters())
-                and not any(name.startswith(f'{outer}.') for outer, _ in found)):
-            found.append((name, module))
-    return found
 
 
 @contextlib.contextmanager

@@ -3,9 +3,9 @@ host memory, copied off the GPU on a side stream and prefetched back one group a
 
 - :class:`HostCopies` (:mod:`.host_copies`): the saved-tensor hooks, their side stream and
   statistics (:class:`OffloadStats`);
-- :func:`offload_activations`, :func:`restore_offload`, :func:`modules_holding_share`
-  (:mod:`.modules`): put it on a model's modules, take it off, choose the modules that hold a
-  share of a step's saved bytes.
+- :func:`offload_activations`, :func:`restore_offload`, :func:`modules_holding_share`,
+  :func:`block_patterns` (:mod:`.modules`): put it on a model's modules, take it off, choose
+  the modules that hold a share of a step's saved bytes among the model's blocks.
 
 On a machine without a GPU nothing moves (CPU tensors stay where they are).
 
@@ -18,7 +18,8 @@ Example:
 import torch  # noqa: F401  (the doctest's namespace)
 
 from .host_copies import MIN_BYTES, HostCopies, OffloadStats
-from .modules import METHODS, Offload, modules_holding_share, offload_activations, restore_offload
+from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
+                      offload_activations, restore_offload)
 
-__all__ = ['METHODS', 'MIN_BYTES', 'HostCopies', 'Offload', 'OffloadStats',
+__all__ = ['METHODS', 'MIN_BYTES', 'HostCopies', 'Offload', 'OffloadStats', 'block_patterns',
            'modules_holding_share', 'offload_activations', 'restore_offload']

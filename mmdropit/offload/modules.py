@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ..checkpoint.record import record_step
+from ..common.blocks import block_sequences
 from ..common.name_patterns import matches
 from ..common.recompute_region import in_recomputed_region
 from ..errors import ConfigError
@@ -127,6 +128,19 @@ def restore_offload(model: nn.Module) -> list[str]:
         handle.remove()
     delattr(model, _ATTRIBUTE)
     return offload.names
+
+
+def block_patterns(model: nn.Module) -> list[str]:
+    """Name patterns of the blocks of the model's block sequences (``['blocks.*']`` for a timm
+    ViT, ``['layer1.*', ..., 'layer4.*']`` for a ResNet): where :func:`modules_holding_share`
+    chooses by default.
+
+    Example:
+        >>> block_patterns(nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.ReLU()),
+        ...                              nn.Sequential(nn.Linear(4, 4), nn.ReLU())))
+        ['*']
+    """
+    return [f'{name}.*' if name else '*' for name, _ in block_sequences(model)]
 
 
 def modules_holding_share(model: nn.Module, forward: Callable[[], object],

@@ -12,6 +12,7 @@ PARTS = [
     (DATASETS, 'ImageFolderDataset'), (TRANSFORMS, 'PackClsInputs'),
     (METRICS, 'TopKAccuracy'), (HOOKS, 'MemoryReportHook'), (HOOKS, 'MemoryBudgetHook'),
     (HOOKS, 'CompressActivationsHook'),
+    (HOOKS, 'ActivationOffloadHook'),
 ]
 
 

@@ -1,7 +1,9 @@
+from .activation_offload_hook import ActivationOffloadHook
 from .checkpoint_plan_hook import CheckpointPlanHook
 from .compress_activations_hook import CompressActivationsHook
 from .dropit_hook import DropITHook
 from .memory_budget_hook import MemoryBudgetHook
 from .memory_report_hook import MemoryReportHook
 
-__all__ = ['CheckpointPlanHook', 'CompressActivationsHook', 'DropITHook', 'MemoryBudgetHook', 'MemoryReportHook']
+__all__ = ['ActivationOffloadHook', 'CheckpointPlanHook', 'CompressActivationsHook', 'DropITHook',
+           'MemoryBudgetHook', 'MemoryReportHook']
