@@ -42,6 +42,7 @@ PLAN = "dict(type='CheckpointPlanHook')"
 FULLY_SHARD = "model_wrapper_cfg = dict(type='FullyShardModelWrapper', dropit=dict(gamma=0.9))\n"
 STRATEGY = ("runner_type = 'FlexibleRunner'\nstrategy = dict(type='FullyShardStrategy', "
             "model_wrapper=dict(dropit=dict(gamma=0.9)))\n")
+OFFLOADED = STRATEGY.replace('dropit=dict(gamma=0.9)', 'dropit=dict(gamma=0.9), cpu_offload=True')
 
 
 def train(work_dir: Path, extra: str, hooks: list[str], epochs: int = 1, *args: str) -> str:
@@ -67,17 +68,20 @@ def grad_norms(log: str) -> list[float]:
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory) -> dict[str, tuple[Path, str]]:
     """DDP for two epochs; FSDP2 (Runner wrapper and FlexibleRunner strategy, the latter with a
-    checkpoint plan, which recomputes without changing the losses) for one."""
+    checkpoint plan, which recomputes without changing the losses, and with the model state
+    offloaded to host memory, which moves nothing here but runs FSDP2's offload path) for
+    one."""
     root = tmp_path_factory.mktemp('fsdp')
     save, hook = "dict(type='SaveRankStateHook')", "dict(type='FullyShardCheckpointHook')"
     return {
         'ddp': (root / 'ddp', train(root / 'ddp', '', [DROPIT, save], 2)),
         'wrapper': (root / 'wrapper', train(root / 'wrapper', FULLY_SHARD, [DROPIT, save, hook])),
         'strategy': (root / 'strategy', train(root / 'strategy', STRATEGY, [DROPIT, PLAN])),
+        'cpu-offload': (root / 'offload', train(root / 'offload', OFFLOADED, [DROPIT])),
     }
 
 
-@pytest.mark.parametrize('kind', ['wrapper', 'strategy'])
+@pytest.mark.parametrize('kind', ['wrapper', 'strategy', 'cpu-offload'])
 def test_fully_shard_matches_ddp_with_dropit_frozen_and_accumulation(runs, kind):
     _, ddp_log = runs['ddp']
     work_dir, log = runs[kind]
@@ -218,6 +222,22 @@ def test_accumulation_skips_the_reduce_scatter_until_the_update(tmp_path):
     (reduced, initial, final), (_, _, other) = (torch.load(tmp_path / f'rank{r}') for r in (0, 1))
     assert not reduced  # the first iteration kept its gradient local (no_sync)
     assert torch.equal(final, other) and not torch.equal(final, initial)  # then one update
+
+
+def _offload_policies(rank: int, port: int, out: str) -> None:
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=2)
+    policies = [type(FullyShardModelWrapper(_TwoLayers(), cpu_offload=offload).module
+                     ._get_fsdp_state()._fsdp_param_group.offload_policy).__name__
+                for offload in (True, False)]
+    torch.save(policies, f'{out}{rank}')
+    end_distributed_process()
+
+
+def test_cpu_offload_puts_fsdp2s_offload_policy_on_the_units(tmp_path):
+    torch.multiprocessing.spawn(_offload_policies, args=(free_port(), str(tmp_path / 'rank')),
+                                nprocs=2)
+    assert torch.load(tmp_path / 'rank0') == ['CPUOffloadPolicy', 'OffloadPolicy']
 
 
 def test_shard_policy_selects_blocks_and_resnet_stages():

@@ -23,7 +23,8 @@ from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy,
+                                    fully_shard)
 
 from ...dropit import to_dropit
 from ...errors import ConfigError
@@ -74,12 +75,17 @@ class FullyShardModelWrapper(GatheredState, nn.Module):
             (``False``: keep them until backward, less communication, more memory).
         mixed_precision: Keyword arguments of ``MixedPrecisionPolicy`` (dtypes may be strings).
         full_state_dict_hooks: Make the module's state dict full (see above).
+        cpu_offload: Keep the parameter shards, their gradients and the optimizer state in
+            host memory (FSDP2's ``CPUOffloadPolicy``, pinned on CUDA): each unit's shard is
+            copied to the device for its forward and backward, and the optimizer steps on the
+            CPU. Frees the GPU of all model state at the cost of the copies and a CPU optimizer
+            step.
     """
 
     def __init__(self, module: nn.Module, shard_policy: Mapping[str, Any] | None = None,
                  dropit: Mapping[str, Any] | None = None, reshard_after_forward: bool = True,
                  mixed_precision: Mapping[str, Any] | None = None,
-                 full_state_dict_hooks: bool = True) -> None:
+                 full_state_dict_hooks: bool = True, cpu_offload: bool = False) -> None:
         require_process_group(type(self).__name__)
         super().__init__()
         if dropit is not None:
@@ -88,8 +94,10 @@ class FullyShardModelWrapper(GatheredState, nn.Module):
         policy = ShardPolicy(**(shard_policy or {}))
         device = next(module.parameters()).device
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        offload = (CPUOffloadPolicy(pin_memory=device.type == 'cuda') if cpu_offload
+                   else OffloadPolicy())
         options = dict(mesh=mesh, reshard_after_forward=reshard_after_forward,
-                       mp_policy=mixed_precision_policy(mixed_precision))
+                       mp_policy=mixed_precision_policy(mixed_precision), offload_policy=offload)
         for _, unit in policy.units(module):
             fully_shard(unit, **options)
         fully_shard(module, **options)

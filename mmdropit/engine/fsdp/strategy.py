@@ -43,7 +43,8 @@ class FullyShardStrategy(DDPStrategy):
 
     Args:
         model_wrapper: Arguments of :class:`FullyShardModelWrapper` (``shard_policy``,
-            ``dropit``, ``reshard_after_forward``, ``mixed_precision``), optionally ``type``.
+            ``dropit``, ``reshard_after_forward``, ``mixed_precision``, ``cpu_offload``),
+            optionally ``type``.
         sync_bn: As in ``DDPStrategy`` (``'torch'`` or ``'mmcv'``).
         **kwargs: Passed to ``DDPStrategy`` (``work_dir``, ``env_kwargs``, ...).
     """
