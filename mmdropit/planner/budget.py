@@ -43,6 +43,7 @@ from ..dropit import convert, from_dropit
 from ..errors import ConfigError
 from ..memory import TrialPeaks, state_bytes, trial_peak, trial_peaks, trial_seconds
 from ..microbatch import micro_batch_sizes
+from ..offload import block_patterns, modules_holding_share, offload_activations, restore_offload
 from .estimate import Choice, Effect, Estimate
 from .search import LOWER, Decision, decide, decide_least, put_in_effect, remove_all
 from .techniques import CheckpointPlans, MeasuredSettings, MicroBatches, Target, Technique
@@ -52,6 +53,8 @@ DROPIT_GAMMAS = (0.5, 0.7, 0.9)
 ACTIVATION_BITS = (8, 4)
 """The bit widths saved activations are tried at when lossy techniques are allowed (the leanest
 last)."""
+OFFLOAD_SHARES = (0.5, 1.0)
+"""The shares of the saved bytes activation offload is tried at (on a GPU, when asked for)."""
 PART_SAMPLES = 8
 """Lossy settings are measured, and the step is recorded for checkpoint plans, on half the
 batch, at most this many samples (lossy settings also on an eighth of that): these passes are
@@ -128,14 +131,16 @@ class StepProbe:
 
 @dataclass(frozen=True)
 class Switch:
-    """A lossy technique: its settings, and how to put one in effect and take it away.
+    """A technique whose settings are each measured on the step: its settings, and how to put
+    one in effect and take it away.
 
     Attributes:
-        name: The technique's name (``'bf16'``, ``'dropit'``, ``'quantize'``).
+        name: The technique's name (``'bf16'``, ``'dropit'``, ``'quantize'``, ``'offload'``).
         settings: The settings to try, the one that saves the most memory last.
         text: How the decision table names a setting.
         apply: Puts a setting in effect.
         remove: Takes it away.
+        lossy: Whether it changes the computed gradients (all but activation offload).
     """
 
     name: str
@@ -143,6 +148,7 @@ class Switch:
     text: Callable[[object], str]
     apply: Callable[[object], None]
     remove: Callable[[], None]
+    lossy: bool = True
 
 
 def dropit_switch(model: nn.Module, gammas: Sequence[float] = DROPIT_GAMMAS) -> Switch:
@@ -157,6 +163,23 @@ def quantize_switch(model: nn.Module, bits: Sequence[int] = ACTIVATION_BITS) -> 
     return Switch('quantize', tuple(bits), lambda width: f'{width}-bit activations',
                   lambda width: compress_activations(model, width),
                   lambda: restore_activations(model))
+
+
+def offload_switch(model: nn.Module, forward: Callable[[], object],
+                   shares: Sequence[float] = OFFLOAD_SHARES) -> Switch:
+    """Activation offload (:mod:`mmdropit.offload`) of the earliest blocks of ``model`` holding
+    each of ``shares`` of the saved bytes of ``forward()`` (chosen when a share is first
+    applied): exact, and worth trying on a GPU only (on CPU nothing moves)."""
+    chosen: dict[float, list[str]] = {}
+
+    def apply(share: float) -> None:
+        if share not in chosen:
+            chosen[share] = modules_holding_share(model, forward, block_patterns(model) or ['*'],
+                                                  share)
+        offload_activations(model, chosen[share])
+
+    return Switch('offload', tuple(shares), lambda share: f'offload {share} of the saved bytes',
+                  apply, lambda: restore_offload(model), lossy=False)
 
 
 def bf16_switch(holder: object) -> Switch:
@@ -286,7 +309,7 @@ def _measured(probe: StepProbe, switch: Switch, held: Callable[[], int],
                                  duration / plain_seconds())
 
     return MeasuredSettings(switch.name, switch.settings, effect_of, switch.text, switch.apply,
-                            switch.remove)
+                            switch.remove, lossy=switch.lossy)
 
 
 def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,

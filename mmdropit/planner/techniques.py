@@ -251,6 +251,8 @@ class MeasuredSettings(Technique):
         text: How the decision table names a setting.
         apply: Puts a setting in effect.
         remove: Undoes it.
+        lossy: Whether the settings change the computed gradients (bf16, DropIT, quantized
+            activations do; activation offload does not).
 
     Example:
         >>> bf16 = MeasuredSettings('bf16', ['bf16'], lambda setting: Effect(0.6, 0.8), str,
@@ -260,12 +262,12 @@ class MeasuredSettings(Technique):
         [('nothing', 500, 1.0), ('bf16', 300, 0.8)]
     """
 
-    lossy = True  # bf16 autocast, DropIT, quantized activations
-
     def __init__(self, name: str, settings: Sequence[object],
                  effect_of: Callable[[object], Effect | None], text: Callable[[object], str],
-                 apply: Callable[[object], None], remove: Callable[[], None]) -> None:
+                 apply: Callable[[object], None], remove: Callable[[], None],
+                 lossy: bool = True) -> None:
         self.name = name
+        self.lossy = lossy
         self.settings = tuple(settings)
         self._effect_of, self._text, self._apply, self._remove = effect_of, text, apply, remove
         self._effects: dict[object, Effect | None] | None = None

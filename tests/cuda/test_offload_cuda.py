@@ -46,3 +46,31 @@ def test_offload_keeps_the_gradients_and_lowers_the_peak(method):
         assert stats.bytes_moved == 2 * moved and stats.tensors_moved == 2 * 9 * 3
         assert stats.prefetched + stats.fetched_on_demand == stats.tensors_moved
         assert stats.fetched_on_demand <= 2 * 3  # only the first group of each backward pass
+
+
+class _Split:
+    """What the budget's techniques are applied to: the model and its micro-batch count."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model, self.micro_batches = model, 1
+
+    def set_micro_batches(self, count: int) -> None:
+        self.micro_batches = count
+
+
+def test_the_memory_budget_measures_offload_and_keeps_its_choice_within_the_budget():
+    from mmdropit.planner import StepProbe, offload_switch, plan_within_budget
+
+    model, x = _mlp(), torch.randn(2048, 1024, device='cuda')
+
+    def loss(size: int = 2048) -> torch.Tensor:
+        return model(x[:size]).square().mean() * size / 2048
+
+    probe = StepProbe(model, None, 2048, run_part=lambda size: loss(size).backward(),
+                      forward_part=loss)
+    outcome = plan_within_budget(probe, 0.6, _Split(model),
+                                 [offload_switch(model, lambda: loss(256))])
+    table = outcome.decision.table()
+    assert 'offload 0.5 of the saved bytes' in table and 'offload 1.0' in table, table
+    assert outcome.decision.measured_bytes <= outcome.decision.budget_bytes
+    restore_offload(model)

@@ -101,6 +101,15 @@ def test_lossy_techniques_are_measured_and_the_choice_is_applied(tmp_path):
 
 
 @pytest.mark.slow
+def test_offload_is_left_out_on_cpu_with_a_line_in_the_log(tmp_path):
+    runner, _, decision = _measured_run(two_iteration_cfg(
+        TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=0.5, offload=True)))
+    log = log_text(tmp_path)
+    assert 'offload=True: the model is not on a GPU, where offload would move nothing; ' \
+        'not tried' in log
+    assert 'offload' not in json.dumps(decision['choices'])
+
+
 def test_resnet18_fits_and_warns_about_batch_norm(tmp_path):
     # batch 256 of 28x28 digits: activations are a third of the step peak, the rest is state
     cfg = two_iteration_cfg(TINY_RESNET, tmp_path)
@@ -208,7 +217,10 @@ def test_bad_arguments_fail_at_build_time(kwargs, message):
      'no lossy technique left to add (bf16 already set in the config)'),
     ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5)]\ncompile = True",
      'does not plan compiled training'),
-], ids=['impossible', 'checkpoint-plan-hook', 'micro-batches', 'nothing-lossy-left', 'compiled'])
+    ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5, offload=True), "
+     "dict(type='ActivationOffloadHook', share=0.5)]", 'chooses what to offload itself'),
+], ids=['impossible', 'checkpoint-plan-hook', 'micro-batches', 'nothing-lossy-left', 'compiled',
+        'offload-hook'])
 def test_conflicts_and_impossible_budgets_are_one_line_through_train_py(tmp_path, extra, message):
     config = tmp_path / 'config.py'
     config.write_text(f"_base_ = r'{TINY_VIT}'\n{extra}\n")

@@ -134,6 +134,22 @@ def test_the_lossy_choice_stays_in_effect_when_the_exact_one_does_not_fit():
     assert decision.measured['two parts'] > 900
 
 
+@pytest.mark.parametrize('lossy', [False, True])
+def test_a_measured_setting_that_keeps_the_gradients_is_an_exact_choice(lossy):
+    """Activation offload is measured on the step like a lossy setting but keeps the gradients
+    exact: chosen, it is not timed against the exact combinations, where a lossy setting timed
+    slow (3x here) gives way to the exact two parts."""
+    applied: dict = {}
+    offload = MeasuredSettings('offload', [0.5], lambda share: Effect(0.5, 1.05), str,
+                               lambda share: applied.__setitem__('offload', share),
+                               lambda: applied.pop('offload', None), lossy=lossy)
+    timed = []
+    decision = decide(Estimate(100, 1000), [offload, *_techniques(applied)[1:]], 900,
+                      lambda e: e.peak_bytes, seconds=lambda e: timed.append(e.summary) or 3.0)
+    assert decision.chosen.summary == ('two parts' if lossy else '0.5')
+    assert bool(timed) == lossy
+
+
 def test_an_exact_decision_is_not_timed():
     applied: dict = {}
     techniques = _techniques(applied)[1:]

@@ -8,6 +8,8 @@ Example config::
     # the least memory the techniques reach: dict(type='MemoryBudgetHook', budget=None)
     # lossy techniques too: dict(type='MemoryBudgetHook', budget=0.25, lossy=True)
     #                   or: dict(type='MemoryBudgetHook', budget=0.25, allow=['bf16', 'quantize'])
+    # on a GPU, activation offload too (exact): dict(type='MemoryBudgetHook', budget=0.5,
+    #                                                offload=True)
 """
 from __future__ import annotations
 
@@ -29,13 +31,15 @@ from ...common.budget import parse_budget
 from ...common.parameters import is_sharded
 from ...dropit import dropit_layers
 from ...errors import ConfigError
-from ...planner import (BudgetOutcome, StepProbe, bf16_switch, dropit_switch, plan_within_budget,
-                        put_in_effect, quantize_switch, remove_all)
+from ...planner import (PART_SAMPLES, BudgetOutcome, StepProbe, bf16_switch, dropit_switch,
+                        offload_switch, plan_within_budget, put_in_effect, quantize_switch,
+                        remove_all)
 from ...planner.search import LOWER
 from ..optim.autocast_switch import AutocastSwitch
 from ..optim.batch_split import batch_size_of, first_samples
 from ..optim.micro_batching import MicroBatching, MicroBatchTrainStep, max_over_ranks
 from ..runner_model import batch_loss, compiles_model, unwrap
+from .activation_offload_hook import ActivationOffloadHook
 from .checkpoint_plan_hook import CheckpointPlanHook
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
@@ -123,7 +127,9 @@ class MemoryBudgetHook(ShapeBucketHook):
     autocast (``'bf16'``), DropIT at gamma 0.5 / 0.7 / 0.9 (``'dropit'``) and what
     normalisation, activation and attention modules save in 8 or 4 bits (``'quantize'``,
     :func:`~mmdropit.codecs.compress_activations`; left out of ``lossy=True`` for a model
-    without such modules). ``DropITHook``, ``CompressActivationsHook`` and mixed precision set
+    without such modules); with ``offload`` on a GPU, activation offload of the earliest
+    blocks holding half or all of the saved bytes (:mod:`mmdropit.offload`; exact, each share
+    measured like a lossy setting). ``DropITHook``, ``CompressActivationsHook`` and mixed precision set
     in the config are kept and planned around (then not offered again); ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` /
     ``memory_budget`` are errors, as this hook chooses those. Under DDP every rank measures,
     the largest peak and the longest time count, so all ranks take the same decision.
@@ -137,6 +143,8 @@ class MemoryBudgetHook(ShapeBucketHook):
             are measured; the lowest is trained with, its peak logged as the budget).
         lossy: Also try every lossy technique (:data:`LOSSY`).
         allow: Lossy techniques to try, by name (instead of ``lossy=True``).
+        offload: Also try activation offload (a model on a GPU only: on CPU nothing would move,
+            and it is left out with a line in the log).
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
 
     Raises:
@@ -149,7 +157,8 @@ class MemoryBudgetHook(ShapeBucketHook):
     priority = 'HIGH'  # after DropITHook (VERY_HIGH): plans the converted model
 
     def __init__(self, budget: float | int | str, lossy: bool = False,
-                 allow: Sequence[str] | None = None, bucket: int = 128) -> None:
+                 allow: Sequence[str] | None = None, offload: bool = False,
+                 bucket: int = 128) -> None:
         self.budget = parse_budget(budget, BUDGET_HELP)
         if isinstance(allow, str) or (allow is not None and not set(allow) <= set(LOSSY)):
             raise ConfigError(f'MemoryBudgetHook allow takes a list of lossy techniques from '
@@ -157,6 +166,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         super().__init__(bucket)
         self.lossy = tuple(LOSSY if lossy else allow or ())
         self._every_lossy = bool(lossy)
+        self.offload = bool(offload)
         self._target: _RunnerTarget | None = None
 
     def before_run(self, runner) -> None:
@@ -168,6 +178,13 @@ class MemoryBudgetHook(ShapeBucketHook):
                               'config): its trial passes would measure eager steps; drop '
                               'compile, or use CheckpointPlanHook, which plans for compile')
         model = unwrap(runner.model)
+        if self.offload and any(isinstance(hook, ActivationOffloadHook) for hook in runner.hooks):
+            raise ConfigError('MemoryBudgetHook offload=True chooses what to offload itself: '
+                              'remove ActivationOffloadHook from custom_hooks')
+        if self.offload and next(model.parameters()).device.type != 'cuda':
+            runner.logger.info('MemoryBudgetHook offload=True: the model is not on a GPU, '
+                               'where offload would move nothing; not tried')
+            self.offload = False
         kept = {'bf16': isinstance(runner.optim_wrapper, AmpOptimWrapper),
                 'dropit': bool(dropit_layers(model)),
                 'quantize': any(isinstance(module, CompressedActivations)
@@ -210,7 +227,9 @@ class MemoryBudgetHook(ShapeBucketHook):
                           accumulates=wrapper._accumulative_counts > 1)
         switches = [*([dropit_switch(model)] if 'dropit' in self.lossy else []),
                     *([quantize_switch(model)] if 'quantize' in self.lossy else []),
-                    *([bf16_switch(wrapper)] if 'bf16' in self.lossy else [])]
+                    *([bf16_switch(wrapper)] if 'bf16' in self.lossy else []),
+                    *([offload_switch(model, lambda: probe.forward_part(
+                        min(probe.batch_size, PART_SAMPLES)))] if self.offload else [])]
         lower = ('lossy techniques (lossy=True), or ' if not self._every_lossy else '') \
             + (f'sharding over more than {get_world_size()} processes'
                if is_sharded(model.parameters()) else LOWER)
@@ -227,7 +246,8 @@ class MemoryBudgetHook(ShapeBucketHook):
     def _fingerprint(self, model: nn.Module, wrapper: MicroBatching, key: ShapeKey) -> str:
         """What a saved decision is valid for: the budget and allowed techniques, the batch
         shape, the number of processes, the model's parameters and the optimizer."""
-        described = [repr(self.budget), sorted(self.lossy), list(key), get_world_size(),
+        described = [repr(self.budget), sorted(self.lossy), self.offload, list(key),
+                     get_world_size(),
                      [(name, list(param.shape), str(param.dtype), param.requires_grad)
                       for name, param in model.named_parameters()],
                      type(wrapper.optimizer).__name__, sorted(map(str, wrapper.param_groups[0]))]
