@@ -34,8 +34,8 @@ from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
 from ..offload import (block_patterns, modules_holding_share, offload_activations,
                        restore_offload)
-from ..planner import (StepProbe, bf16_switch, dropit_switch, plan_within_budget, put_in_effect,
-                       quantize_switch, remove_all)
+from ..planner import (PART_SAMPLES, StepProbe, bf16_switch, dropit_switch, offload_switch,
+                       plan_within_budget, put_in_effect, quantize_switch, remove_all)
 from .workload import Workload
 
 Prepare = Callable[[Workload], ContextManager[None]]
@@ -231,14 +231,15 @@ def _search_split(work: Workload, budget: float) -> SplitDecision:
         raise RuntimeError(str(error)) from error
 
 
-def memory_budget(budget: float | None, lossy: bool = False) -> Prepare:
+def memory_budget(budget: float | None, lossy: bool = False, offload: bool = False) -> Prepare:
     """The combination of techniques that ``MemoryBudgetHook`` would choose for ``budget`` (a
     fraction of the measured step peak; ``None``: the least peak), decided once per workload
     (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, what
-    ``MemoryBudgetHook(lossy=True)`` tries too: DropIT, quantized activations, bf16 autocast."""
+    ``MemoryBudgetHook(lossy=True)`` tries too: DropIT, quantized activations, bf16 autocast;
+    with ``offload``, activation offload (``MemoryBudgetHook(offload=True)``; a GPU's)."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        key = f'{"least" if budget is None else budget}-{lossy}'
+        key = f'{"least" if budget is None else budget}-{lossy}' + ('-offload' if offload else '')
         if key not in work.budget_outcomes:
             if work.part_loss is None:
                 raise RuntimeError(f'{work.name} cannot be split into micro-batches')
@@ -254,6 +255,9 @@ def memory_budget(budget: float | None, lossy: bool = False) -> Prepare:
 
             switches = [dropit_switch(work.model), quantize_switch(work.model),
                         bf16_switch(work)] if lossy else []
+            if offload:
+                switches.append(offload_switch(work.model, lambda: forward_part(
+                    min(work.batch_size, PART_SAMPLES))))
             probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_part)
             try:
                 work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches)

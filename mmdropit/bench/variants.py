@@ -153,6 +153,8 @@ def catalogue() -> dict[str, Variant]:
                 forward=bf16_autocast),
         *(Variant(f'budget-{budget}', prepare=memory_budget(budget)) for budget in BUDGETS),
         Variant('budget-least', prepare=memory_budget(None)),
+        *(Variant(f'budget-{budget}-offload', prepare=memory_budget(budget, offload=True))
+          for budget in BUDGETS),
         *(Variant(f'budget-{budget}-lossy', prepare=memory_budget(budget, lossy=True),
                   forward=decided_autocast) for budget in BUDGETS),
         Variant('budget-least-lossy', prepare=memory_budget(None, lossy=True),
