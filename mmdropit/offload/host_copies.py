@@ -4,7 +4,10 @@ forward pass and prefetched back, one group ahead, during the backward pass.
 A *group* is what one offloaded module saved in one call. Its pack hook (:meth:`HostCopies.pack`)
 starts a device-to-host copy of each saved CUDA tensor on a side stream and lets the caching
 allocator reuse the device memory once that copy is done (``Tensor.record_stream``); the forward
-pass does not wait for it. In the backward pass the first tensor unpacked from a group starts
+pass does not wait for it, unless more than ``in_flight_bytes`` are still travelling: then the
+host waits for the oldest copies. The allocator reuses a block only once it has seen its copy
+end, and the host runs ahead of the GPU: without that bound a forward pass faster than the
+copies would hold everything it offloads until the copies catch up, and save nothing. In the backward pass the first tensor unpacked from a group starts
 the host-to-device copies of the group that the forward pass ran before it, so that they travel
 while this group's gradients are computed; a tensor whose copy was not started yet is fetched
 when asked for. The compute stream waits on an event per group, never the host.
@@ -32,6 +35,7 @@ Example:
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import weakref
 from collections.abc import Iterator
@@ -43,6 +47,8 @@ from ..common.saved_tensors import report_kept
 
 MIN_BYTES = 1 << 16
 """Smaller saved tensors stay on the device (their copies cost more than they free)."""
+IN_FLIGHT_BYTES = 256 << 20
+"""Bytes of device-to-host copies that may be under way before the forward pass waits."""
 
 
 @dataclass
@@ -55,12 +61,15 @@ class OffloadStats:
         prefetched: Tensors whose way back had started before backward asked for them.
         fetched_on_demand: Tensors fetched when asked for (the first group of each backward
             pass, and any whose prefetch had not started).
+        waits: Times the forward pass waited for copies (more than ``in_flight_bytes`` under
+            way).
     """
 
     bytes_moved: int = 0
     tensors_moved: int = 0
     prefetched: int = 0
     fetched_on_demand: int = 0
+    waits: int = 0
 
 
 @dataclass(eq=False)
@@ -92,6 +101,10 @@ class _Groups:
 class HostCopies:
     """Keep the tensors saved inside :meth:`group` blocks in pinned host memory.
 
+    Args:
+        in_flight_bytes: Device-to-host copies that may be under way before the forward pass
+            waits for the oldest (see the module doc).
+
     Example (a step of a CUDA model with its first half offloaded)::
 
         copies = HostCopies()
@@ -102,10 +115,12 @@ class HostCopies:
         print(copies.stats)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, in_flight_bytes: int = IN_FLIGHT_BYTES) -> None:
         self.stats = OffloadStats()
+        self.in_flight_bytes = in_flight_bytes
         self._groups = _Groups()
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self._in_flight: collections.deque[tuple[torch.cuda.Event, int]] = collections.deque()
         self._current = -1
 
     @contextlib.contextmanager
@@ -135,11 +150,23 @@ class HostCopies:
         with torch.cuda.stream(stream):
             host.copy_(tensor.detach(), non_blocking=True)
         tensor.record_stream(stream)  # its memory is reused only once the copy is done
+        self._bound_in_flight(stream.record_event(), tensor.nbytes)
         copy = _HostCopy(host, tensor.device, self._current)
         self._groups.members.setdefault(self._current, weakref.WeakSet()).add(copy)
         self.stats.bytes_moved += tensor.nbytes
         self.stats.tensors_moved += 1
         return copy
+
+    def _bound_in_flight(self, copied: torch.cuda.Event, nbytes: int) -> None:
+        self._in_flight.append((copied, nbytes))
+        travelling = sum(size for _, size in self._in_flight)
+        while self._in_flight and (travelling > self.in_flight_bytes
+                                   or self._in_flight[0][0].query()):
+            event, size = self._in_flight.popleft()
+            if not event.query():
+                event.synchronize()
+                self.stats.waits += 1
+            travelling -= size
 
     def _fetch(self, copy: _HostCopy) -> None:
         stream = self._stream(copy.device)

@@ -57,7 +57,7 @@ def _digit_histogram_kernel(x_ptr, numel, prefix_ptr, hist_ptr, SHIFT: tl.conste
     digit = tl.where(match, (key >> SHIFT) & 255, 256)  # 256: a bin that is not stored
     counts = tl.histogram(digit, 512)
     bins = tl.arange(0, 512)
-    tl.atomic_add(hist_ptr + bins, counts, mask=bins < 256)
+    tl.atomic_add(hist_ptr + bins, counts, mask=(bins < 256) & (counts > 0))  # few after pass 1
 
 
 @triton.jit
