@@ -58,7 +58,7 @@ def _transients(chain: Chain, grads: list[int]) -> list[int]:
     not yet passed on (:func:`_pending_gradients`), the gradients of the item's arguments it
     makes (a pooling layer's or a strided convolution's are larger than its output's; where an
     argument's gradient is already being summed, the new sum too), its workspace and its
-    parameters' gradients."""
+    parameters' gradients (``grads``: one module's at a time, :func:`_grad_bytes`)."""
     pending, last_reader = _pending_gradients(chain)
     transients = []
     for i, (item, grad) in enumerate(zip(chain.items, grads)):
@@ -107,10 +107,15 @@ def _pending_gradients(chain: Chain) -> tuple[list[int], dict[int, int]]:
     return pending, last
 
 
-def _grad_bytes(chain: Chain) -> list[int]:
+def _grad_bytes(chain: Chain, largest: bool = False) -> list[int]:
+    """Bytes of the parameter gradients each item's backward makes; with ``largest``, of the
+    most one module of the item makes: autograd hands each module's to ``.grad`` right after
+    that module's backward, so in an item of several modules (a residual block left whole)
+    only one module's are temporaries at a time."""
     record = chain.record
-    return [sum(record.param_grad_bytes.get(record.calls[c].name, 0)
-                for c in item.grad_owner_calls) for item in chain.items]
+    made = [[record.param_grad_bytes.get(record.calls[c].name, 0) for c in item.grad_owner_calls]
+            for item in chain.items]
+    return [max(sizes, default=0) if largest else sum(sizes) for sizes in made]
 
 
 def predict(chain: Chain, segments: list[Segment]) -> Prediction:
@@ -120,7 +125,7 @@ def predict(chain: Chain, segments: list[Segment]) -> Prediction:
     tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker.
     """
     grads = _grad_bytes(chain)
-    transients = _transients(chain, grads)
+    transients = _transients(chain, _grad_bytes(chain, largest=True))
     grad_after = [0] * (len(chain.items) + 1)
     for i in reversed(range(len(chain.items))):
         grad_after[i] = grad_after[i + 1] + grads[i]
@@ -263,7 +268,7 @@ def chain_costs(chain: Chain) -> ChainCosts:
         saved_before.append(saved_before[-1] | item.saves)
     keep = [chain.bytes_of(item.saves - saved_before[i]) for i, item in enumerate(chain.items)]
     keep_after_cut = [chain.bytes_of(item.saves) for item in chain.items]
-    transient = _transients(chain, _grad_bytes(chain))
+    transient = _transients(chain, _grad_bytes(chain, largest=True))
     held = [frozenset({*segment.inputs, *segment.cached}) for segment in chain.segments]
     inputs = [chain.bytes_of(kept - saved_before[segment.start])
               for segment, kept in zip(chain.segments, held)]
