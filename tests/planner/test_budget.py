@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import torch
 from torch import nn
 
@@ -56,3 +57,32 @@ def test_a_budget_measures_every_setting():
     probe, applied = _probe(), []
     plan_within_budget(probe, 0.9, _Split(probe.model), [_recording_switch(probe, applied)])
     assert {0.5, 0.7, 0.9} <= set(applied)
+
+
+@pytest.mark.parametrize('cold_new_shapes', [True, False])
+def test_on_a_gpu_a_batch_size_is_timed_twice_the_first_time_it_runs(cold_new_shapes):
+    """On a GPU the first pass of any new shape is slow (cuDNN / cuBLAS pick kernels): a size
+    not run before is timed as the faster of two passes. On CPU only a size larger than any
+    before is (new memory): a smaller new size is timed once."""
+    probe = replace(_probe(), cold_new_shapes=cold_new_shapes)
+    ran: set[int] = set()
+    cold_single = []
+    peak, peaks, seconds = probe.peak, probe.peaks, probe.seconds
+
+    def recorded_peak(size: int, gradients_held: bool = True):
+        ran.add(size)
+        return peak(size, gradients_held)
+
+    def recorded_peaks(size: int):
+        ran.add(size)
+        return peaks(size)
+
+    def recorded_seconds(size: int, passes: int = 2) -> float:
+        if passes == 1 and size not in ran:
+            cold_single.append(size)
+        ran.add(size)
+        return seconds(size, passes)
+
+    probe.peak, probe.peaks, probe.seconds = recorded_peak, recorded_peaks, recorded_seconds
+    plan_within_budget(probe, 0.3, _Split(probe.model))
+    assert bool(cold_single) != cold_new_shapes, cold_single
