@@ -64,7 +64,8 @@ for stage in "${STAGES[@]}"; do
   fi
   case $name in
     setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|bench|detect|ogc|snapshot|summary) ;;
-    bench-deit_small|bench-resnet50) ;;
+    bench-*) [[ " ${BENCH_MODELS[*]} " == *" ${name#bench-} "* ]] ||
+               { echo "error: unknown stage '$name'" >&2; exit 2; } ;;
     *) echo "error: unknown stage '$name'" >&2; exit 2 ;;
   esac
 done
@@ -78,27 +79,30 @@ run() {  # run (or print) a command, its output also in OUT/<log>
   return "${PIPESTATUS[0]}"
 }
 
+install_mmcv_without_ops() {  # $1: why (mmcv.txt says it)
+  rm -rf "$MMCV_SITE"  # pip --target leaves an existing mmcv in place
+  MMCV_WITH_OPS=0 $PY -m pip install -q --no-build-isolation --no-deps --target "$MMCV_SITE" \
+    "$ROOT"/.gpu/src/mmcv-2.1.0.tar.gz
+  echo "mmcv 2.1.0 WITHOUT ops ($1): the detector rows (nms, RoIAlign) and the tests that" \
+       "need mmcv.ops cannot run" > "$OUT/mmcv.txt"
+}
+
 build_mmcv() {
   local arch
+  rm -rf "$MMCV_SITE"  # pip --target leaves an existing mmcv in place: a lite one would stay
   if compgen -G "$ROOT/.gpu/prebuilt/mmcv-prebuilt.tgz.part-*" > /dev/null; then
     mkdir -p "$MMCV_SITE"
     cat "$ROOT"/.gpu/prebuilt/mmcv-prebuilt.tgz.part-* | tar xz -C "$MMCV_SITE" &&
       echo "mmcv 2.1.0 unpacked from .gpu/prebuilt (built on an earlier machine)" > "$OUT/mmcv.txt" &&
       return 0
   fi
-  rm -rf "$MMCV_SITE"  # pip --target leaves an existing mmcv in place: a lite one would stay
   arch=$($PY -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')
   if MMCV_WITH_OPS=1 FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS="$(nproc)" \
      $PY -m pip install -q --no-build-isolation --no-deps --target "$MMCV_SITE" \
        "$ROOT"/.gpu/src/mmcv-2.1.0.tar.gz; then
     echo "mmcv 2.1.0 built with CUDA ops for sm_${arch/./}" > "$OUT/mmcv.txt"
   else
-    rm -rf "$MMCV_SITE"
-    MMCV_WITH_OPS=0 $PY -m pip install -q --no-build-isolation --no-deps --target "$MMCV_SITE" \
-      "$ROOT"/.gpu/src/mmcv-2.1.0.tar.gz
-    echo "mmcv 2.1.0 built WITHOUT ops (the CUDA build failed, see mmcv-build.log): the" \
-         "detector rows (nms, RoIAlign) and the tests that need mmcv.ops cannot run" \
-         > "$OUT/mmcv.txt"
+    install_mmcv_without_ops "the CUDA build failed, see mmcv-build.log"
   fi
 }
 
@@ -125,7 +129,7 @@ for stage in "${STAGES[@]}"; do
     mmcv-background)
       if (( DRY )); then echo "setsid: build mmcv (CUDA ops) into $MMCV_SITE  > $BUILD_LOG"
       else
-        export -f build_mmcv; export OUT ROOT MMCV_SITE PY
+        export -f build_mmcv install_mmcv_without_ops; export OUT ROOT MMCV_SITE PY
         setsid nohup bash -c 'build_mmcv; touch /tmp/mmcv-build.done' > "$BUILD_LOG" 2>&1 &
       fi ;;
     mmcv-wait)
@@ -150,11 +154,8 @@ for stage in "${STAGES[@]}"; do
     mmcv-lite)
       if (( DRY )); then echo "build mmcv (no ops) into $MMCV_SITE  > $OUT/mmcv.txt"
       else
-        MMCV_WITH_OPS=0 $PY -m pip install -q --no-build-isolation --no-deps --target \
-          "$MMCV_SITE" "$ROOT"/.gpu/src/mmcv-2.1.0.tar.gz > "$BUILD_LOG" 2>&1
+        install_mmcv_without_ops "stage mmcv-lite, chosen for a short lease" > "$BUILD_LOG" 2>&1
         cp "$BUILD_LOG" "$OUT/mmcv-build.log"
-        echo "mmcv 2.1.0 WITHOUT ops (stage mmcv-lite, chosen for a short lease): the detector" \
-             "rows (nms, RoIAlign) and the tests that need mmcv.ops cannot run" > "$OUT/mmcv.txt"
       fi ;;
     detect)
       run detect.log $PY "$ROOT/tools/benchmark.py" --device cuda --models faster_rcnn \
