@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from mmdropit.offload import offload_activations, restore_offload
+from tests.helpers.split_target import SplitTarget
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')]
@@ -48,16 +49,6 @@ def test_offload_keeps_the_gradients_and_lowers_the_peak(method):
         assert stats.fetched_on_demand <= 2 * 3  # only the first group of each backward pass
 
 
-class _Split:
-    """What the budget's techniques are applied to: the model and its micro-batch count."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model, self.micro_batches = model, 1
-
-    def set_micro_batches(self, count: int) -> None:
-        self.micro_batches = count
-
-
 def test_the_memory_budget_measures_offload_and_keeps_its_choice_within_the_budget():
     from mmdropit.planner import StepProbe, offload_switch, plan_within_budget
 
@@ -68,7 +59,7 @@ def test_the_memory_budget_measures_offload_and_keeps_its_choice_within_the_budg
 
     probe = StepProbe(model, None, 2048, run_part=lambda size: loss(size).backward(),
                       forward_part=loss)
-    outcome = plan_within_budget(probe, 0.6, _Split(model),
+    outcome = plan_within_budget(probe, 0.6, SplitTarget(model),
                                  [offload_switch(model, lambda: loss(256))])
     table = outcome.decision.table()
     assert 'offload 0.5 of the saved bytes' in table and 'offload 1.0' in table, table

@@ -10,16 +10,7 @@ from torch import nn
 
 from mmdropit.planner import StepProbe, plan_within_budget
 from mmdropit.planner.budget import dropit_switch
-
-
-class _Split:
-    """What the techniques are applied to: the model and its micro-batch count."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model, self.micro_batches = model, 1
-
-    def set_micro_batches(self, count: int) -> None:
-        self.micro_batches = count
+from tests.helpers.split_target import SplitTarget
 
 
 def _probe() -> StepProbe:
@@ -47,7 +38,7 @@ def _recording_switch(probe: StepProbe, applied: list) -> object:
 
 def test_the_least_peak_measures_each_lossy_technique_at_its_leanest_setting_only():
     probe, applied = _probe(), []
-    outcome = plan_within_budget(probe, None, _Split(probe.model),
+    outcome = plan_within_budget(probe, None, SplitTarget(probe.model),
                                  [_recording_switch(probe, applied)])
     assert applied and set(applied) == {0.9}
     assert outcome.least and outcome.decision.measured_bytes == outcome.decision.budget_bytes
@@ -55,7 +46,7 @@ def test_the_least_peak_measures_each_lossy_technique_at_its_leanest_setting_onl
 
 def test_a_budget_measures_every_setting():
     probe, applied = _probe(), []
-    plan_within_budget(probe, 0.9, _Split(probe.model), [_recording_switch(probe, applied)])
+    plan_within_budget(probe, 0.9, SplitTarget(probe.model), [_recording_switch(probe, applied)])
     assert {0.5, 0.7, 0.9} <= set(applied)
 
 
@@ -84,5 +75,5 @@ def test_on_a_gpu_a_batch_size_is_timed_twice_the_first_time_it_runs(cold_new_sh
         return seconds(size, passes)
 
     probe.peak, probe.peaks, probe.seconds = recorded_peak, recorded_peaks, recorded_seconds
-    plan_within_budget(probe, 0.3, _Split(probe.model))
+    plan_within_budget(probe, 0.3, SplitTarget(probe.model))
     assert bool(cold_single) != cold_new_shapes, cold_single

@@ -102,4 +102,3 @@ class ActivationOffloadHook(Hook):
     def after_run(self, runner) -> None:
         restore_offload(unwrap(runner.model))
         self._offload = None
-
