@@ -15,6 +15,7 @@ from mmdropit.dropit.compact import encode, pack_bits, scatter_kept
 from mmdropit.dropit.strategies import kept_count, mink, sampled_threshold
 from mmdropit.kernels.switch import eager_only
 from tests.helpers.kernel_inputs import KINDS, kernel_input
+from tests.helpers.triton_launches import recorded_launches
 
 triton = pytest.importorskip('triton', reason='Triton ships with the CUDA build of torch')
 
@@ -77,10 +78,37 @@ def test_the_radix_select_finds_the_exact_kth_magnitude(kernels, case):
                                    float('-inf'), 3.0e38] * 300)}[case]
     x = x[torch.randperm(x.numel(), generator=generator)].to(DEVICE)
     for rank in sorted({1, 2, x.numel() // 3, x.numel() // 2, x.numel() - 1, x.numel()}):
-        found = kernels._threshold(x, rank)
+        found = kernels._select(x, rank)[0]
         assert found.dtype == torch.float32 and found.shape == (1,)
         assert torch.equal(found.view(torch.int32), x.abs().kthvalue(rank).values.reshape(1)
                            .view(torch.int32)), rank
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=str)
+def test_half_precision_needs_fewer_radix_passes(kernels, dtype):
+    """A bfloat16 magnitude sets only the upper two bytes of its float32 pattern, a float16 the
+    upper three: two and three passes find the exact threshold (one pass fewer would not)."""
+    x = kernel_input(20_000, dtype, 'scaled', DEVICE)
+    magnitudes = x.float().abs()
+    for rank in (1, 777, 10_000, 19_999, 20_000):
+        found = kernels._select(x, rank)[0]
+        assert torch.equal(found, magnitudes.kthvalue(rank).values.reshape(1)), rank
+
+
+# Kernel launches per call: a GPU step of a host-bound model pays every one of them in host time
+# (the first GPU run spent ~24 launches on each DropIT layer's selection)
+SELECT_LAUNCHES = {torch.float32: 8, torch.float16: 7, torch.bfloat16: 6}
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
+def test_each_call_launches_few_kernels(kernels, dtype):
+    x = kernel_input(20_000, dtype, 'normal', DEVICE)
+    with recorded_launches(kernels) as selecting:
+        bits, values = kernels.keep_topk(x, 2_000, True)
+    with recorded_launches(kernels) as rebuilding:
+        kernels.scatter_bitmask(bits, values, x.numel())
+    assert selecting.total <= SELECT_LAUNCHES[dtype], (selecting.triton, selecting.torch_ops)
+    assert rebuilding.total <= 3, (rebuilding.triton, rebuilding.torch_ops)
 
 
 @pytest.mark.cuda

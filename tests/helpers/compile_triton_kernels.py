@@ -1,0 +1,82 @@
+"""Compile every Triton launch DropIT's host code makes, for a Hopper GPU, without one.
+
+Triton's interpreter (how the tests run the kernels on a CPU) is plain Python and accepts code
+that Triton's compiler rejects (types that change in a loop, unsupported operations). Here each
+launch of :mod:`mmdropit.kernels.cuda.dropit_kernels`, recorded from the host code on CPU
+tensors and not run, goes through Triton's compiler and ``ptxas`` for ``sm_90``, with the
+argument types it was given. It must run without ``TRITON_INTERPRET``:
+
+    env -u TRITON_INTERPRET python -m tests.helpers.compile_triton_kernels
+
+It prints one line per distinct kernel build and exits non-zero on the first that fails.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+_POINTEE = {torch.float32: 'fp32', torch.bfloat16: 'bf16', torch.float16: 'fp16',
+            torch.int32: 'i32', torch.int64: 'i64', torch.uint8: 'u8'}
+_HOPPER = ('cuda', 90, 32)  # backend, compute capability, warp size
+
+
+def _type(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return '*' + _POINTEE[value.dtype]
+    if isinstance(value, bool):
+        return 'i1'
+    if isinstance(value, int):
+        return 'i32' if -2**31 <= value < 2**31 else 'i64'
+    raise TypeError(f'no Triton type for {value!r}')
+
+
+def _host_calls(kernels) -> None:
+    """Every host function of the kernels' module, in each dtype and encoding."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        flat = torch.randn(70_001).to(dtype)
+        for bitmask in (True, False):
+            kernels.keep_topk(flat, 7_000, bitmask)
+            kernels.keep_topk(flat, flat.numel(), bitmask)
+            kernels.write_above(flat, torch.tensor([0.5]), torch.zeros(69, dtype=torch.int32),
+                                bitmask)
+        kernels.above_counts(flat, 0.5)
+        kernels.scatter_bitmask(torch.zeros(8_751, dtype=torch.uint8), flat[:0], 70_001)
+
+
+def main() -> int:
+    if os.environ.get('TRITON_INTERPRET') == '1':
+        print('run without TRITON_INTERPRET: the interpreter compiles nothing', file=sys.stderr)
+        return 2
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from mmdropit.kernels.cuda import dropit_kernels
+    from tests.helpers.triton_launches import recorded_launches
+
+    with recorded_launches(dropit_kernels, run=False) as launches:
+        _host_calls(dropit_kernels)
+    built = set()
+    for launch in launches.triton:
+        names = launch.kernel.arg_names
+        signature = {name: _type(value) for name, value in zip(names, launch.args)}
+        signature.update({name: 'constexpr' for name in launch.constants})
+        key = (launch.name, tuple(signature.items()), tuple(launch.constants.items()))
+        if key in built:
+            continue
+        built.add(key)
+        source = ASTSource(fn=launch.kernel, signature=signature, constexprs=launch.constants)
+        try:
+            triton.compile(source, target=GPUTarget(*_HOPPER))
+        except Exception as error:  # noqa: BLE001 (the compiler's own error, reported whole)
+            print(f'FAILED {launch.name} {signature} {launch.constants}:\n{error}')
+            return 1
+        print(f'compiled {launch.name} {launch.constants} {signature}')
+    print(f'{len(built)} kernel builds compiled for sm_{_HOPPER[1]}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
