@@ -240,8 +240,8 @@ def keep_ratio(model: nn.Module, reset: bool = False) -> float | None:
     """Share of saved-input elements kept by all DropIT layers since their counters were reset
     (``None`` if none ran); ``reset=True`` restarts the counters."""
     states = [module.dropit for module in dropit_layers(model).values()]
-    counted = [state.counters.cpu() for state in states if state.counters is not None]
-    kept, seen = torch.stack(counted).sum(0).tolist() if counted else (0, 0)
+    totals = [state.totals() for state in states]
+    kept, seen = sum(kept for kept, _ in totals), sum(seen for _, seen in totals)
     if reset:
         for state in states:
             state.reset_counters()

@@ -18,10 +18,14 @@ class DropITState:
         strategy: ``'mink'``, ``'mink_approx'`` or ``'random'``.
         value_bits: 8, 4 or 2 to keep the kept values as integer codes per group, ``None``
             to keep them in the input's dtype.
-        counters: Elements kept and seen since the counters were last reset, as a tensor on
-            the device of the layer's inputs (``None``: made at the next count). A tensor, not
-            Python ints: a compiled graph adds to it in place, where reading and writing an int
-            attribute would make ``torch.compile`` guard on its value and recompile every step.
+        kept_elements: Elements kept by eager steps since the counters were last reset.
+        seen_elements: Elements those steps saw.
+        counters: Elements kept and seen by compiled steps, as a tensor on the device of the
+            layer's inputs (``None``: made at the next compiled count). A compiled graph adds
+            to it in place, where reading and writing an int attribute would make
+            ``torch.compile`` guard on its value and recompile every step; an eager step adds
+            to the ints instead, where the tensor would cost a GPU step four kernel launches a
+            layer (host time, on a host-bound step).
         dense_warned: Whether the "kept dense" warning was given.
 
     Example:
@@ -35,19 +39,32 @@ class DropITState:
     base_gamma: float
     strategy: str
     value_bits: int | None = None
+    kept_elements: int = field(default=0, repr=False)
+    seen_elements: int = field(default=0, repr=False)
     counters: torch.Tensor | None = field(default=None, repr=False)
     dense_warned: bool = field(default=False, repr=False)
+
+    def totals(self) -> tuple[int, int]:
+        """Elements kept and seen since the counters were last reset, eager and compiled
+        steps together (reads the compiled steps' tensor: a GPU sync)."""
+        kept, seen = self.kept_elements, self.seen_elements
+        if self.counters is not None:
+            compiled_kept, compiled_seen = self.counters.tolist()
+            kept, seen = kept + compiled_kept, seen + compiled_seen
+        return kept, seen
 
     @property
     def keep_ratio(self) -> float | None:
         """Realised share of kept elements since the last reset (``None`` before any step)."""
-        if self.counters is None:
-            return None
-        kept, seen = self.counters.tolist()
+        kept, seen = self.totals()
         return kept / seen if seen else None
 
     def count(self, kept: int, seen: int, device: torch.device) -> None:
-        """Add one saved input to the counters (kept on ``device``)."""
+        """Add one saved input to the counters (while compiled, to the tensor on ``device``)."""
+        if not torch.compiler.is_compiling():
+            self.kept_elements += kept
+            self.seen_elements += seen
+            return
         if self.counters is None or self.counters.device != device:
             self.counters = torch.zeros(2, dtype=torch.int64, device=device)
         self.counters[0] += kept
@@ -55,7 +72,8 @@ class DropITState:
 
     def reset_counters(self, device: torch.device | None = None) -> None:
         """Start counting afresh (e.g. at each logged iteration): zero the counters in place,
-        or make them on ``device`` when given."""
+        and make the compiled steps' tensor on ``device`` when given."""
+        self.kept_elements = self.seen_elements = 0
         if device is not None:
             self.counters = torch.zeros(2, dtype=torch.int64, device=device)
         elif self.counters is not None:

@@ -185,6 +185,29 @@ def test_grad_input_is_computed_only_when_needed():
     assert counts == {False: 1, True: 2}
 
 
+class _RecordOperators(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_eager_forward_runs_the_selection_and_the_layer_alone():
+    """Nothing else, e.g. no in-place adds on a counter tensor: on a GPU each operation is a
+    launch that a host-bound step pays for (compiled steps count in a tensor, tested with
+    ``torch.compile``)."""
+    layer = to_dropit(nn.Linear(8, 4), gamma=0.5, exclude=[])
+    x = torch.randn(5, 8, requires_grad=True)
+    with _RecordOperators() as recorded:
+        layer(x)
+    launching = [name for name in recorded.names if name not in ('view', 't', 'select')]
+    assert launching == ['keep', 'addmm']
+    assert layer.dropit.keep_ratio == 0.5
+
+
 def test_random_strategy_is_unbiased():
     torch.manual_seed(0)
     layer, x = nn.Linear(6, 3), torch.randn(20, 6)
