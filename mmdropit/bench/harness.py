@@ -1,7 +1,8 @@
 """Measure a training step under several variants, side by side in one process.
 
 Per variant: saved-activation bytes, the step peak by category, and the step time, timed
-alternately with the baseline so each ratio compares steps taken under the same machine load.
+alternately with the baseline so each ratio compares steps taken under the same machine load;
+on a GPU also the host's share of the step (the time until its calls returned).
 """
 from __future__ import annotations
 
@@ -37,14 +38,17 @@ def _compiling_step(work: Workload, variant: Variant,
 
 
 def _timed_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimizer,
-                device: torch.device) -> float:
+                device: torch.device) -> tuple[float, float]:
+    """Seconds of one step, and seconds until its calls returned (before waiting for the GPU:
+    the host's share; the same number on a CPU)."""
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
     start = time.perf_counter()
     train_step(work, variant, optimizer)
+    issued = time.perf_counter()
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, issued - start
 
 
 def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
@@ -94,10 +98,13 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
         peaks[variant.name] = peak_meter.result
 
     times: dict[str, list[float]] = {variant.name: [] for variant in working}
+    host_times: dict[str, list[float]] = {variant.name: [] for variant in working}
     for _ in range(steps):
         for variant in working:
             with variant.prepare(work):
-                times[variant.name].append(_timed_step(work, variant, optimizer, device))
+                seconds, host_seconds = _timed_step(work, variant, optimizer, device)
+            times[variant.name].append(seconds)
+            host_times[variant.name].append(host_seconds)
 
     measurements = []
     for variant in working:
@@ -105,5 +112,7 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
         measurements.append(Measurement(
             model=work.name, variant=variant.name, saved=saved[variant.name],
             peak=peaks[variant.name], step_seconds=statistics.median(times[variant.name]),
-            time_ratio=statistics.median(ratios), round_seconds=tuple(times[variant.name])))
+            time_ratio=statistics.median(ratios), round_seconds=tuple(times[variant.name]),
+            host_seconds=(statistics.median(host_times[variant.name])
+                          if device.type == 'cuda' else None)))
     return measurements, skipped

@@ -30,6 +30,10 @@ class Measurement:
         time_ratio: Median of the per-round ratios of this variant's step time to the baseline's,
             timed alternately in one process; ``None`` falls back to the ratio of the medians.
         round_seconds: The step time of every timed round, in order (shows the noise).
+        host_seconds: On a GPU, the median seconds until the step's calls returned, before
+            waiting for the GPU: near ``step_seconds``, the step is host-bound (Python and
+            kernel launches, or a wait for the GPU inside the step), and work the GPU does
+            beside it costs no time; ``None`` on a CPU.
 
     Example:
         >>> m = Measurement('mlp', 'baseline', SavedActivations(6144, 2, {'float32': 6144}),
@@ -45,6 +49,7 @@ class Measurement:
     step_seconds: float
     time_ratio: float | None = None
     round_seconds: tuple[float, ...] = ()
+    host_seconds: float | None = None
 
 
 def _ratio(value: float | None, base: float | None) -> float | None:
@@ -65,7 +70,7 @@ def compare(measurements: Sequence[Measurement],
     Returns:
         Dicts with keys ``model``, ``variant``, ``saved_bytes``, ``saved_ratio``, ``peak_bytes``,
         ``peak_ratio``, ``activation_peak_bytes``, ``activation_peak_ratio``, ``step_seconds``,
-        ``time_ratio``.
+        ``time_ratio``, ``host_seconds``.
 
     Example:
         >>> base = Measurement('m', 'baseline', SavedActivations(100), StepPeak('cpu', 400), 2.0)
@@ -92,6 +97,7 @@ def compare(measurements: Sequence[Measurement],
                                             base and base.peak.activation_peak_bytes),
             'step_seconds': m.step_seconds,
             'time_ratio': time_ratio if base is not None else None,
+            'host_seconds': m.host_seconds,
         })
     return rows
 
@@ -105,7 +111,8 @@ def _times(ratio: float | None) -> str:
 
 
 def markdown_table(measurements: Sequence[Measurement], baseline: str = 'baseline') -> str:
-    """A markdown table of values (MiB, seconds) and their ratios to the baseline.
+    """A markdown table of values (MiB, seconds) and their ratios to the baseline; with a
+    ``host s`` column when the steps were timed on a GPU.
 
     Args:
         measurements: The measurements, one row each.
@@ -119,11 +126,16 @@ def markdown_table(measurements: Sequence[Measurement], baseline: str = 'baselin
         ...                    2.0)
         >>> print(markdown_table([base]).splitlines()[2])
         | m | baseline | 1.0 | 1.00 | 4.0 | 1.00 | n/a | n/a | 2.000 | 1.00 |
+        >>> on_gpu = Measurement('m', 'baseline', SavedActivations(MIB),
+        ...                      StepPeak('cuda', 4 * MIB), 2.0, host_seconds=1.9)
+        >>> print(markdown_table([on_gpu]).splitlines()[2])
+        | m | baseline | 1.0 | 1.00 | 4.0 | 1.00 | n/a | n/a | 2.000 | 1.00 | 1.900 |
     """
+    host = any(m.host_seconds is not None for m in measurements)
     lines = [
         '| model | variant | saved MiB | x base | peak MiB | x base | activation peak MiB | x base '
-        '| step s | x base |',
-        '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+        '| step s | x base |' + (' host s |' if host else ''),
+        '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|' + ('---:|' if host else ''),
     ]
     for row in compare(measurements, baseline):
         cells = [row['model'], row['variant'],
@@ -131,6 +143,8 @@ def markdown_table(measurements: Sequence[Measurement], baseline: str = 'baselin
                  _mib(row['peak_bytes']), _times(row['peak_ratio']),
                  _mib(row['activation_peak_bytes']), _times(row['activation_peak_ratio']),
                  f"{row['step_seconds']:.3f}", _times(row['time_ratio'])]
+        if host:
+            cells.append('n/a' if row['host_seconds'] is None else f"{row['host_seconds']:.3f}")
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines) + '\n'
 

@@ -115,13 +115,14 @@ def test_on_device_refuses_bad_arguments_in_one_line(args, message):
 
 def test_the_summary_is_one_row_per_variant(tmp_path):
     rows = [Measurement('deit_small', name, SavedActivations(saved), StepPeak('cuda', peak),
-                        seconds) for name, saved, peak, seconds in
-            [('baseline', 800, 2**31, 1.0), ('ckpt-plan-min', 200, 2**30, 1.25)]]
+                        seconds, host_seconds=host) for name, saved, peak, seconds, host in
+            [('baseline', 800, 2**31, 1.0, 0.5), ('ckpt-plan-min', 200, 2**30, 1.25, 1.2)]]
     (tmp_path / 'bench').mkdir()
     write_json(rows, tmp_path / 'bench' / 'benchmark.json', meta={'device': 'cuda'})
     table = run_tool('tools/gpu/summary.py', str(tmp_path)).stdout.splitlines()
-    assert table[2].split() == ['deit_small', 'ckpt-plan-min', '0.50', '0.25', '1.25', '2.00',
-                                'GiB', '(cuda)']
+    assert table[2].split() == ['deit_small', 'ckpt-plan-min', '0.50', '0.25', '1.25', '0.96',
+                                '2.00', 'GiB', '(cuda)']
+    assert 'host' in table[0].split()
 
 
 def test_the_snapshot_script_says_it_needs_cuda(tmp_path):

@@ -14,16 +14,20 @@ from pathlib import Path
 
 def summary(folder: Path) -> str:
     """The table: per model and variant, the step peak, saved activations and step time as
-    ratios to the baseline, and the baseline's peak in GiB."""
-    lines = [f'{"model":12} {"variant":28} {"peak":>6} {"saved":>6} {"time":>6}  baseline peak']
+    ratios to the baseline, the host's share of the step (``host``: near 1, host-bound), and
+    the baseline's peak in GiB."""
+    lines = [f'{"model":12} {"variant":28} {"peak":>6} {"saved":>6} {"time":>6} {"host":>5}  '
+             'baseline peak']
     for path in sorted(folder.rglob('benchmark.json')):
         result = json.loads(path.read_text())
         device = result.get('meta', {}).get('device', '?')
         base_peaks = {row['model']: row['peak_bytes'] for row in result['rows']
                       if row['variant'] == result['baseline']}
         for row in result['rows']:
+            host = row.get('host_seconds')
+            host_share = '  n/a' if host is None else f'{host / row["step_seconds"]:5.2f}'
             lines.append(f'{row["model"]:12} {row["variant"]:28} {row["peak_ratio"]:6.2f} '
-                         f'{row["saved_ratio"]:6.2f} {row["time_ratio"]:6.2f}  '
+                         f'{row["saved_ratio"]:6.2f} {row["time_ratio"]:6.2f} {host_share}  '
                          f'{base_peaks[row["model"]] / 2**30:.2f} GiB ({device})')
     return '\n'.join(lines) if len(lines) > 1 else f'no benchmark.json under {folder}'
 
