@@ -20,6 +20,8 @@ Example:
     python tools/benchmark.py --budget --lossy-grid --models deit_small  # ... and a lossy grid
     python tools/benchmark.py --ogc-table --ogc-scale 8      # plans on the OGC paper's 18 models
     python tools/benchmark.py --compile-budget --models deit_small,resnet50   # vs compile's budget
+    python tools/benchmark.py --compile reduce-overhead --device cuda --models deit_small \
+        --variants bf16-autocast,dropit-mink+bf16   # compiled, replayed as CUDA graphs
 
 The measuring is done by :mod:`mmdropit.bench`; a new memory technique is one more variant in
 :func:`mmdropit.bench.variants.catalogue`.
@@ -45,6 +47,7 @@ from mmdropit.bench.ogc_models import OGC_ROWS
 from mmdropit.bench.ogc_table import run_ogc_table, write_ogc_results
 
 DEFAULT_OUT = 'work_dirs/benchmark'
+COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
 QUICK_MODELS = ('deit_tiny', 'resnet50')
 QUICK_BATCH_SIZE = 4
 QUICK_STEPS = 1
@@ -101,9 +104,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help='compare our plans (eager and compiled) with torch.compile\'s '
                         'activation_memory_budget swept from 1 to 0 instead, one process per '
                         'setting; writes compile_budget.md, .json and .png')
-    parser.add_argument('--compile', action='store_true',
+    parser.add_argument('--compile', nargs='?', const='default', choices=COMPILE_MODES,
+                        metavar='MODE',
                         help='compile every model (torch.compile, inductor) before measuring; '
-                        'the graph breaks of each variant are reported')
+                        'the graph breaks of each variant are reported. MODE: inductor\'s mode '
+                        '(%s; reduce-overhead: CUDA graphs, no launch cost on the host)'
+                        % ', '.join(COMPILE_MODES))
     parser.add_argument('--batch-size', type=int,
                         help='images per step for the classification models (default 16)')
     parser.add_argument('--det-batch-size', type=int, default=2,
@@ -179,7 +185,8 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
     chosen = [variants[BASELINE]] + [variants[name] for name in args.variants
                                      if name != BASELINE]
     settings = SuiteSettings(args.batch_size, args.det_batch_size, args.steps,
-                             torch.device(args.device), args.seed, args.compile)
+                             torch.device(args.device), args.seed, args.compile is not None,
+                             None if args.compile in (None, 'default') else args.compile)
     results = run_suite(args.models, args.config, chosen, settings)
     table = write_results(results, settings, out, curve=args.curve)
     for plot in ('checkpoint_curve.png', 'budget_curve.png'):

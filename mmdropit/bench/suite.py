@@ -39,6 +39,10 @@ class SuiteSettings:
         seed: Seeds torch before each model is built.
         compile: Compile each model's forward in place (:meth:`Workload.compile`, inductor)
             before it is measured: every variant then runs compiled.
+        compile_mode: Inductor's ``mode`` when compiling: ``None`` (its default),
+            ``'reduce-overhead'`` (CUDA graphs: a step replays its kernels without the host
+            launching each, the fair ground for a host-bound GPU step), or another of
+            ``torch.compile``'s modes.
     """
 
     batch_size: int
@@ -47,6 +51,7 @@ class SuiteSettings:
     device: torch.device
     seed: int = 0
     compile: bool = False
+    compile_mode: str | None = None
 
 
 @dataclass
@@ -98,7 +103,7 @@ def run_suite(models: list[str], configs: list[str], variants: list[Variant],
                       flush=True)
                 work = config_workload(name, settings.device)
             if settings.compile:
-                work.compile()
+                work.compile(mode=settings.compile_mode)
             measured, failed = benchmark_workload(work, variants, settings.steps,
                                                   settings.device, settings.compile)
             for row in compare(measured, BASELINE):
@@ -127,7 +132,8 @@ def _markdown(table: str, meta: dict) -> str:
                   'highest activation + temporary bytes at any moment of the step')
     skipped = ''.join(f'- {line}\n' for line in meta['skipped'])
     compiled = ('' if meta['graph_breaks'] is None else
-                'Every model compiled in place (`torch.compile`, inductor; one untimed step per '
+                'Every model compiled in place (`torch.compile`, inductor, mode '
+                f"{meta['compile_mode'] or 'default'}; one untimed step per "
                 'variant before the metered ones compiles it without the meters); graph breaks '
                 'per model / variant: ' + ', '.join(f'{key} {count}' for key, count
                                                 in meta['graph_breaks'].items()) + '.\n\n')
@@ -161,6 +167,7 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
         'timed_rounds': settings.steps,
         'seed': settings.seed,
         'graph_breaks': results.graph_breaks if settings.compile else None,
+        'compile_mode': settings.compile_mode,
         'skipped': results.skipped,
         'micro_batch_decisions': {key: dict(dataclasses.asdict(decision), text=str(decision))
                                   for key, decision in results.split_decisions.items()},

@@ -69,6 +69,31 @@ def test_config_workload_measures_the_tiny_vit_on_its_real_batch(tmp_path):
     assert rows['micro-budget-0.5']['peak']['peak_bytes'] <= decision['budget_bytes']
 
 
+@pytest.mark.slow
+def test_a_compiled_run_names_its_mode_and_compiles_dropit_whole(tmp_path):
+    out = tmp_path / 'compiled'
+    config = ROOT / 'configs' / 'tiny' / 'vit-tiny_mnist5k.py'
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', str(config),
+         '--compile', 'reduce-overhead', '--variants', 'dropit-mink', '--steps', '1',
+         '--device', 'cpu', '--out', str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    meta = json.loads((out / 'benchmark.json').read_text())['meta']
+    assert meta['compile_mode'] == 'reduce-overhead'
+    assert meta['graph_breaks'] == {'vit-tiny_mnist5k / baseline': 0,
+                                    'vit-tiny_mnist5k / dropit-mink': 0}
+    assert 'inductor, mode reduce-overhead' in (out / 'benchmark.md').read_text()
+
+
+def test_an_unknown_compile_mode_is_one_line():
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--compile', 'fastest'],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2 and 'Traceback' not in run.stderr
+    assert "argument --compile: invalid choice: 'fastest'" in run.stderr
+
+
 def test_unknown_config_is_one_line(tmp_path):
     run = subprocess.run(
         [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', 'no/such.py'],

@@ -96,6 +96,14 @@ def test_a_stage_runs_one_model_under_a_time_limit(tmp_path):
     assert lines[2].split()[-4:-2] == [str(ROOT / 'tests' / 'cuda'), str(ROOT / 'tests' / 'kernels')]
 
 
+def test_the_compiled_stage_replays_deit_small_as_cuda_graphs(tmp_path):
+    result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'compiled@120')
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    assert line.startswith('timeout 120 ') and '--models deit_small --batch-size 64' in line
+    assert '--compile reduce-overhead --variants bf16-autocast,dropit-mink,' in line
+
+
 def test_the_ogc_stage_runs_the_table_at_the_papers_batch_sizes(tmp_path):
     result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'ogc')
     assert result.returncode == 0, result.stderr

@@ -28,6 +28,9 @@
 #                    least-memory plan, plan at 0.5, 4 micro-batches, bf16 and fp16 autocast,
 #                    MemoryBudgetHook at 0.5 (bench-<model>/)
 #   bench-MODEL      the same for one model (bench-deit_small, bench-resnet50)
+#   compiled         DeiT-S, batch 64, compiled and replayed as CUDA graphs (--compile
+#                    reduce-overhead): bf16 autocast beside DropIT (fp32, bf16) and the
+#                    least-memory plan in bf16, where no launch costs host time (compiled/)
 #   detect           Faster R-CNN R50-FPN, batch 2, the same variants (needs mmcv's ops; detect/)
 #   ogc              our plans on the OGC paper's 18 models at its own batch sizes (--ogc-table
 #                    --ogc-scale 1), where its GPU figures compare directly (ogc/)
@@ -41,7 +44,7 @@ if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ $# -lt 2 ]]; then
   echo "usage: bash tools/gpu/on_device.sh [--dry-run] OUT STAGE... (stages: setup mmcv" \
        "mmcv-background mmcv-wait mmcv-save mmcv-lite kernel-tests tests bench bench-MODEL" \
-       "detect ogc snapshot summary, each optionally @SECONDS)" >&2
+       "compiled detect ogc snapshot summary, each optionally @SECONDS)" >&2
   exit 2
 fi
 OUT=$1; shift
@@ -54,6 +57,7 @@ PY=${PYTHON:-python3}
 STEPS=${STEPS:-10}  # timed rounds per benchmark (a GPU step is short: more rounds, less noise)
 export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+COMPILED_VARIANTS=${COMPILED_VARIANTS:-bf16-autocast,dropit-mink,dropit-mink+bf16,ckpt-plan-min+bf16}
 VARIANTS=${VARIANTS:-grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5,budget-0.5-offload,offload-0.5,save-on-cpu-0.5,grad-ckpt+bf16,ckpt-plan-min+bf16,ckpt-plan-0.5+bf16,offload-0.5+bf16}
 
 BENCH_MODELS=(deit_small resnet50)
@@ -63,7 +67,7 @@ for stage in "${STAGES[@]}"; do
     echo "error: stage '$stage': the limit after @ must be whole seconds" >&2; exit 2
   fi
   case $name in
-    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|bench|detect|ogc|snapshot|summary) ;;
+    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|bench|compiled|detect|ogc|snapshot|summary) ;;
     bench-*) [[ " ${BENCH_MODELS[*]} " == *" ${name#bench-} "* ]] ||
                { echo "error: unknown stage '$name'" >&2; exit 2; } ;;
     *) echo "error: unknown stage '$name'" >&2; exit 2 ;;
@@ -151,6 +155,10 @@ for stage in "${STAGES[@]}"; do
     bench)  # one process per model: a model that runs out of time still leaves the one before
       for model in "${BENCH_MODELS[@]}"; do bench "$model"; done ;;
     bench-*) name=${stage%@*}; bench "${name#bench-}" ;;
+    compiled)
+      run compiled.log $PY "$ROOT/tools/benchmark.py" --device cuda --models deit_small \
+        --batch-size 64 --steps "$STEPS" --compile reduce-overhead \
+        --variants "$COMPILED_VARIANTS" --out "$OUT/compiled" ;;
     mmcv-lite)
       if (( DRY )); then echo "build mmcv (no ops) into $MMCV_SITE  > $OUT/mmcv.txt"
       else
