@@ -61,6 +61,15 @@ def _names(text: str, known: dict, what: str) -> list[str]:
     return names
 
 
+def _image_size(text: str) -> tuple[int, int]:
+    """``'1333x800'`` (width x height) as ``(800, 1333)`` (height, width)."""
+    width, _, height = text.lower().partition('x')
+    if not (width.isdigit() and height.isdigit() and int(width) >= 32 and int(height) >= 32):
+        raise argparse.ArgumentTypeError(f'{text!r} is not WIDTHxHEIGHT (e.g. 1333x800), each '
+                                         'at least 32 pixels')
+    return int(height), int(width)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Read the command line; ``--quick`` fills in what was not given explicitly."""
     variants = catalogue()
@@ -113,7 +122,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--batch-size', type=int,
                         help='images per step for the classification models (default 16)')
     parser.add_argument('--det-batch-size', type=int, default=2,
-                        help='images (%dx%d) per step for detection' % DET_IMAGE_SIZE[::-1])
+                        help='images per step for detection')
+    parser.add_argument('--det-image-size', type=_image_size, default=DET_IMAGE_SIZE,
+                        metavar='WIDTHxHEIGHT',
+                        help='detection images (default %dx%d; 1333x800: mmdet\'s COCO scale)'
+                        % DET_IMAGE_SIZE[::-1])
     parser.add_argument('--steps', type=int, help='timed rounds after the warm-up (default 3)')
     parser.add_argument('--out', default=DEFAULT_OUT, help='output folder')
     parser.add_argument('--device', choices=('cpu', 'cuda'),
@@ -186,7 +199,8 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
                                      if name != BASELINE]
     settings = SuiteSettings(args.batch_size, args.det_batch_size, args.steps,
                              torch.device(args.device), args.seed, args.compile is not None,
-                             None if args.compile in (None, 'default') else args.compile)
+                             None if args.compile in (None, 'default') else args.compile,
+                             args.det_image_size)
     results = run_suite(args.models, args.config, chosen, settings)
     table = write_results(results, settings, out, curve=args.curve)
     for plot in ('checkpoint_curve.png', 'budget_curve.png'):

@@ -60,12 +60,12 @@ def _detector_part_loss(model: nn.Module, data: dict) -> Callable[[int, int], to
     return part_loss
 
 
-def _synthetic_detection_batch(batch_size: int) -> dict:
+def _synthetic_detection_batch(batch_size: int, image_size: tuple[int, int]) -> dict:
     from mmdet.structures import DetDataSample
     from mmengine.structures import InstanceData
 
     generator = torch.Generator().manual_seed(0)
-    height, width = DET_IMAGE_SIZE
+    height, width = image_size
     size = min(height, width)
     inputs, samples = [], []
     for _ in range(batch_size):
@@ -82,7 +82,9 @@ def _synthetic_detection_batch(batch_size: int) -> dict:
     return dict(inputs=inputs, data_samples=samples)
 
 
-def _build_faster_rcnn(name: str, batch_size: int, device: torch.device) -> Workload:
+def _build_faster_rcnn(name: str, batch_size: int, device: torch.device,
+                       image_size: tuple[int, int] = DET_IMAGE_SIZE) -> Workload:
+    """Faster R-CNN R50-FPN on a synthetic batch of ``image_size`` (height, width) images."""
     import mmdet
     from mmdet.registry import MODELS as MMDET_MODELS
     from mmdet.utils import register_all_modules
@@ -96,7 +98,8 @@ def _build_faster_rcnn(name: str, batch_size: int, device: torch.device) -> Work
     # Weights stay at PyTorch's default initialisation: init_weights() would load the backbone
     # from torchvision:// (a download) and log every parameter.
     model = MMDET_MODELS.build(config.model).to(device).train()
-    data = model.data_preprocessor(_synthetic_detection_batch(batch_size), training=True)
+    data = model.data_preprocessor(_synthetic_detection_batch(batch_size, image_size),
+                                   training=True)
     return Workload(name, model, lambda: loss_of(model, data), grad_checkpointing_switch(model),
                     batch_size, _detector_part_loss(model, data))
 
@@ -154,3 +157,4 @@ MODELS: dict[str, Builder] = {
     'faster_rcnn': _build_faster_rcnn,
 }
 DETECTION_MODELS = ('faster_rcnn',)
+"""Builders that also take ``image_size=(height, width)``."""

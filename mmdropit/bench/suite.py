@@ -39,6 +39,7 @@ class SuiteSettings:
         seed: Seeds torch before each model is built.
         compile: Compile each model's forward in place (:meth:`Workload.compile`, inductor)
             before it is measured: every variant then runs compiled.
+        det_image_size: Detection images' (height, width).
         compile_mode: Inductor's ``mode`` when compiling: ``None`` (its default),
             ``'reduce-overhead'`` (CUDA graphs: a step replays its kernels without the host
             launching each, the fair ground for a host-bound GPU step), or another of
@@ -52,6 +53,7 @@ class SuiteSettings:
     seed: int = 0
     compile: bool = False
     compile_mode: str | None = None
+    det_image_size: tuple[int, int] = DET_IMAGE_SIZE
 
 
 @dataclass
@@ -97,7 +99,9 @@ def run_suite(models: list[str], configs: list[str], variants: list[Variant],
                               else settings.batch_size)
                 print(f'[{index}/{len(jobs)}] {name}, batch {batch_size}, {device_name}',
                       flush=True)
-                work = MODELS[name](name, batch_size, settings.device)
+                sized = ({'image_size': settings.det_image_size} if name in DETECTION_MODELS
+                         else {})
+                work = MODELS[name](name, batch_size, settings.device, **sized)
             else:
                 print(f'[{index}/{len(jobs)}] {name} (its train batch), {device_name}',
                       flush=True)
@@ -140,7 +144,8 @@ def _markdown(table: str, meta: dict) -> str:
     return (
         '# Memory benchmark\n\n' + provenance_markdown(meta['provenance']) + '\n'
         f"Device: {meta['device']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
-        f"(detection: {meta['det_batch_size']} at {DET_IMAGE_SIZE[1]}x{DET_IMAGE_SIZE[0]}), random "
+        f"(detection: {meta['det_batch_size']} at {meta['det_image_size'][1]}x"
+        f"{meta['det_image_size'][0]}), random "
         'weights, synthetic data.\n\n'
         'One step = forward, backward, SGD (momentum) step, zero_grad. *saved*: bytes autograd '
         'keeps for backward during the forward pass, each storage once, parameters excluded. '
@@ -163,7 +168,7 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
         'batch_size': settings.batch_size,
         'det_batch_size': settings.det_batch_size,
         'image_size': IMAGE_SIZE,
-        'det_image_size': DET_IMAGE_SIZE,
+        'det_image_size': settings.det_image_size,
         'timed_rounds': settings.steps,
         'seed': settings.seed,
         'graph_breaks': results.graph_breaks if settings.compile else None,

@@ -94,6 +94,14 @@ def test_an_unknown_compile_mode_is_one_line():
     assert "argument --compile: invalid choice: 'fastest'" in run.stderr
 
 
+def test_a_bad_detection_image_size_is_one_line():
+    run = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--det-image-size', '1333'],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2 and 'Traceback' not in run.stderr
+    assert "'1333' is not WIDTHxHEIGHT (e.g. 1333x800)" in run.stderr
+
+
 def test_unknown_config_is_one_line(tmp_path):
     run = subprocess.run(
         [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', 'no/such.py'],

@@ -80,7 +80,7 @@ def test_on_device_runs_the_stages_in_the_order_given(tmp_path):
     assert lines[1].startswith('setsid: build mmcv')
     assert '--device cuda --models deit_small --batch-size 64 --steps 10' in lines[2]
     assert '--models resnet50 --batch-size 64' in lines[3]
-    assert '--models faster_rcnn --det-batch-size 2' in lines[4]
+    assert '--models faster_rcnn --det-batch-size 2 --det-image-size 1333x800' in lines[4]
     assert 'tools/gpu/summary.py' in lines[5]
 
 

@@ -31,7 +31,8 @@
 #   compiled         DeiT-S, batch 64, compiled and replayed as CUDA graphs (--compile
 #                    reduce-overhead): bf16 autocast beside DropIT (fp32, bf16) and the
 #                    least-memory plan in bf16, where no launch costs host time (compiled/)
-#   detect           Faster R-CNN R50-FPN, batch 2, the same variants (needs mmcv's ops; detect/)
+#   detect           Faster R-CNN R50-FPN, batch 2 at 1333x800, the same variants (needs mmcv's
+#                    ops; detect/)
 #   ogc              our plans on the OGC paper's 18 models at its own batch sizes (--ogc-table
 #                    --ogc-scale 1), where its GPU figures compare directly (ogc/)
 #   snapshot         CUDA memory snapshots of a DeiT-S baseline step and a planned one (HTML)
@@ -167,7 +168,8 @@ for stage in "${STAGES[@]}"; do
       fi ;;
     detect)
       run detect.log $PY "$ROOT/tools/benchmark.py" --device cuda --models faster_rcnn \
-        --det-batch-size 2 --steps "$STEPS" --variants "$VARIANTS" --out "$OUT/detect" ;;
+        --det-batch-size 2 --det-image-size 1333x800 --steps "$STEPS" \
+        --variants "$VARIANTS" --out "$OUT/detect" ;;
     ogc)
       run ogc.log $PY "$ROOT/tools/benchmark.py" --device cuda --ogc-table --ogc-scale 1 \
         --steps "$STEPS" --out "$OUT/ogc" ;;
