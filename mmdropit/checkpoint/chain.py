@@ -215,6 +215,8 @@ def build_chain(record: StepRecord, model: nn.Module,
             segments.extend(_sequential_runs(call, record, ranges, last))
         elif expanded:
             segments.extend(_sibling_runs(call, record, ranges, last, modules))
+    # every checkpoint costs its machinery besides the recomputation (:mod:`.overhead`)
+    segments = [replace(s, seconds=s.seconds + record.checkpoint_seconds) for s in segments]
     segments += [variant for variant in (_selective(s, items, record) for s in list(segments))
                  if variant is not None]
     segments.sort(key=lambda s: (s.start, s.stop, s.selective))

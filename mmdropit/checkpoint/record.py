@@ -23,6 +23,13 @@ traced). While the recorded pass runs:
 Afterwards the buffers (BatchNorm statistics) and the RNG state are restored, so recording changes
 no training state. The loss is not back-propagated.
 
+The hooks and the dispatch mode cost host time on every ATen op. On a CPU that is a few percent
+of ops that take milliseconds; on a GPU, whose ops take microseconds to launch, it doubled the
+recorded times of DeiT-S (the first GPU run: the memory budget predicted a plan at 2.2-2.6x that
+ran at 1.1x). When the recorded pass is clearly slower than the warm-up pass before it (by
+:data:`NOISE` or more), the difference, spread evenly over the ops run, is taken off each call
+and costly op by the number of ops it ran (:attr:`StepRecord.recording_seconds_per_op`).
+
 Example:
     >>> from torch import nn
     >>> net = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
@@ -37,6 +44,7 @@ Example:
 """
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -51,11 +59,16 @@ from ..common.backward_workspace import observe_workspace
 from ..common.parameters import local_part
 from ..common.recompute_region import recomputed_region
 from ..common.training_state import preserved_training_state
+from .overhead import checkpoint_seconds
 from .selective import is_costly
 
 STEP = '<step>'
 """Name of the call that stands for the whole recorded step (its children are the top-level
 module calls)."""
+
+NOISE = 0.1
+"""Share by which the recorded pass must exceed the warm-up pass before the recorder's own time
+is taken off (below it, the difference is noise: nothing is taken off)."""
 
 Event = tuple[str, int]
 """An entry of a call's timeline: ``('call', call_index)``, ``('save', storage_id)`` or
@@ -69,7 +82,7 @@ class CostlyOp:
     Attributes:
         call: Index of the innermost module call running it.
         outputs: Storage ids of its tensor outputs.
-        seconds: Its wall time.
+        seconds: Its wall time (the recorder's own time taken off, see the module doc).
         changed_in_place: An output was modified in place later in the forward pass.
     """
 
@@ -93,7 +106,8 @@ class ModuleCall:
         inputs: Storage ids of the tensor arguments.
         grad_inputs: Those of them that require grad (backward makes a gradient of each).
         outputs: Storage ids of the tensors returned.
-        seconds: Inclusive forward wall time.
+        seconds: Inclusive forward wall time (the recorder's own time taken off, see the module
+            doc).
         inplace_hazard: An input was modified in place after the call started.
         needs_grad: Some input or parameter of the call requires grad.
         argument: ``id()`` of the tensor the call took, when it took one tensor and nothing
@@ -101,6 +115,7 @@ class ModuleCall:
         result: ``id()`` of the tensor the call returned, when it returned a tensor (these two
             say whether calls pass one tensor on in a run of siblings, :mod:`.chain`; the
             tensors are alive from one call to the next, so their ids do not repeat there).
+        started_at: Number of ATen ops run when the call started.
         ended_at: Number of ATen ops run when the call returned (see ``StepRecord.readers``).
     """
 
@@ -117,6 +132,7 @@ class ModuleCall:
     needs_grad: bool = False
     argument: int | None = None
     result: int | None = None
+    started_at: int = 0
     ended_at: int = 0
     saved_bytes: int = 0
     """Bytes of the distinct storages saved inside the call (children included)."""
@@ -141,6 +157,10 @@ class StepRecord:
         ops: The costly ops run, in order (``('op', index)`` events point here).
         readers: For each storage a module call returned, the ATen ops reading it, as
             ``(call, op number)``: the innermost call running, and how many ops ran before.
+        recording_seconds_per_op: The recorder's own time per ATen op taken off the recorded
+            times (0.0 where the recorded pass was within :data:`NOISE` of the warm-up's).
+        checkpoint_seconds: What one checkpoint's machinery costs a step on the model's device
+            (:func:`~.overhead.checkpoint_seconds`), charged to every checkpoint of a plan.
     """
 
     calls: list[ModuleCall]
@@ -150,6 +170,8 @@ class StepRecord:
     times_called: dict[str, int]
     ops: list[CostlyOp] = field(default_factory=list)
     readers: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    recording_seconds_per_op: float = 0.0
+    checkpoint_seconds: float = 0.0
 
     @property
     def saved_bytes(self) -> int:
@@ -240,6 +262,7 @@ class _Recorder:
         self.versions.extend((index, t, t._version) for t in tensors)
         self.times_called[name] = self.times_called.get(name, 0) + 1
         self.stack.append(index)
+        self.calls[index].started_at = self.ops_run
         self.started[index] = self.now()
 
     def post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
@@ -293,7 +316,23 @@ class _Recorder:
         self.calls[call].events.append(('op', index))
         self.op_versions.extend((index, t, t._version) for t in tensors)
 
-    def finish(self, model: nn.Module) -> StepRecord:
+    def take_off_own_time(self, unrecorded_seconds: float | None) -> float:
+        """Take the recorder's own time off the calls and costly ops when the recorded pass
+        (``calls[0].seconds``) exceeds ``unrecorded_seconds`` by :data:`NOISE` or more; return
+        the seconds taken off per ATen op."""
+        recorded = self.calls[0].seconds
+        if (unrecorded_seconds is None or not self.ops_run
+                or recorded < (1 + NOISE) * unrecorded_seconds):
+            return 0.0
+        per_op = (recorded - unrecorded_seconds) / self.ops_run
+        for call in self.calls[1:]:
+            call.seconds = max(call.seconds - per_op * (call.ended_at - call.started_at), 0.0)
+        for op in self.ops:
+            op.seconds = max(op.seconds - per_op, 0.0)
+        self.calls[0].seconds = unrecorded_seconds
+        return per_op
+
+    def finish(self, model: nn.Module, per_op: float) -> StepRecord:
         for index, tensor, version in self.versions:
             if tensor._version != version:
                 self.calls[index].inplace_hazard = True
@@ -304,8 +343,10 @@ class _Recorder:
         self.op_versions.clear()
         for sid in self.external:
             self.storage_bytes[sid] = 0
+        device = next((p.device for p in model.parameters()), torch.device('cpu'))
         record = StepRecord(self.calls, self.storage_bytes, self.saver,
-                            _param_grad_bytes(model), self.times_called, self.ops, self.readers)
+                            _param_grad_bytes(model), self.times_called, self.ops, self.readers,
+                            per_op, checkpoint_seconds(device))
         for call in reversed(self.calls):
             call.saved_bytes = sum(self.storage_bytes[sid] for sid in record.saves_in(call.index))
         return record
@@ -356,8 +397,9 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
     Args:
         model: The model whose module calls become the units of a plan (unwrapped).
         step: Runs the forward pass as in training, e.g. ``lambda: model(x, mode='loss')``.
-        warmup: Run ``step()`` once more first, unrecorded, so the recorded times are those of
-            a warm forward pass (lazy initialisation and first allocations are left out).
+        warmup: Run ``step()`` once more first (twice on a GPU), unrecorded, so the recorded
+            times are those of a warm forward pass (lazy initialisation and first allocations
+            are left out); its time tells the recorder's own (see the module doc).
 
     Returns:
         A :class:`StepRecord`; training state (buffers, RNG) is as it was before the call.
@@ -369,9 +411,12 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
     peak is an upper bound where segments stay compressed.
     """
     recorder = _Recorder(model)
+    unrecorded = None
     with preserved_training_state(model), torch.enable_grad(), recomputed_region():
-        if warmup:
+        for _ in range(warmup * (2 if recorder.sync else 1)):  # a GPU's first pass may be cold
+            started = recorder.now()
             step()
+            unrecorded = min(recorder.now() - started, unrecorded or math.inf)
         handles = [
             module.register_forward_pre_hook(recorder.pre_hook, with_kwargs=True)
             for module in model.modules()
@@ -388,4 +433,4 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
         finally:
             for handle in handles:
                 handle.remove()
-    return recorder.finish(model)
+    return recorder.finish(model, recorder.take_off_own_time(unrecorded))

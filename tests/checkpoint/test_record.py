@@ -1,0 +1,48 @@
+"""The recorded times are those of the forward pass without the recorder: its hooks and
+dispatch mode cost tens of microseconds an op, which on a model of small ops (or any model on a
+GPU) would multiply every recorded time."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from mmdropit.checkpoint import build_chain
+from mmdropit.checkpoint.record import record_step
+
+
+def test_the_recorders_own_time_is_taken_off_a_model_of_small_ops():
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.GELU()) for _ in range(100)])
+    x = torch.randn(2, 4)
+
+    def forward_seconds() -> float:
+        started = time.perf_counter()
+        net(x).sum()
+        return time.perf_counter() - started
+
+    plain = statistics.median(forward_seconds() for _ in range(15))
+    record = record_step(net, lambda: net(x).sum())
+    assert record.recording_seconds_per_op > 0
+    blocks = [call for call in record.calls if call.parent == 1]
+    assert len(blocks) == 100 and all(call.seconds >= 0 for call in blocks)
+    # left in, the recorder's time made this 5-10 times the plain forward pass
+    assert sum(call.seconds for call in blocks) < 3 * plain
+    assert record.calls[1].seconds <= record.calls[0].seconds * 1.01
+
+
+def test_every_checkpoint_is_charged_its_machinery():
+    """A checkpoint of a tiny module costs more than the module: the hooks, the RNG state and
+    the recomputation's set-up (about 0.16 ms a step on this project's CPU)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.GELU()) for _ in range(8)])
+    x = torch.randn(2, 4)
+    record = record_step(net, lambda: net(x).sum())
+    chain = build_chain(record, net)
+    assert record.checkpoint_seconds > 0
+    assert chain.segments and all(segment.seconds >= record.checkpoint_seconds
+                                  for segment in chain.segments)
+    cheapest = min(call.seconds for call in record.calls if call.parent == 1)
+    assert cheapest < record.checkpoint_seconds  # so the charge decides between such plans
