@@ -24,9 +24,9 @@ Afterwards the buffers (BatchNorm statistics) and the RNG state are restored, so
 no training state. The loss is not back-propagated.
 
 The hooks and the dispatch mode cost host time on every ATen op. On a CPU that is a few percent
-of ops that take milliseconds; on a GPU, whose ops take microseconds to launch, it doubled the
-recorded times of DeiT-S (the first GPU run: the memory budget predicted a plan at 2.2-2.6x that
-ran at 1.1x). When the recorded pass is clearly slower than the warm-up pass before it (by
+of ops that take milliseconds; on a GPU, whose ops take microseconds to launch, it inflated the
+recorded times of DeiT-S several-fold (the first GPU run: the memory budget predicted 2.24x for a
+plan at 0.43 of the activations; the planner's plan at 0.5 ran at 1.10x). When the recorded pass is clearly slower than the warm-up pass before it (by
 :data:`NOISE` or more), the difference, spread evenly over the ops run, is taken off each call
 and costly op by the number of ops it ran (:attr:`StepRecord.recording_seconds_per_op`).
 
