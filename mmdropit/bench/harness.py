@@ -6,8 +6,10 @@ on a GPU also the host's share of the step (the time until its calls returned).
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from typing import ContextManager
 
 import torch
 from torch._dynamo.utils import counters
@@ -28,6 +30,12 @@ def train_step(work: Workload, variant: Variant, optimizer: torch.optim.Optimize
         del loss
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def _eager_if(compiled: bool) -> ContextManager[None]:
+    """Run a compiled model eagerly inside (the saved-tensor meter's hooks would make dynamo
+    break the graph at every saved tensor and compile the pieces, minutes on a GPU machine)."""
+    return torch.compiler.set_stance('force_eager') if compiled else contextlib.nullcontext()
 
 
 def _compiling_step(work: Workload, variant: Variant,
@@ -59,8 +67,9 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
     Per variant, one step under the saved-tensor meter (it is also the warm-up: the meter does not
     slow the step down, and the optimizer creates its state there) and one under the peak meter.
     A compiled model (``compiled``) first takes one step per variant without meters, which
-    compiles what the timed steps run (the meters' observers break DropIT's graphs, so metered
-    steps compile graphs of their own); its graph breaks go to ``work.graph_breaks``.
+    compiles what the timed steps run; its graph breaks go to ``work.graph_breaks``. Its
+    saved-tensor step runs eagerly (the meter's hooks would break the graph at every saved
+    tensor): *saved* is the eager step's, the peak and the time the compiled one's.
     Then ``steps`` rounds time every variant once, in order, so each variant's step is timed next
     to a baseline step under the same machine load.
 
@@ -83,7 +92,7 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
             with variant.prepare(work):
                 if compiled:
                     _compiling_step(work, variant, optimizer)
-                with SavedTensorMeter(work.model) as saved_meter:
+                with SavedTensorMeter(work.model) as saved_meter, _eager_if(compiled):
                     train_step(work, variant, optimizer)
                 with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
                     train_step(work, variant, optimizer)

@@ -214,15 +214,12 @@ class _Recorder:
         self.sync = any(p.is_cuda for p in model.parameters())
 
     def storage_id(self, tensor: torch.Tensor) -> int | None:
-        if isinstance(tensor, nn.Parameter):  # also FSDP2's unsharded parameters in forward
+        keyed = _keyed_storage(tensor)
+        if keyed is None:
             return None
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return None
+        key, storage = keyed
         if storage.nbytes() == 0 or storage.data_ptr() in self.excluded:
             return None
-        key = (str(storage.device), storage.data_ptr())
         entry = self.alive.get(key)
         if entry is not None and entry[1]() is storage:
             return entry[0]
@@ -234,10 +231,15 @@ class _Recorder:
         self.storage_bytes[sid] = storage.nbytes()
         return sid
 
-    def tensor_ids(self, values: object) -> tuple[list[torch.Tensor], tuple[int, ...]]:
+    def tensor_ids(self, values: object) -> tuple[list[torch.Tensor], tuple[int, ...],
+                                                  tuple[int, ...]]:
+        """The tensors among ``values``, their distinct storage ids, and those of the tensors
+        that require grad."""
         tensors = [v for v in tree_flatten(values)[0] if isinstance(v, torch.Tensor)]
         ids = [self.storage_id(t) for t in tensors]
-        return tensors, tuple(dict.fromkeys(i for i in ids if i is not None))
+        grad_ids = (i for t, i in zip(tensors, ids) if t.requires_grad and i is not None)
+        return (tensors, tuple(dict.fromkeys(i for i in ids if i is not None)),
+                tuple(dict.fromkeys(grad_ids)))
 
     def now(self) -> float:
         if self.sync:
@@ -250,8 +252,7 @@ class _Recorder:
             return
         index = len(self.calls)
         parent = self.stack[-1]
-        tensors, inputs = self.tensor_ids((args, kwargs))
-        grad_inputs = self.tensor_ids([t for t in tensors if t.requires_grad])[1]
+        tensors, inputs, grad_inputs = self.tensor_ids((args, kwargs))
         needs_grad = bool(grad_inputs) or any(p.requires_grad for p in module.parameters())
         self.calls.append(ModuleCall(
             index, name, type(module).__name__, parent, inputs=inputs, grad_inputs=grad_inputs,
@@ -310,7 +311,7 @@ class _Recorder:
 
     def costly_op(self, output: object, seconds: float) -> None:
         index = len(self.ops)
-        tensors, outputs = self.tensor_ids(output)
+        tensors, outputs, _ = self.tensor_ids(output)
         call = self.stack[-1]
         self.ops.append(CostlyOp(call, outputs, seconds))
         self.calls[call].events.append(('op', index))
@@ -374,15 +375,24 @@ class _OpWatcher(TorchDispatchMode):
         return output
 
 
+def _keyed_storage(value: object) -> tuple[tuple[str, int], torch.UntypedStorage] | None:
+    """``((device, data pointer), storage)`` of a tensor that is not a parameter (nor FSDP2's
+    unsharded parameter in forward), else ``None``."""
+    if not isinstance(value, torch.Tensor) or isinstance(value, nn.Parameter):
+        return None
+    try:
+        storage = value.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (str(storage.device), storage.data_ptr()), storage
+
+
 def _storages(values: object) -> Iterator[tuple[tuple[str, int], torch.UntypedStorage]]:
     """``((device, data pointer), storage)`` of each tensor among ``values`` but parameters."""
     for leaf in tree_flatten(values)[0]:
-        if isinstance(leaf, torch.Tensor) and not isinstance(leaf, nn.Parameter):
-            try:
-                storage = leaf.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue
-            yield (str(storage.device), storage.data_ptr()), storage
+        keyed = _keyed_storage(leaf)
+        if keyed is not None:
+            yield keyed
 
 
 def _param_grad_bytes(model: nn.Module) -> dict[str, int]:
