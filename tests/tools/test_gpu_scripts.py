@@ -101,7 +101,7 @@ def test_the_compiled_stage_replays_deit_small_as_cuda_graphs(tmp_path):
     assert result.returncode == 0, result.stderr
     line = result.stdout.strip()
     assert line.startswith('timeout 120 ') and '--models deit_small --batch-size 64' in line
-    assert '--compile reduce-overhead --variants bf16-autocast,dropit-mink,' in line
+    assert '--compile reduce-overhead --variants bf16-autocast,dropit-mink+bf16 ' in line
 
 
 def test_the_ogc_stage_runs_the_table_at_the_papers_batch_sizes(tmp_path):

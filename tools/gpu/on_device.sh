@@ -29,8 +29,8 @@
 #                    MemoryBudgetHook at 0.5 (bench-<model>/)
 #   bench-MODEL      the same for one model (bench-deit_small, bench-resnet50)
 #   compiled         DeiT-S, batch 64, compiled and replayed as CUDA graphs (--compile
-#                    reduce-overhead): bf16 autocast beside DropIT (fp32, bf16) and the
-#                    least-memory plan in bf16, where no launch costs host time (compiled/)
+#                    reduce-overhead): bf16 autocast beside DropIT in bf16, where no launch
+#                    costs host time (compiled/; needs no mmcv: runs beside its build)
 #   detect           Faster R-CNN R50-FPN, batch 2 at 1333x800, the same variants (needs mmcv's
 #                    ops; detect/)
 #   ogc              our plans on the OGC paper's 18 models at its own batch sizes (--ogc-table
@@ -58,7 +58,7 @@ PY=${PYTHON:-python3}
 STEPS=${STEPS:-10}  # timed rounds per benchmark (a GPU step is short: more rounds, less noise)
 export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-COMPILED_VARIANTS=${COMPILED_VARIANTS:-bf16-autocast,dropit-mink,dropit-mink+bf16,ckpt-plan-min+bf16}
+COMPILED_VARIANTS=${COMPILED_VARIANTS:-bf16-autocast,dropit-mink+bf16}  # inductor: ~2 compiles each
 VARIANTS=${VARIANTS:-grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5,budget-0.5-offload,offload-0.5,save-on-cpu-0.5,grad-ckpt+bf16,ckpt-plan-min+bf16,ckpt-plan-0.5+bf16,offload-0.5+bf16}
 
 BENCH_MODELS=(deit_small resnet50)
