@@ -231,15 +231,33 @@ def _search_split(work: Workload, budget: float) -> SplitDecision:
         raise RuntimeError(str(error)) from error
 
 
-def memory_budget(budget: float | None, lossy: bool = False, offload: bool = False) -> Prepare:
+def memory_budget(budget: float | None, lossy: bool = False, offload: bool = False,
+                  autocast: torch.dtype | None = None) -> Prepare:
     """The combination of techniques that ``MemoryBudgetHook`` would choose for ``budget`` (a
     fraction of the measured step peak; ``None``: the least peak), decided once per workload
     (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, what
     ``MemoryBudgetHook(lossy=True)`` tries too: DropIT, quantized activations, bf16 autocast;
-    with ``offload``, activation offload (``MemoryBudgetHook(offload=True)``; a GPU's)."""
+    with ``offload``, activation offload (``MemoryBudgetHook(offload=True)``; a GPU's); with
+    ``autocast``, for a model trained under autocast to that dtype (the hook under an
+    ``AmpOptimWrapper``): measured, decided and run under it (pair with
+    :func:`decided_autocast` as the variant's forward; not with ``lossy``, whose bf16 switch
+    is an autocast of its own)."""
+    if lossy and autocast is not None:
+        raise ValueError('memory_budget: lossy already tries bf16 autocast; give one of the two')
+
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        key = f'{"least" if budget is None else budget}-{lossy}' + ('-offload' if offload else '')
+        key = (f'{"least" if budget is None else budget}-{lossy}' + ('-offload' if offload else '')
+               + (f'-{str(autocast).removeprefix("torch.")}' if autocast else ''))
+        before, work.autocast_dtype = work.autocast_dtype, autocast or work.autocast_dtype
+        try:
+            with within_budget(work, key):
+                yield
+        finally:
+            work.autocast_dtype = before
+
+    @contextlib.contextmanager
+    def within_budget(work: Workload, key: str) -> Iterator[None]:
         if key not in work.budget_outcomes:
             if work.part_loss is None:
                 raise RuntimeError(f'{work.name} cannot be split into micro-batches')

@@ -15,21 +15,21 @@ from mmdropit.bench.variants import MICRO_BUDGET
 BATCH = 256
 
 
-def _workload(name: str, seed: int) -> Workload:
+def _workload(name: str, seed: int, batch: int = BATCH) -> Workload:
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(32, 64), *[nn.Sequential(nn.Linear(64, 64), nn.GELU())
                                                for _ in range(8)], nn.Linear(64, 10))
-    images, labels = torch.randn(BATCH, 32), torch.randint(0, 10, (BATCH,))
+    images, labels = torch.randn(batch, 32), torch.randint(0, 10, (batch,))
 
     def part_loss(first: int, size: int) -> torch.Tensor:
         part = slice(first, first + size)
-        return F.cross_entropy(model(images[part]), labels[part]) * (size / BATCH)
+        return F.cross_entropy(model(images[part]), labels[part]) * (size / batch)
 
     def no_switch(enable: bool) -> None:
         raise NotImplementedError('no checkpointing switch')
 
     return Workload(name, model, lambda: F.cross_entropy(model(images), labels), no_switch,
-                    BATCH, part_loss)
+                    batch, part_loss)
 
 
 def test_variants_measure_and_keep_their_searches_on_the_workload():
@@ -71,6 +71,21 @@ def test_the_budget_planner_fits_its_measured_step(variant):
     # the whole measured training step (optimizer step included) fits the budget too
     assert planned.peak.peak_bytes <= outcome.decision.budget_bytes < base.peak.peak_bytes
     assert work.micro_batches == 1 and work.autocast_dtype is None  # undone after the step
+
+
+def test_a_budget_for_a_bf16_model_is_decided_and_run_under_bf16():
+    work = _workload('mlp', 2, batch=4 * BATCH)  # activations, not the state, set the peak
+    variants = catalogue()
+    names = (BASELINE, 'budget-0.5', 'budget-0.5+bf16')
+    measured, skipped = benchmark_workload(work, [variants[name] for name in names], steps=1,
+                                           device=torch.device('cpu'))
+    assert not skipped
+    fp32, bf16 = work.budget_outcomes['0.5-False'], work.budget_outcomes['0.5-False-bfloat16']
+    # measured under autocast: the bf16 model's own peak, below the fp32 model's
+    assert bf16.unplanned_peak < fp32.unplanned_peak
+    planned = next(m for m in measured if m.variant == 'budget-0.5+bf16')
+    assert planned.peak.peak_bytes <= bf16.decision.budget_bytes
+    assert work.autocast_dtype is None  # undone after the step
 
 
 def test_codec_variants_save_less_the_fewer_the_bits():

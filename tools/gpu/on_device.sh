@@ -59,7 +59,7 @@ STEPS=${STEPS:-10}  # timed rounds per benchmark (a GPU step is short: more roun
 export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COMPILED_VARIANTS=${COMPILED_VARIANTS:-bf16-autocast,dropit-mink+bf16}  # inductor: ~2 compiles each
-VARIANTS=${VARIANTS:-grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5,budget-0.5-offload,offload-0.5,save-on-cpu-0.5,grad-ckpt+bf16,ckpt-plan-min+bf16,ckpt-plan-0.5+bf16,offload-0.5+bf16}
+VARIANTS=${VARIANTS:-grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5,budget-0.5-offload,offload-0.5,save-on-cpu-0.5,grad-ckpt+bf16,ckpt-plan-min+bf16,ckpt-plan-0.5+bf16,offload-0.5+bf16,budget-0.5+bf16,budget-0.5-offload+bf16}
 
 BENCH_MODELS=(deit_small resnet50)
 for stage in "${STAGES[@]}"; do
