@@ -27,6 +27,7 @@ from torch import nn
 
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
 from ..common.blocks import block_sequences
+from ..common.parameters import model_device
 from ..codecs import compress_activations, restore_activations
 from ..dropit import from_dropit, to_dropit
 from ..kernels.switch import eager_only
@@ -58,7 +59,7 @@ def grad_checkpointing(work: Workload) -> Iterator[None]:
 def _autocast(work: Workload, dtype: torch.dtype | None) -> ContextManager[None]:
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(next(work.model.parameters()).device.type, dtype=dtype)
+    return torch.autocast(model_device(work.model).type, dtype=dtype)
 
 
 def bf16_autocast(work: Workload) -> ContextManager[None]:

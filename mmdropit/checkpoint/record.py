@@ -26,9 +26,10 @@ no training state. The loss is not back-propagated.
 The hooks and the dispatch mode cost host time on every ATen op. On a CPU that is a few percent
 of ops that take milliseconds; on a GPU, whose ops take microseconds to launch, it inflated the
 recorded times of DeiT-S several-fold (the first GPU run: the memory budget predicted 2.24x for a
-plan at 0.43 of the activations; the planner's plan at 0.5 ran at 1.10x). When the recorded pass is clearly slower than the warm-up pass before it (by
-:data:`NOISE` or more), the difference, spread evenly over the ops run, is taken off each call
-and costly op by the number of ops it ran (:attr:`StepRecord.recording_seconds_per_op`).
+plan at 0.43 of the activations; the planner's plan at 0.5 ran at 1.10x). When the recorded
+pass is clearly slower than the warm-up pass before it (by :data:`NOISE` or more), the
+difference, spread evenly over the ops run, is taken off each call and costly op by the number
+of ops it ran (:attr:`StepRecord.recording_seconds_per_op`).
 
 Example:
     >>> from torch import nn
@@ -56,7 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..common.backward_workspace import observe_workspace
-from ..common.parameters import local_part
+from ..common.parameters import local_part, model_device
 from ..common.recompute_region import recomputed_region
 from ..common.training_state import preserved_training_state
 from .overhead import checkpoint_seconds
@@ -211,7 +212,8 @@ class _Recorder:
         self.made: set[tuple[str, int]] = set()  # storages the step's ops allocated
         self.external: set[int] = set()  # ids of storages that existed before the step
         self.ops_run = 0
-        self.sync = any(p.is_cuda for p in model.parameters())
+        self.device = model_device(model)
+        self.sync = self.device.type == 'cuda'
 
     def storage_id(self, tensor: torch.Tensor) -> int | None:
         keyed = _keyed_storage(tensor)
@@ -344,10 +346,9 @@ class _Recorder:
         self.op_versions.clear()
         for sid in self.external:
             self.storage_bytes[sid] = 0
-        device = next((p.device for p in model.parameters()), torch.device('cpu'))
         record = StepRecord(self.calls, self.storage_bytes, self.saver,
                             _param_grad_bytes(model), self.times_called, self.ops, self.readers,
-                            per_op, checkpoint_seconds(device))
+                            per_op, checkpoint_seconds(self.device))
         for call in reversed(self.calls):
             call.saved_bytes = sum(self.storage_bytes[sid] for sid in record.saves_in(call.index))
         return record

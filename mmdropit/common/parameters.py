@@ -11,12 +11,15 @@ Example:
     True
     >>> is_sharded(net.parameters())
     False
+    >>> model_device(net).type
+    'cpu'
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 import torch
+from torch import nn
 from torch.distributed.tensor import DTensor
 
 
@@ -28,6 +31,13 @@ def local_part(tensor: torch.Tensor) -> torch.Tensor:
 def is_sharded(tensors: Iterable[torch.Tensor]) -> bool:
     """Whether any of ``tensors`` is an FSDP2 shard (a ``DTensor``)."""
     return any(isinstance(tensor, DTensor) for tensor in tensors)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model`` runs: the device of its first parameter (the CPU for a model without
+    parameters)."""
+    first = next(iter(model.parameters()), None)
+    return first.device if first is not None else torch.device('cpu')
 
 
 def optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.distributed._tools.mem_tracker import MemTracker
 
+from ..common.parameters import model_device
 from .meter import Meter
 
 CATEGORIES = ('parameter', 'buffer', 'gradient', 'activation', 'temporary', 'optimizer_state',
@@ -145,8 +146,7 @@ def _resolve_device(model: nn.Module, device: str | torch.device | None) -> torc
     if device is not None:
         resolved = torch.device(device)
     else:
-        first = next(iter(model.parameters()), None)
-        resolved = first.device if first is not None else torch.device('cpu')
+        resolved = model_device(model)
     if resolved.type == 'cuda' and resolved.index is None:
         resolved = torch.device('cuda', torch.cuda.current_device())
     return resolved

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..common.parameters import local_part
+from ..common.parameters import local_part, model_device
 from ..common.training_state import preserved_training_state
 from .peak import StepPeak, StepPeakMeter
 
@@ -196,7 +196,7 @@ def trial_seconds(run: Callable[[], object], model: nn.Module) -> float:
     """The wall time of ``run()`` (a forward and backward pass of ``model``), with the model's
     gradients, buffers and RNG restored afterwards as in :func:`trial_peak` (no meter runs, so
     the time is that of training)."""
-    synchronize = torch.cuda.synchronize if any(p.is_cuda for p in model.parameters()) \
+    synchronize = torch.cuda.synchronize if model_device(model).type == 'cuda' \
         else (lambda: None)
     with preserved_training_state(model), _gradients_set_then_restored(model):
         synchronize()

@@ -39,6 +39,7 @@ from ..checkpoint import build_chain, record_step
 from ..checkpoint.chain import Chain
 from ..codecs import compress_activations, restore_activations
 from ..common.budget import Budget, resolve_budget
+from ..common.parameters import model_device
 from ..dropit import convert, from_dropit
 from ..errors import ConfigError
 from ..memory import TrialPeaks, state_bytes, trial_peak, trial_peaks, trial_seconds
@@ -104,7 +105,7 @@ class StepProbe:
 
     def __post_init__(self) -> None:
         if self.cold_new_shapes is None:
-            self.cold_new_shapes = any(p.is_cuda for p in self.model.parameters())
+            self.cold_new_shapes = model_device(self.model).type == 'cuda'
 
     def peak(self, size: int, gradients_held: bool = True) -> int | None:
         """The agreed peak of a trial pass of ``size`` samples (``None``: out of memory), the

@@ -19,6 +19,7 @@ from mmengine.dist import broadcast_object_list
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ...common.parameters import model_device
 from ...errors import ConfigError
 from ...offload import (METHODS, block_patterns, modules_holding_share, offload_activations,
                         restore_offload)
@@ -83,7 +84,7 @@ class ActivationOffloadHook(Hook):
     def _put_on(self, runner, names: Sequence[str]) -> None:
         model = unwrap(runner.model)
         self._offload = offload_activations(model, names, self.method)
-        where = next(model.parameters()).device
+        where = model_device(model)
         runner.logger.info(
             f'Activation offload ({self.method}) of {len(self._offload.names)} modules: '
             + ', '.join(self._offload.names[:6]) + (', ...' if len(self._offload.names) > 6 else '')

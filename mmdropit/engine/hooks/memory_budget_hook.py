@@ -28,7 +28,7 @@ from torch import nn
 from ...checkpoint.chain import Chain
 from ...codecs import CompressedActivations, compressible_modules
 from ...common.budget import parse_budget
-from ...common.parameters import is_sharded
+from ...common.parameters import is_sharded, model_device
 from ...dropit import dropit_layers
 from ...errors import ConfigError
 from ...planner import (PART_SAMPLES, BudgetOutcome, StepProbe, bf16_switch, dropit_switch,
@@ -181,7 +181,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         if self.offload and any(isinstance(hook, ActivationOffloadHook) for hook in runner.hooks):
             raise ConfigError('MemoryBudgetHook offload=True chooses what to offload itself: '
                               'remove ActivationOffloadHook from custom_hooks')
-        if self.offload and next(model.parameters()).device.type != 'cuda':
+        if self.offload and model_device(model).type != 'cuda':
             runner.logger.info('MemoryBudgetHook offload=True: the model is not on a GPU, '
                                'where offload would move nothing; not tried')
             self.offload = False

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from ...common.parameters import model_device
+
 
 class AutocastSwitch:
     """Mixin for an ``OptimWrapper`` subclass: ``optim_context`` also enters autocast to
@@ -26,6 +28,5 @@ class AutocastSwitch:
             if self.autocast_dtype is None:
                 yield
                 return
-            device_type = next(model.parameters()).device.type
-            with torch.autocast(device_type, dtype=self.autocast_dtype):
+            with torch.autocast(model_device(model).type, dtype=self.autocast_dtype):
                 yield
