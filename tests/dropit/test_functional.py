@@ -208,6 +208,27 @@ def test_an_eager_forward_runs_the_selection_and_the_layer_alone():
     assert layer.dropit.keep_ratio == 0.5
 
 
+class _Doubling(nn.Linear):
+    def forward(self, x):
+        return F.linear(2 * x, self.weight, self.bias)
+
+
+def test_a_linear_subclass_keeps_its_own_forward():
+    """Plain nn.Linear layers take a direct path to DropIT's function; a subclass with a
+    forward of its own still runs that forward (its F.linear call routed to DropIT)."""
+    torch.manual_seed(0)
+    plain, doubling = nn.Linear(8, 4), _Doubling(8, 4)
+    doubling.load_state_dict(plain.state_dict())
+    x = torch.randn(5, 8)
+    expected_plain, expected_doubling = plain(x), doubling(x)
+    to_dropit(plain, gamma=0.5, exclude=[])
+    to_dropit(doubling, gamma=0.5, exclude=[])
+    torch.testing.assert_close(plain(x), expected_plain)
+    got = doubling(x)
+    torch.testing.assert_close(got, expected_doubling)
+    assert got.grad_fn.name() == 'DropITLinearFunctionBackward'
+
+
 def test_random_strategy_is_unbiased():
     torch.manual_seed(0)
     layer, x = nn.Linear(6, 3), torch.randn(20, 6)
