@@ -76,6 +76,9 @@ class DropITState:
         self.kept_elements = self.seen_elements = 0
         if device is not None:
             self.counters = torch.zeros(2, dtype=torch.int64, device=device)
+            # a fixed address: CUDA graphs (compile's reduce-overhead) replay a graph that adds
+            # to it in place; an input mutated at a moving address would make them skip it
+            torch._dynamo.mark_static_address(self.counters)
         elif self.counters is not None:
             self.counters.zero_()
 

@@ -157,8 +157,9 @@ for stage in "${STAGES[@]}"; do
       for model in "${BENCH_MODELS[@]}"; do bench "$model"; done ;;
     bench-*) name=${stage%@*}; bench "${name#bench-}" ;;
     compiled)
-      run compiled.log $PY "$ROOT/tools/benchmark.py" --device cuda --models deit_small \
-        --batch-size 64 --steps "$STEPS" --compile reduce-overhead \
+      # perf_hints: inductor says so when it skips CUDA graphs for a graph (and why)
+      run compiled.log env TORCH_LOGS=perf_hints $PY "$ROOT/tools/benchmark.py" --device cuda \
+        --models deit_small --batch-size 64 --steps "$STEPS" --compile reduce-overhead \
         --variants "$COMPILED_VARIANTS" --out "$OUT/compiled" ;;
     mmcv-lite)
       if (( DRY )); then echo "build mmcv (no ops) into $MMCV_SITE  > $OUT/mmcv.txt"
