@@ -9,13 +9,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _benchmark(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``tools/benchmark.py`` with ``args``, run from the repository root."""
+    return subprocess.run([sys.executable, str(ROOT / 'tools' / 'benchmark.py'), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.mark.slow
 def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
     out = tmp_path / 'bench'
-    run = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--quick', '--models', 'deit_tiny',
-         '--out', str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = _benchmark('--quick', '--models', 'deit_tiny', '--out', str(out))
     assert run.returncode == 0, run.stderr[-3000:]
     assert '[1/1] deit_tiny, batch 4, cpu' in run.stdout
 
@@ -51,10 +54,8 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path):
 def test_config_workload_measures_the_tiny_vit_on_its_real_batch(tmp_path):
     out = tmp_path / 'bench'
     config = ROOT / 'configs' / 'tiny' / 'vit-tiny_mnist5k.py'
-    run = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', str(config),
-         '--variants', 'grad-ckpt,micro-4,micro-budget-0.5', '--steps', '1', '--out', str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = _benchmark('--config', str(config), '--variants', 'grad-ckpt,micro-4,micro-budget-0.5',
+                     '--steps', '1', '--out', str(out))
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads((out / 'benchmark.json').read_text())
     rows = {row['variant']: row for row in result['rows']}
@@ -73,11 +74,8 @@ def test_config_workload_measures_the_tiny_vit_on_its_real_batch(tmp_path):
 def test_a_compiled_run_names_its_mode_and_compiles_dropit_whole(tmp_path):
     out = tmp_path / 'compiled'
     config = ROOT / 'configs' / 'tiny' / 'vit-tiny_mnist5k.py'
-    run = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', str(config),
-         '--compile', 'reduce-overhead', '--variants', 'dropit-mink', '--steps', '1',
-         '--device', 'cpu', '--out', str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = _benchmark('--config', str(config), '--compile', 'reduce-overhead', '--variants',
+                     'dropit-mink', '--steps', '1', '--device', 'cpu', '--out', str(out))
     assert run.returncode == 0, run.stderr[-3000:]
     meta = json.loads((out / 'benchmark.json').read_text())['meta']
     assert meta['compile_mode'] == 'reduce-overhead'
@@ -87,33 +85,25 @@ def test_a_compiled_run_names_its_mode_and_compiles_dropit_whole(tmp_path):
 
 
 def test_an_unknown_compile_mode_is_one_line():
-    run = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--compile', 'fastest'],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = _benchmark('--compile', 'fastest')
     assert run.returncode == 2 and 'Traceback' not in run.stderr
     assert "argument --compile: invalid choice: 'fastest'" in run.stderr
 
 
 def test_a_bad_detection_image_size_is_one_line():
-    run = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--det-image-size', '1333'],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = _benchmark('--det-image-size', '1333')
     assert run.returncode == 2 and 'Traceback' not in run.stderr
     assert "'1333' is not WIDTHxHEIGHT (e.g. 1333x800)" in run.stderr
 
 
 def test_unknown_config_is_one_line(tmp_path):
-    run = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--config', 'no/such.py'],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = _benchmark('--config', 'no/such.py')
     assert run.returncode != 0 and 'Traceback' not in run.stderr
     assert 'config file(s) not found: no/such.py' in run.stderr
 
 
 def test_compile_budget_on_cuda_is_one_line(tmp_path):
-    run = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--compile-budget', '--device',
-         'cuda', '--out', str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = _benchmark('--compile-budget', '--device', 'cuda', '--out', str(tmp_path))
     assert run.returncode != 0 and 'Traceback' not in run.stderr
     assert run.stderr.strip().splitlines()[-1].endswith('add --device cpu')
 
@@ -121,10 +111,8 @@ def test_compile_budget_on_cuda_is_one_line(tmp_path):
 @pytest.mark.slow
 def test_checkpoint_curve_measures_the_planner_and_the_hand_made_plans(tmp_path):
     out = tmp_path / 'curve'
-    run = subprocess.run(
-        [sys.executable, str(ROOT / 'tools' / 'benchmark.py'), '--quick', '--models', 'deit_tiny',
-         '--curve', '--out', str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    run = _benchmark('--quick', '--models', 'deit_tiny', '--curve', '--out', str(out),
+                     timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = {row['variant']: row for row in json.loads((out / 'benchmark.json').read_text())['rows']}
     for name in ('grad-ckpt', 'ckpt-mmengine', 'ckpt-sqrt', 'ckpt-ogc', 'ckpt-plan-min',
