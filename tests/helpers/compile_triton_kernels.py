@@ -20,6 +20,7 @@ import torch
 _POINTEE = {torch.float32: 'fp32', torch.bfloat16: 'bf16', torch.float16: 'fp16',
             torch.int32: 'i32', torch.int64: 'i64', torch.uint8: 'u8'}
 _HOPPER = ('cuda', 90, 32)  # backend, compute capability, warp size
+_LAUNCH_OPTIONS = ('num_warps', 'num_stages', 'num_ctas')  # of the launch, not the kernel
 
 
 def _type(value) -> str:
@@ -61,15 +62,19 @@ def main() -> int:
     built = set()
     for launch in launches.triton:
         names = launch.kernel.arg_names
+        constants = {name: value for name, value in launch.constants.items()
+                     if name not in _LAUNCH_OPTIONS}
+        options = {name: value for name, value in launch.constants.items()
+                   if name in _LAUNCH_OPTIONS}
         signature = {name: _type(value) for name, value in zip(names, launch.args)}
-        signature.update({name: 'constexpr' for name in launch.constants})
+        signature.update({name: 'constexpr' for name in constants})
         key = (launch.name, tuple(signature.items()), tuple(launch.constants.items()))
         if key in built:
             continue
         built.add(key)
-        source = ASTSource(fn=launch.kernel, signature=signature, constexprs=launch.constants)
+        source = ASTSource(fn=launch.kernel, signature=signature, constexprs=constants)
         try:
-            triton.compile(source, target=GPUTarget(*_HOPPER))
+            triton.compile(source, target=GPUTarget(*_HOPPER), options=options)
         except Exception as error:  # noqa: BLE001 (the compiler's own error, reported whole)
             print(f'FAILED {launch.name} {signature} {launch.constants}:\n{error}')
             return 1
