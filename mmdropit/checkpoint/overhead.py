@@ -16,29 +16,21 @@ Example:
 from __future__ import annotations
 
 import functools
-import time
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ..common.timing import seconds_of
 from .apply import checkpoint_module
 
 _MODULES = 16  # tiny modules in the measured chain
-_ROUNDS = 5  # timed steps of each chain: the fastest counts
+_ROUNDS = 5  # timed steps of each chain after a warm-up one: the fastest counts
 
 
 def _fastest_step(chain: nn.Module, x: torch.Tensor) -> float:
-    fastest = float('inf')
-    for _ in range(_ROUNDS + 1):  # the first step warms up
-        if x.is_cuda:
-            torch.cuda.synchronize(x.device)
-        started = time.perf_counter()
-        chain(x).sum().backward()
-        if x.is_cuda:
-            torch.cuda.synchronize(x.device)
-        fastest = min(fastest, time.perf_counter() - started)
-    return fastest
+    return min(seconds_of(lambda: chain(x).sum().backward(), x.device)
+               for _ in range(_ROUNDS + 1))
 
 
 @functools.cache

@@ -4,7 +4,9 @@
   once, and resolved to bytes against a measured baseline;
 - :mod:`.training_state`: buffers, RNG streams and tensor values restored after a pass that
   must leave no trace;
-- :mod:`.parameters`: the local part of a sharded tensor, and an optimizer's parameter order;
+- :mod:`.parameters`: the local part of a sharded tensor, an optimizer's parameter order, and
+  the device a model runs on;
+- :mod:`.timing`: the wall time of some work on a device (a GPU's queue drained around it);
 - :mod:`.random_source`: the plugin's own random generator (DropIT's sampling, stochastic
   rounding), apart from the global one;
 - :mod:`.recompute_region`: whether a checkpoint's region is running (compressed modules step

@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable
@@ -30,6 +29,7 @@ import torch
 from torch import nn
 
 from ..common.parameters import local_part, model_device
+from ..common.timing import seconds_of
 from ..common.training_state import preserved_training_state
 from .peak import StepPeak, StepPeakMeter
 
@@ -196,11 +196,5 @@ def trial_seconds(run: Callable[[], object], model: nn.Module) -> float:
     """The wall time of ``run()`` (a forward and backward pass of ``model``), with the model's
     gradients, buffers and RNG restored afterwards as in :func:`trial_peak` (no meter runs, so
     the time is that of training)."""
-    synchronize = torch.cuda.synchronize if model_device(model).type == 'cuda' \
-        else (lambda: None)
     with preserved_training_state(model), _gradients_set_then_restored(model):
-        synchronize()
-        started = time.perf_counter()
-        run()
-        synchronize()
-        return time.perf_counter() - started
+        return seconds_of(run, model_device(model))
