@@ -45,7 +45,6 @@ Example:
 """
 from __future__ import annotations
 
-import math
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -258,14 +257,13 @@ class _Recorder:
         needs_grad = bool(grad_inputs) or any(p.requires_grad for p in module.parameters())
         self.calls.append(ModuleCall(
             index, name, type(module).__name__, parent, inputs=inputs, grad_inputs=grad_inputs,
-            needs_grad=needs_grad,
+            needs_grad=needs_grad, started_at=self.ops_run,
             argument=id(args[0]) if len(args) == 1 and not kwargs and isinstance(
                 args[0], torch.Tensor) else None))
         self.calls[parent].events.append(('call', index))
         self.versions.extend((index, t, t._version) for t in tensors)
         self.times_called[name] = self.times_called.get(name, 0) + 1
         self.stack.append(index)
-        self.calls[index].started_at = self.ops_run
         self.started[index] = self.now()
 
     def post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
@@ -422,12 +420,12 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
     peak is an upper bound where segments stay compressed.
     """
     recorder = _Recorder(model)
-    unrecorded = None
+    warm_passes = []
     with preserved_training_state(model), torch.enable_grad(), recomputed_region():
         for _ in range(warmup * (2 if recorder.sync else 1)):  # a GPU's first pass may be cold
             started = recorder.now()
             step()
-            unrecorded = min(recorder.now() - started, unrecorded or math.inf)
+            warm_passes.append(recorder.now() - started)
         handles = [
             module.register_forward_pre_hook(recorder.pre_hook, with_kwargs=True)
             for module in model.modules()
@@ -444,4 +442,4 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
         finally:
             for handle in handles:
                 handle.remove()
-    return recorder.finish(model, recorder.take_off_own_time(unrecorded))
+    return recorder.finish(model, recorder.take_off_own_time(min(warm_passes, default=None)))
