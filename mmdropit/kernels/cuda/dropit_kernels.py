@@ -248,6 +248,22 @@ def _counts(flat: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     return counts
 
 
+def _scan(counts: torch.Tensor, kept: int = 0,
+          above_all: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor,
+                                                          torch.Tensor]:
+    """Where each block's output starts (the kept ones before it), and, given ``above_all``
+    (the count above the threshold, on the device), the ties before each block and how many
+    ties fill ``kept`` (both left unwritten without it)."""
+    blocks = counts.shape[-1]
+    places = counts.new_empty(2 * blocks + 1)  # kept before, ties before, missing
+    kept_before, ties_before, missing = places[:blocks], places[blocks:-1], places[-1:]
+    ties = above_all is not None
+    _scan_kernel[(1,)](counts, blocks, kept, above_all if ties else missing, kept_before,
+                       ties_before, missing, TIES=ties, SCAN_BLOCK=SCAN_BLOCK,
+                       num_warps=SCAN_WARPS)
+    return kept_before, ties_before, missing
+
+
 def _write(flat: torch.Tensor, threshold: torch.Tensor, counts: torch.Tensor, kept: int,
            bitmask: bool, above_all: torch.Tensor | None = None) -> tuple[torch.Tensor,
                                                                          torch.Tensor]:
@@ -255,17 +271,12 @@ def _write(flat: torch.Tensor, threshold: torch.Tensor, counts: torch.Tensor, ke
     threshold and, given ``above_all`` (their number, on the device), the first of those equal
     to it that fill ``kept``."""
     numel, blocks = flat.numel(), counts.shape[-1]
-    places = flat.new_empty(2 * blocks + 1, dtype=torch.int32)  # kept / ties before, missing
-    kept_before, ties_before, missing = places[:blocks], places[blocks:-1], places[-1:]
-    ties = above_all is not None
-    _scan_kernel[(1,)](counts, blocks, kept, above_all if ties else missing, kept_before,
-                       ties_before, missing, TIES=ties, SCAN_BLOCK=SCAN_BLOCK,
-                       num_warps=SCAN_WARPS)
+    kept_before, ties_before, missing = _scan(counts, kept, above_all)
     first = (flat.new_empty((numel + 7) // 8, dtype=torch.uint8) if bitmask
              else flat.new_empty(kept, dtype=torch.int32))
     values = flat.new_empty(kept)
     _write_kernel[(blocks,)](flat, numel, threshold, missing, kept_before, ties_before, first,
-                             values, TIES=ties, BITMASK=bitmask, BLOCK=BLOCK)
+                             values, TIES=above_all is not None, BITMASK=bitmask, BLOCK=BLOCK)
     return first, values
 
 
@@ -299,10 +310,6 @@ def scatter_bitmask(bits: torch.Tensor, values: torch.Tensor, numel: int) -> tor
     blocks = _blocks(numel)
     counts = bits.new_empty(blocks, dtype=torch.int32)
     _popcount_kernel[(blocks,)](bits, bits.numel(), counts, BLOCK=BLOCK)
-    kept_before = torch.empty_like(counts)
-    # without ties the scan reads and writes kept_before alone (it stands in for the others)
-    _scan_kernel[(1,)](counts, blocks, 0, kept_before, kept_before, kept_before, kept_before,
-                       TIES=False, SCAN_BLOCK=SCAN_BLOCK, num_warps=SCAN_WARPS)
     out = values.new_empty(numel)
-    _scatter_kernel[(blocks,)](bits, values, kept_before, out, numel, BLOCK=BLOCK)
+    _scatter_kernel[(blocks,)](bits, values, _scan(counts)[0], out, numel, BLOCK=BLOCK)
     return out
