@@ -15,19 +15,20 @@ may stop after the first sibling, so a missing call is not an error). The planne
 run only where the recorded step called the siblings that way and nothing else read what they
 passed on (:mod:`.chain`).
 
-Lists and dicts among the arguments are copied (same tensors) when the checkpoint is entered, so
-the recomputation sees them as they were even if the caller changes them later (DenseNet appends
-to the feature list it passes to each layer). During the recomputation (which runs inside
-backward) the BatchNorm layers of the recomputed part would update their running statistics a
-second time; their buffers are saved before and restored after it, so the statistics are those
-of one forward pass. The RNG state is restored before recomputing (``preserve_rng_state``), so
-dropout drops the same elements. Eval mode and ``torch.no_grad`` run the plain forward.
-Compressed modules inside a plain checkpoint (:func:`~mmdropit.codecs.compress_activations`)
-store their codes when the region is recomputed, so for a region holding one the checkpoint does
-not compare what its two passes saved (``determinism_check='none'``). A *selective* checkpoint
-(:mod:`.selective`) keeps the outputs of its costly ops and recomputes only the rest. Under
-``torch.compile`` the checkpoints become dynamo's checkpoint regions (the selective policy passes
-as a module-level ``context_fn``, the only form dynamo takes), and the compiled backward does the
+The recomputation starts from what the first pass started from (:mod:`.first_pass`): its
+list and dict arguments as they were when the checkpoint was entered (each pass runs on copies,
+so neither the caller, as DenseNet appends to its feature list, nor the region itself, as a
+multi-branch stage assigns into its list, changes what the other pass sees), and the attributes
+and buffers its first pass changed as they were before it; after the recomputation they are
+put back, so BatchNorm statistics are those of one forward pass. The RNG state is restored
+before recomputing (``preserve_rng_state``), so dropout drops the same elements. Eval mode and
+``torch.no_grad`` run the plain forward. Compressed modules inside a plain checkpoint
+(:func:`~mmdropit.codecs.compress_activations`) store their codes when the region is recomputed,
+so for a region holding one the checkpoint does not compare what its two passes saved
+(``determinism_check='none'``). A *selective* checkpoint (:mod:`.selective`) keeps the outputs
+of its costly ops and recomputes only the rest. Under ``torch.compile`` the checkpoints become
+dynamo's checkpoint regions (the selective policy passes as a module-level ``context_fn``, the
+only form dynamo takes), each pass on its own containers, and the compiled backward does the
 recomputation.
 
 Example:
@@ -47,75 +48,74 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils._pytree import tree_map
 from torch.utils.checkpoint import checkpoint
 
-from ..common.recompute_region import (COMPACT_WHEN_RECOMPUTED, checkpoint_pass,
-                                       recomputed_region)
-from ..common.training_state import values_restored
+from ..common.recompute_region import checkpoint_pass, recomputed_region
 from ..errors import ConfigError
+from .first_pass import FirstPass, Region, fresh_containers, has_containers
 from .selective import selective_contexts
 
 _CLASSES: dict[tuple[type, type], type] = {}
 
 
 @contextlib.contextmanager
-def _recomputing(module: nn.Module, inner: contextlib.AbstractContextManager) -> Iterator[None]:
-    """Around a recomputation: ``inner`` (selective recompute's replay of kept outputs) inside
-    a copy-and-restore of the BatchNorm buffers, which so run outside ``inner``'s op replay."""
-    with values_restored(b for m in module.modules() if isinstance(m, _BatchNorm)
-                         for b in m.buffers()), inner:
-        yield
-
-
-@contextlib.contextmanager
-def _both(mark: contextlib.AbstractContextManager,
+def _both(outer: contextlib.AbstractContextManager,
           inner: contextlib.AbstractContextManager) -> Iterator[None]:
-    with mark, inner:
+    with outer, inner:
         yield
 
 
-def _contexts(module: nn.Module, selective: bool) -> tuple:
+def _contexts(first_pass: FirstPass, selective: bool) -> tuple:
     """The checkpoint's forward and recompute contexts. A plain checkpoint marks its first
     pass as one whose saved tensors are dropped (DropIT saves placeholders and selects in the
     recomputation); a selective one marks both passes as kept, since its recomputation replays
     the first pass's ops in order and must meet the same ones, even when it runs inside an outer
-    checkpoint's first pass."""
+    checkpoint's first pass. The recomputation starts from the first pass's module state
+    (:meth:`~.first_pass.FirstPass.as_first_seen`), set outside the selective replay so that
+    its copies are not among the replayed ops."""
     if not selective:
         return (checkpoint_pass(first=True),
                 _both(checkpoint_pass(first=False, recomputation=True),
-                      _recomputing(module, contextlib.nullcontext())))
+                      first_pass.as_first_seen()))
     forward, recompute = selective_contexts()
     return (_both(checkpoint_pass(first=False), forward),
-            _both(checkpoint_pass(first=False), _recomputing(module, recompute)))
+            _both(checkpoint_pass(first=False), _both(first_pass.as_first_seen(), recompute)))
 
 
-def _checkpointed(module: nn.Module, run: Callable, selective: bool, *args, **kwargs):
-    # New lists / dicts around the same tensors: the recomputation must see the arguments as
-    # they were, even when the caller appends to a list it passed (DenseNet's feature list).
-    args, kwargs = tree_map(lambda leaf: leaf, (args, kwargs))
+def _checkpointed(region: Region, run: Callable, selective: bool, *args, **kwargs):
+    """``run(*args, **kwargs)`` as one checkpoint of ``region`` whose recomputation starts from
+    what its first pass started from (:mod:`.first_pass`)."""
+    copies = has_containers(args, kwargs)
+    if copies:  # the checkpoint's own containers: the caller may change its own later
+        args, kwargs = fresh_containers(args, kwargs)
     if torch.compiler.is_compiling():
         # dynamo takes a context_fn only as a module-level function (the selective policy);
         # the compiled backward recomputes without running BatchNorm's buffer updates again
         policy = {'context_fn': selective_contexts} if selective else {}
-        return checkpoint(run, *args, use_reentrant=False, **policy, **kwargs)
+        return checkpoint(_each_pass(run, copies), *args, use_reentrant=False, **policy,
+                          **kwargs)
+    first_pass = FirstPass(region, args, kwargs)
     # a compressed module stores codes when recomputed where the first pass saved dense
     # tensors: the two passes' saved tensors then differ by design, and are not compared
-    compact = any(getattr(m, COMPACT_WHEN_RECOMPUTED, False) for m in module.modules())
-    return checkpoint(_marked(run), *args, use_reentrant=False,
-                      context_fn=lambda: _contexts(module, selective),
-                      determinism_check='none' if compact and not selective else 'default',
-                      **kwargs)
+    output = checkpoint(_each_pass(run, copies), *args, use_reentrant=False,
+                        context_fn=lambda: _contexts(first_pass, selective),
+                        determinism_check=('none' if region.compact and not selective
+                                           else 'default'),
+                        **kwargs)
+    first_pass.finish()
+    return output
 
 
-def _marked(run: Callable) -> Callable:
-    """``run`` inside :func:`~mmdropit.common.recompute_region.recomputed_region` (in the first
-    forward pass and in the recomputation alike)."""
-    def marked(*args, **kwargs):
+def _each_pass(run: Callable, copies: bool) -> Callable:
+    """``run`` on new containers (``copies``) inside
+    :func:`~mmdropit.common.recompute_region.recomputed_region`, in the first forward pass and
+    in the recomputation alike."""
+    def each_pass(*args, **kwargs):
+        if copies:  # the region may change them (xs[i] = branch(xs[i])): each pass its own
+            args, kwargs = fresh_containers(args, kwargs)
         with recomputed_region():
             return run(*args, **kwargs)
-    return marked
+    return each_pass
 
 
 def _active(module: nn.Module) -> bool:
@@ -127,19 +127,23 @@ class _CheckpointedModule:
     selective one)."""
 
     _mmdropit_selective: bool
+    _mmdropit_region: Region
 
     def forward(self, *args, **kwargs):
         forward = super().forward
         if not _active(self):
             return forward(*args, **kwargs)
-        return _checkpointed(self, forward, self._mmdropit_selective, *args, **kwargs)
+        return _checkpointed(self._mmdropit_region, forward, self._mmdropit_selective, *args,
+                             **kwargs)
 
 
 class _CheckpointedRuns:
     """Mixin for ``nn.Sequential``: runs of children (``_mmdropit_runs``: first, last, whether
-    selective) are checkpoints."""
+    selective) are checkpoints, each recomputing a ``nn.Sequential`` of its children
+    (``_mmdropit_parts``, by first child; made again if the children were replaced)."""
 
     _mmdropit_runs: list[tuple[int, int, bool]]
+    _mmdropit_parts: dict[int, Region]
 
     def forward(self, x):
         children = list(self)
@@ -155,8 +159,10 @@ class _CheckpointedRuns:
                 i += 1
                 continue
             last, selective = starts[i]
-            part = nn.Sequential(*children[i:last + 1])
-            x = _checkpointed(part, part.forward, selective, x)
+            part = self._mmdropit_parts.get(i)
+            if part is None or not part.matches(children[i:last + 1]):
+                part = self._mmdropit_parts[i] = Region(nn.Sequential(*children[i:last + 1]))
+            x = _checkpointed(part, part.root.forward, selective, x)
             i = last + 1
         return x
 
@@ -168,7 +174,7 @@ class _SiblingRun:
     Attributes:
         names: The siblings' names, for messages.
         members: The siblings, in call order.
-        region: The same as one module (their BatchNorm buffers, their compressed modules).
+        region: The siblings as one region (an ``nn.ModuleList`` of them).
         selective: Whether the checkpoint keeps the outputs of its costly ops.
         output: What the first sibling returned, until the last one has passed it on (a
             recomputation that stops early leaves it, and the next call replaces it).
@@ -177,7 +183,7 @@ class _SiblingRun:
 
     names: tuple[str, ...]
     members: tuple[nn.Module, ...]
-    region: nn.Module
+    region: Region
     selective: bool
     output: torch.Tensor | None = None
     turn: int = 0
@@ -249,6 +255,7 @@ def checkpoint_module(module: nn.Module, selective: bool = False) -> None:
     outputs of its costly ops)."""
     _swap(module, _CheckpointedModule)
     module._mmdropit_selective = selective
+    module._mmdropit_region = Region(module)
 
 
 def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
@@ -261,6 +268,7 @@ def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
     runs.append((first, last, selective))
     _swap(sequential, _CheckpointedRuns)
     sequential._mmdropit_runs = sorted(runs)
+    sequential._mmdropit_parts = {}
 
 
 def has_forward_hooks(module: nn.Module) -> bool:
@@ -307,7 +315,7 @@ def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
         raise ConfigError(f'a sibling checkpoint would run {", ".join(hooked)} without the '
                           'forward hooks they have (an FSDP2 unit, for one): plan again for '
                           'this model')
-    run = _SiblingRun(tuple(children), members, nn.ModuleList(members), selective)
+    run = _SiblingRun(tuple(children), members, Region(nn.ModuleList(members)), selective)
     for position, member in enumerate(members):
         _swap(member, _CheckpointedSiblingsFollower if position else _CheckpointedSiblingsHead)
         member._mmdropit_siblings = run
@@ -326,6 +334,6 @@ def uncheckpoint(module: nn.Module) -> None:
     base = module.__dict__.pop('_mmdropit_checkpoint_base', None)
     if base is not None:
         module.__class__ = base
-        for key in ('_mmdropit_runs', '_mmdropit_selective', '_mmdropit_siblings',
-                    '_mmdropit_sibling_position'):
+        for key in ('_mmdropit_runs', '_mmdropit_parts', '_mmdropit_selective',
+                    '_mmdropit_region', '_mmdropit_siblings', '_mmdropit_sibling_position'):
             module.__dict__.pop(key, None)

@@ -20,6 +20,7 @@ from mmdropit import from_dropit, plan_checkpoints, to_dropit
 
 CONFIGS = {
     'faster-rcnn': 'faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py',
+    'faster-rcnn-hrnet': 'hrnet/faster-rcnn_hrnetv2p-w18-1x_coco.py',  # multi-branch stages
     'cascade-rcnn': 'cascade_rcnn/cascade-rcnn_r50_fpn_1x_coco.py',
     'retinanet': 'retinanet/retinanet_r50_fpn_1x_coco.py',
     'fcos': 'fcos/fcos_r50-caffe_fpn_gn-head_1x_coco.py',

@@ -1,0 +1,261 @@
+"""What a checkpoint's recomputation starts from: the arguments and module state of its first pass.
+
+A checkpoint runs its region twice, the first forward pass (whose saved tensors it drops) and,
+in backward, the recomputation. Its gradients are the unplanned step's only if the
+recomputation starts from exactly what the first pass started from. Four things could differ,
+and each is kept as the first pass found it:
+
+- **Container arguments** (lists, tuples, dicts, nested): the caller may change them after the
+  call (DenseNet appends to the feature list it passes each layer), and the region itself may
+  change them in its first pass (a multi-branch stage assigns ``xs[i] = branch(xs[i])``). The
+  checkpoint holds its own copy, and each pass runs on new containers around the same tensors
+  (:func:`fresh_containers`).
+- **Tensors inside containers changed in place** before the recomputation: PyTorch's checkpoint
+  checks the version of each tensor argument, not of tensors in containers;
+  :meth:`FirstPass.as_first_seen` checks those and raises a ``RuntimeError`` naming the region.
+- **Module attributes the forward reassigns** (a counter, a value it caches and reads again):
+  the recomputation runs with the values from before the first pass, and the values found when
+  it starts are put back after it.
+- **Buffers the forward writes in place or reassigns**: the same. A write is seen by the
+  buffer's version counter; the running statistics of a training BatchNorm / InstanceNorm,
+  which the batch-norm kernel updates without counting, are taken as written at every call.
+  Such a module normalises with the batch's statistics, never reading them, so they are not
+  copied before the pass, only put back after the recomputation (the statistics are those of
+  one pass). Other buffers are copied before every first pass once one has been seen to change
+  them (the region's first call copies them all); a buffer that starts changing later cannot be
+  given its earlier value, and the first pass raises a ``RuntimeError`` naming it.
+
+Not covered: state changed in place that is neither a buffer nor a container argument (a list
+attribute appended to, a plain tensor attribute written in place), and global state other than
+the RNG and autocast (which the checkpoint restores itself).
+
+Example:
+    >>> from torch import nn
+    >>> class Counted(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.linear, self.calls = nn.Linear(2, 2), 0
+    ...     def forward(self, xs):
+    ...         self.calls += 1
+    ...         xs[0] = self.linear(xs[0]) * self.calls
+    ...         return xs[0]
+    >>> module = Counted()
+    >>> region = Region(module)
+    >>> args, kwargs = fresh_containers(([torch.ones(1, 2)],), {})
+    >>> first = FirstPass(region, args, kwargs)
+    >>> out = module(*fresh_containers(args, kwargs)[0])   # the first pass: calls 0 -> 1
+    >>> first.finish()
+    >>> with first.as_first_seen():                        # the recomputation sees calls == 0
+    ...     again = module(*fresh_containers(args, kwargs)[0])
+    >>> torch.equal(out, again), module.calls, len(args[0])
+    (True, 1, 1)
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
+from torch.utils._pytree import tree_leaves, tree_map
+
+from ..common.recompute_region import COMPACT_WHEN_RECOMPUTED
+
+_CONTAINERS = (list, tuple, dict)
+_MISSING = object()
+
+
+def has_containers(args: tuple, kwargs: dict) -> bool:
+    """Whether any argument is a list, tuple or dict (the arguments each pass copies)."""
+    return any(isinstance(value, _CONTAINERS) for value in args) or any(
+        isinstance(value, _CONTAINERS) for value in kwargs.values())
+
+
+def fresh_containers(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """New lists, tuples and dicts around the same tensors and other leaves."""
+    return tree_map(lambda leaf: leaf, (args, kwargs))
+
+
+@dataclass(frozen=True)
+class _BufferSlot:
+    """Where a buffer lives (looked up at each call: ``model.to()`` replaces buffer tensors)."""
+
+    owner: nn.Module
+    name: str
+    label: str
+
+    @property
+    def statistics(self) -> bool:
+        """A running statistic of a training BatchNorm / InstanceNorm: written by its forward
+        (by the kernel, which leaves the version counter as it was), never read by it."""
+        return (isinstance(self.owner, _NormBase) and self.owner.training
+                and self.owner.track_running_stats)
+
+    def tensor(self) -> torch.Tensor | None:
+        return self.owner._buffers.get(self.name)
+
+
+class Region:
+    """The modules and buffer slots of what one checkpoint recomputes, taken when it is applied
+    (a submodule replaced later is not seen: apply the plan after such changes).
+
+    Attributes:
+        root: The module (or the ``nn.Sequential`` / ``nn.ModuleList`` of a run) recomputed.
+        modules: ``root`` and everything inside it.
+        copied_before: Indices of ``slots`` copied before every first pass (``None`` until the
+            first call, which copies every slot but BatchNorm statistics).
+    """
+
+    def __init__(self, root: nn.Module) -> None:
+        self.root = root
+        named = list(root.named_modules(remove_duplicate=True))
+        self.modules = tuple(module for _, module in named)
+        self.slots = tuple(_BufferSlot(module, name, f'{prefix}.{name}' if prefix else name)
+                           for prefix, module in named for name in module._buffers)
+        self.copied_before: set[int] | None = None
+        self._kinds: tuple[type, ...] = ()
+        self._compact = False
+
+    @property
+    def compact(self) -> bool:
+        """Whether a module inside stores other tensors when recomputed than in its first pass
+        (:data:`~mmdropit.common.recompute_region.COMPACT_WHEN_RECOMPUTED`; read from the
+        classes, which a conversion may swap after the plan was applied)."""
+        kinds = tuple(map(type, self.modules))
+        if kinds != self._kinds:
+            self._kinds = kinds
+            self._compact = any(getattr(kind, COMPACT_WHEN_RECOMPUTED, False) for kind in kinds)
+        return self._compact
+
+    def matches(self, members: list[nn.Module]) -> bool:
+        """Whether ``root`` holds exactly ``members``, in order (for a run of children)."""
+        return len(self.root) == len(members) and all(
+            a is b for a, b in zip(self.root, members))
+
+
+class FirstPass:
+    """What one call's first pass started from, and how to start its recomputation from it.
+
+    Made just before the checkpoint runs the first pass; :meth:`finish` just after it.
+    """
+
+    def __init__(self, region: Region, args: tuple, kwargs: dict) -> None:
+        self.region = region
+        self._attributes = [dict(module.__dict__) for module in region.modules]
+        self._tensors = [slot.tensor() for slot in region.slots]
+        self._versions = [None if t is None else t._version for t in self._tensors]
+        copied = region.copied_before
+        self._before = {
+            index: tensor.detach().clone() for index, (slot, tensor)
+            in enumerate(zip(region.slots, self._tensors))
+            if tensor is not None and (index in copied if copied is not None
+                                       else not slot.statistics)}
+        self._leaves: list[tuple[torch.Tensor, int]] = []
+        if has_containers(args, kwargs):
+            self._leaves = [(leaf, leaf._version) for leaf in tree_leaves((args, kwargs))
+                            if isinstance(leaf, torch.Tensor)]
+        self.attributes: list[tuple[nn.Module, str, object]] = []
+        self.buffers: list[tuple[int, torch.Tensor | None]] = []
+        self.replaced: list[tuple[_BufferSlot, torch.Tensor]] = []
+        self.finished = False
+
+    def finish(self) -> None:
+        """Note what the first pass changed (attributes reassigned, buffers written in place);
+        :meth:`as_first_seen` calls it if the first pass was cut short (an outer checkpoint's
+        recomputation stops once it has what its backward needs).
+
+        Raises:
+            RuntimeError: If a buffer other than BatchNorm statistics was written in place that
+                earlier calls left alone (its value from before this pass was not kept).
+        """
+        for module, before in zip(self.region.modules, self._attributes):
+            if _differs(module.__dict__, before):
+                self.attributes += [(module, key, before.get(key, _MISSING))
+                                    for key in module.__dict__.keys() | before.keys()
+                                    if module.__dict__.get(key, _MISSING)
+                                    is not before.get(key, _MISSING)]
+        self._attributes = []
+        region, written = self.region, []
+        for index, (slot, tensor, version) in enumerate(
+                zip(region.slots, self._tensors, self._versions)):
+            if tensor is None:
+                continue
+            if slot.tensor() is not tensor:  # a new tensor assigned to the buffer
+                self.replaced.append((slot, tensor))
+            elif slot.statistics or tensor._version != version:
+                written.append(index)
+        unknown = [region.slots[i].label for i in written
+                   if i not in self._before and not region.slots[i].statistics]
+        if region.copied_before is None:
+            region.copied_before = set()
+        region.copied_before.update(i for i in written if not region.slots[i].statistics)
+        if unknown:
+            raise RuntimeError(
+                f'checkpoint of {type(region.root).__name__}: its forward wrote the buffer(s) '
+                f'{", ".join(unknown)} in place, which earlier calls left alone, so the '
+                'recomputation cannot start from their values before this pass; run again '
+                '(they are copied from now on), or leave this module out of the plan')
+        self.buffers = [(i, self._before.get(i)) for i in written]
+        self._before, self._tensors, self._versions = {}, [], []
+        self.finished = True
+
+    @contextlib.contextmanager
+    def as_first_seen(self) -> Iterator[None]:
+        """Around the recomputation: the attributes and buffers the first pass changed hold
+        their values from before it, and get back the ones found on entry on exit.
+
+        Raises:
+            RuntimeError: If a tensor inside a container argument was changed in place since
+                the first pass started.
+        """
+        if not self.finished:
+            self.finish()
+        for leaf, version in self._leaves:
+            if leaf._version != version:
+                raise RuntimeError(
+                    f'checkpoint of {type(self.region.root).__name__}: a tensor in a list or '
+                    'dict argument was changed in place after the checkpoint was entered, so '
+                    'the recomputation would not see what the first pass saw; plan again '
+                    '(plan_checkpoints starts no checkpoint there) or leave this module out')
+        found = [(module, key, module.__dict__.get(key, _MISSING))
+                 for module, key, _ in self.attributes]
+        found_buffers = [(slot, slot.tensor()) for slot, _ in self.replaced]
+        _assign(self.attributes)
+        for slot, tensor in self.replaced:
+            slot.owner._buffers[slot.name] = tensor
+        slots = self.region.slots
+        written = [(slots[i].tensor(), before) for i, before in self.buffers]
+        written = [(tensor, before) for tensor, before in written if tensor is not None]
+        now = [tensor.detach().clone() for tensor, _ in written]
+        with torch.no_grad():
+            for tensor, before in written:
+                if before is not None:
+                    tensor.copy_(before)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for (tensor, _), value in zip(written, now):
+                    tensor.copy_(value)
+            _assign(found)
+            for slot, tensor in found_buffers:
+                slot.owner._buffers[slot.name] = tensor
+
+
+def _differs(current: dict, before: dict) -> bool:
+    """Whether a module's attributes were reassigned (compared by ``==`` after identity, which
+    is fast in C; a reassigned tensor compares elementwise and may raise: then it differs)."""
+    try:
+        return current != before
+    except Exception:  # noqa: BLE001 -- an ambiguous tensor comparison: something changed
+        return True
+
+
+def _assign(values: list[tuple[nn.Module, str, object]]) -> None:
+    for module, key, value in values:
+        if value is _MISSING:
+            module.__dict__.pop(key, None)
+        else:
+            module.__dict__[key] = value
