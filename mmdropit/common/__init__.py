@@ -9,6 +9,8 @@
 - :mod:`.timing`: the wall time of some work on a device (a GPU's queue drained around it);
 - :mod:`.random_source`: the plugin's own random generator (DropIT's sampling, stochastic
   rounding), apart from the global one;
+- :mod:`.files`: files written whole or not at all (a kill leaves the old file);
+- :mod:`.units`: byte counts in MiB for messages and tables;
 - :mod:`.recompute_region`: whether a checkpoint's region is running (compressed modules step
   aside there), and whether its saved tensors are being dropped (DropIT saves placeholders).
 """

@@ -20,6 +20,7 @@ import cv2
 import numpy as np
 from pycocotools import mask as mask_utils
 
+from ..common.files import atomic_write
 from .mnist5k import load_mnist5k
 
 GENERATOR_VERSION = 1
@@ -129,11 +130,8 @@ def _write_split(ann_file: Path, img_dir: Path, params: dict) -> None:
         annotations=annotations,
         categories=[dict(id=label + 1, name=name, supercategory='digit')
                     for label, name in enumerate(CLASSES)])
-    ann_file.parent.mkdir(parents=True, exist_ok=True)
-    partial = ann_file.with_suffix('.json.partial')
-    with open(partial, 'w') as stream:
+    with atomic_write(ann_file, 'w') as stream:
         json.dump(coco, stream, separators=(',', ':'))
-    os.replace(partial, ann_file)
 
 
 def _compose(rng: np.random.Generator, digits: np.ndarray, height: int, width: int,

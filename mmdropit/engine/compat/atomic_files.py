@@ -3,51 +3,15 @@
 MMEngine 0.10.7 writes a checkpoint with ``LocalBackend.put`` and ``last_checkpoint`` with the
 builtin ``open``, both straight into the final file: a kill during the write leaves a truncated
 ``epoch_N.pth`` or an empty ``last_checkpoint`` where a whole one used to be. With this shim
-both are written to a temporary file beside the target (``.NAME.XXXX.partial``), flushed to
-disk, and renamed over the target (``os.replace``, atomic on POSIX): a reader finds the old
-file or the new one, never a part. A kill leaves at most a ``.partial`` file, which no
-checkpoint search picks (it does not end in ``.pth``) and which may be deleted.
-
-Example:
-    >>> import os, tempfile
-    >>> target = os.path.join(tempfile.mkdtemp(), 'last_checkpoint')
-    >>> with atomic_write(target, 'w') as stream:
-    ...     _ = stream.write('epoch_1.pth')
-    >>> open(target).read(), os.listdir(os.path.dirname(target))
-    ('epoch_1.pth', ['last_checkpoint'])
+both go through :func:`~mmdropit.common.files.atomic_write`: a reader finds the old file or
+the new one, never a part, and a kill leaves at most a ``.partial`` file, which no checkpoint
+search picks (it does not end in ``.pth``).
 """
 from __future__ import annotations
 
 import builtins
-import contextlib
-import os
-import os.path as osp
-import tempfile
-from collections.abc import Iterator
-from typing import IO
 
-
-@contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = 'wb',
-                 encoding: str | None = None) -> Iterator[IO]:
-    """Open a temporary file beside ``path`` for writing; on a clean exit from the block it
-    is flushed to disk and renamed to ``path``; on an exception it is removed and ``path`` is
-    left as it was."""
-    path = os.fspath(path)
-    directory = osp.dirname(path) or '.'
-    os.makedirs(directory, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=directory, prefix=f'.{osp.basename(path)}.',
-                                       suffix='.partial')
-    try:
-        with os.fdopen(handle, mode, encoding=encoding) as stream:
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(partial)
-        raise
+from ...common.files import atomic_write
 
 
 def _put(self, obj: bytes, filepath) -> None:

@@ -28,6 +28,7 @@ from torch import nn
 from ...checkpoint.chain import Chain
 from ...codecs import CompressedActivations, compressible_modules
 from ...common.budget import parse_budget
+from ...common.files import atomic_write
 from ...common.parameters import is_sharded, model_device
 from ...dropit import dropit_layers
 from ...errors import ConfigError
@@ -266,7 +267,5 @@ class MemoryBudgetHook(ShapeBucketHook):
         """Add this bucket's decision to ``{work_dir}/memory_plan.json``."""
         saved = self._saved(runner)
         saved[where] = decision
-        path = Path(runner.work_dir) / 'memory_plan.json'
-        partial = path.with_suffix('.json.part')  # a kill mid-write leaves the old file whole
-        partial.write_text(json.dumps(saved, indent=1))
-        partial.replace(path)
+        with atomic_write(Path(runner.work_dir) / 'memory_plan.json', 'w') as stream:
+            stream.write(json.dumps(saved, indent=1))  # a kill mid-write leaves the old file
