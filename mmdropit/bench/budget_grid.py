@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .report import MIB
+from ..common.units import mib
 
 GRID_MICRO_BATCHES = (1, 2, 4, 8, 16)
 """Micro-batch counts of the grid (counts above a model's batch size are skipped)."""
@@ -155,9 +155,12 @@ def grid_markdown(checks: Sequence[GridCheck]) -> str:
              f'within {GRID_TOLERANCE:.0%} |', '|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|']
     for c in checks:
         best = ('none fits', '', '', '', '') if c.grid_best is None else (
-            c.grid_best, f'{c.grid_best_peak_bytes / MIB:,.1f}', f'{c.grid_best_time:.2f}x',
+            c.grid_best, mib(c.grid_best_peak_bytes, unit=False, grouped=True),
+            f'{c.grid_best_time:.2f}x',
             f'{c.time_vs_grid:.2f}', 'yes' if c.within() else '**no**')
-        lines.append(f'| {c.model} | {c.planner} | {c.budget_bytes / MIB:,.1f} | '
-                     f'{c.planner_peak_bytes / MIB:,.1f} | {c.planner_time:.2f}x | '
+        lines.append(f'| {c.model} | {c.planner} | '
+                     f'{mib(c.budget_bytes, unit=False, grouped=True)} | '
+                     f'{mib(c.planner_peak_bytes, unit=False, grouped=True)} | '
+                     f'{c.planner_time:.2f}x | '
                      f'{c.grid_fitting} | ' + ' | '.join(best) + ' |')
     return '\n'.join(lines) + '\n'

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch._dynamo.utils import counters
 
+from ..common.units import mib
 from ..memory import ProfiledPeakMeter, StepPeakMeter
 from ..reporting import provenance
 from .harness import train_step
@@ -231,7 +232,8 @@ def run_comparison(models: Sequence[str], batch_size: int, steps: int, seed: int
                     raise RuntimeError(f'{model} / {setting.name} failed:\n{tail}')
                 result = SettingResult(**json.loads(path.read_text()))
                 print(f'  {model:<12} {setting.name:<28} growth '
-                      f'{result.peak_growth_bytes / 2**20:8.1f} MiB  x{result.time_ratio:.2f}'
+                      f'{mib(result.peak_growth_bytes, unit=False):>8} MiB  '
+                      f'x{result.time_ratio:.2f}'
                       + (f'  compile {result.compile_seconds:.0f} s'
                          if result.compile_seconds else ''), flush=True)
                 results.append(result)
@@ -254,7 +256,7 @@ def comparison_markdown(results: Sequence[SettingResult]) -> str:
         seconds = [f'{value:.0f}' if value is not None else '' for value in
                    (r.compile_seconds, r.plan_seconds)]
         graphs = '' if r.graphs is None else f'{r.graphs} / {r.graph_breaks}'
-        lines.append(f'| {r.model} | {r.setting} | {r.peak_growth_bytes / 2**20:.0f} MiB | '
+        lines.append(f'| {r.model} | {r.setting} | {mib(r.peak_growth_bytes, 0)} | '
                      f'{_ratio(r, results):.2f} | {check} | {r.step_seconds:.2f} | '
                      f'{r.time_ratio:.2f} | {seconds[0]} | {seconds[1]} | {graphs} |')
     return '\n'.join(lines) + '\n'

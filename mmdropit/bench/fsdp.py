@@ -23,11 +23,11 @@ import torch.multiprocessing as mp
 
 from ..common.parameters import local_part
 from ..common.process_exit import end_distributed_process
+from ..common.units import mib
 from ..reporting import provenance
 from .models import MODELS
 
 FSDP_RANKS = 2
-MIB = 2**20
 
 
 def _local_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
@@ -89,8 +89,10 @@ def run_fsdp(model_names: list[str], out: Path) -> list[dict]:
     print(f'Bytes held by rank 0 of {FSDP_RANKS} after one AdamW step (MiB):')
     for row in rows:
         print(f"  {row['model']:12} {row['variant']:6} "
-              f"parameters {row['parameter'] / MIB:8.1f}  gradients {row['gradient'] / MIB:8.1f}  "
-              f"optimizer {row['optimizer_state'] / MIB:8.1f}  total {row['held_bytes'] / MIB:8.1f}"
+              f"parameters {mib(row['parameter'], unit=False):>8}  "
+              f"gradients {mib(row['gradient'], unit=False):>8}  "
+              f"optimizer {mib(row['optimizer_state'], unit=False):>8}  "
+              f"total {mib(row['held_bytes'], unit=False):>8}"
               f" (x{row['held_ratio']:.2f})")
     print(f'wrote {path}')
     return rows

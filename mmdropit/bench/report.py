@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..common.units import MIB, mib
 from ..memory import SavedActivations, StepPeak
 
-MIB = 2**20
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def compare(measurements: Sequence[Measurement],
 
 
 def _mib(nbytes: int | None) -> str:
-    return 'n/a' if nbytes is None else f'{nbytes / MIB:,.1f}'
+    return 'n/a' if nbytes is None else mib(nbytes, unit=False, grouped=True)
 
 
 def _times(ratio: float | None) -> str:
@@ -189,13 +189,13 @@ def progress_line(row: dict[str, Any]) -> str:
         >>> progress_line(compare([base])[0]).split()[:5]
         ['m', 'baseline', 'saved', '1.0', 'MiB']
     """
-    def mib(key: str) -> str:
-        return 'n/a' if row[key] is None else f'{row[key] / MIB:.1f} MiB'
+    def size(key: str) -> str:
+        return 'n/a' if row[key] is None else mib(row[key])
 
     def times(key: str) -> str:
         return 'n/a' if row[key] is None else f'x{row[key]:.2f}'
 
-    return (f"  {row['model']:<12} {row['variant']:<14} saved {mib('saved_bytes')} "
-            f"({times('saved_ratio')})  peak {mib('peak_bytes')} ({times('peak_ratio')})  "
-            f"activation peak {mib('activation_peak_bytes')} ({times('activation_peak_ratio')})  "
+    return (f"  {row['model']:<12} {row['variant']:<14} saved {size('saved_bytes')} "
+            f"({times('saved_ratio')})  peak {size('peak_bytes')} ({times('peak_ratio')})  "
+            f"activation peak {size('activation_peak_bytes')} ({times('activation_peak_ratio')})  "
             f"step {row['step_seconds']:.3f} s ({times('time_ratio')})")

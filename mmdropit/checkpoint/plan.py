@@ -24,6 +24,7 @@ from pathlib import Path
 from torch import nn
 
 from ..common.budget import Budget, parse_budget, resolve_budget
+from ..common.units import mib
 from ..errors import ConfigError
 from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
                     uncheckpoint)
@@ -48,10 +49,6 @@ LEAST_MEMORY_TOLERANCE = 32
 ``1 / LEAST_MEMORY_TOLERANCE`` of the least reachable one: the last bytes can cost much time
 (DenseNet-121, batch 16: the plan at the least predicted peak measured 1.58x the unplanned step
 time, a single-level plan at the same measured peak 1.26x)."""
-
-
-def _mib(nbytes: int) -> str:
-    return f'{nbytes / 2**20:.1f} MiB'
 
 
 @dataclass
@@ -120,9 +117,9 @@ class CheckpointPlan:
         if self.baseline and self.planned:
             base, plan = self.baseline, self.planned
             share = plan.recompute_seconds / max(self.forward_seconds, 1e-9)
-            lines.append(f'  predicted activation peak {_mib(plan.activation_peak)} '
+            lines.append(f'  predicted activation peak {mib(plan.activation_peak)} '
                          f'({self.activation_share:.2f} of '
-                         f'{_mib(base.activation_peak)} unplanned), recompute '
+                         f'{mib(base.activation_peak)} unplanned), recompute '
                          f'{plan.recompute_seconds:.3f} s per step ({share:.2f} of the forward '
                          f'pass); planned in {self.planning_seconds:.1f} s')
         return '\n'.join(lines)
@@ -262,9 +259,9 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
                 raise ConfigError(
                     f'checkpoint budget {budget!r} is below what any '
                     f'{"" if nested else "single-level "}plan reaches: the least '
-                    f'activation peak is about {_mib(lowest)} '
+                    f'activation peak is about {mib(lowest)} '
                     f'({lowest / max(baseline.activation_peak, 1):.2f} of the unplanned '
-                    f'{_mib(baseline.activation_peak)}); use a budget of at least that, or '
+                    f'{mib(baseline.activation_peak)}); use a budget of at least that, or '
                     'budget=None for the least memory')
             if space.lowest.activation_peak > target:
                 space = deepest

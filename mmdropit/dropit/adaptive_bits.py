@@ -57,6 +57,7 @@ from ..codecs.activations import CompressedActivations, Compression, observe_com
 from ..codecs.bits import BITS, quantized_values_bytes
 from ..common.recompute_region import saved_tensors_dropped
 from ..common.training_state import preserved_training_state
+from ..common.units import mib
 from ..errors import ConfigError
 from .compact import CompactLayout
 from .functional import observe_saves
@@ -139,8 +140,8 @@ class BitsAllocation:
             rows.append(f'{slot.name:<40} {slot.kind:<13} {slot.values:>10} '
                         f'{slot.error:>11.3g} {slot.configured_bits:>3} -> {slot.bits:<3}'
                         + ('' if slot.measured else ' (no gradient through it: kept)'))
-        rows.append(f'codes {self.bytes / 2**20:.2f} MiB (configured {self.budget_bytes / 2**20:.2f}'
-                    f' MiB); modelled gradient error {self.error:.3g} '
+        rows.append(f'codes {mib(self.bytes, 2)} (configured {mib(self.budget_bytes, 2)}); '
+                    f'modelled gradient error {self.error:.3g} '
                     f'(configured {self.error_before:.3g})')
         return '\n'.join(rows)
 

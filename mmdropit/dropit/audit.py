@@ -40,6 +40,7 @@ from torch import nn
 
 from ..codecs.activations import Compression, observe_compression
 from ..common.training_state import values_restored
+from ..common.units import mib
 from .compact import CompactLayout
 from .functional import observe_saves
 from .state import DropITState
@@ -95,12 +96,13 @@ class AuditReport:
         for row in self.rows:
             keeper = ('-' if row.freed else ', '.join(row.kept_by)
                       or 'held outside autograd (model input or kept by the code)')
-            lines.append(f'| {row.name} | {row.encoding} | {row.dense_bytes / 2**20:.2f} | '
-                         f'{row.compact_bytes / 2**20:.2f} | {row.freed_bytes / 2**20:.2f} | '
+            lines.append(f'| {row.name} | {row.encoding} | {mib(row.dense_bytes, 2, unit=False)} | '
+                         f'{mib(row.compact_bytes, 2, unit=False)} | '
+                         f'{mib(row.freed_bytes, 2, unit=False)} | '
                          f'{keeper} |')
         kept = sum(not row.freed for row in self.rows)
         lines.append(f'\n{len(self.rows)} saves (DropIT layers, compressed activations) freed '
-                     f'{self.freed_bytes / 2**20:.2f} MiB; {kept} left their dense input alive.')
+                     f'{mib(self.freed_bytes, 2)}; {kept} left their dense input alive.')
         return '\n'.join(lines)
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..common.budget import Budget, resolve_budget
+from ..common.units import mib
 from ..errors import ConfigError
 from ..memory.trial_peak import trial_peak
 
@@ -61,7 +62,7 @@ class SplitDecision:
 
 
 def _mib(nbytes: int | None) -> str:
-    return 'out of memory' if nbytes is None else f'{nbytes / 2**20:.1f} MiB'
+    return 'out of memory' if nbytes is None else mib(nbytes)
 
 
 def micro_batch_sizes(batch_size: int, micro_batches: int) -> list[int]:

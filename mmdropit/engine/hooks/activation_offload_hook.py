@@ -20,6 +20,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...common.parameters import model_device
+from ...common.units import mib
 from ...errors import ConfigError
 from ...offload import (METHODS, block_patterns, modules_holding_share, offload_activations,
                         restore_offload)
@@ -94,7 +95,7 @@ class ActivationOffloadHook(Hook):
         if self._reported or self._offload is None or self.method != 'prefetch':
             return
         stats = self._offload.copies.stats
-        runner.logger.info(f'Activation offload, first step: {stats.bytes_moved / 2**20:.1f} MiB '
+        runner.logger.info(f'Activation offload, first step: {mib(stats.bytes_moved)} '
                            f'in {stats.tensors_moved} tensors to host memory, '
                            f'{stats.prefetched} prefetched back, {stats.fetched_on_demand} '
                            'fetched when asked for')

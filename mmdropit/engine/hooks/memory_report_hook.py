@@ -9,10 +9,10 @@ from __future__ import annotations
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
+from ...common.units import MIB
 from ...errors import ConfigError
 from ...memory import SavedTensorMeter, StepPeak, StepPeakMeter
 
-MIB = 2 ** 20
 
 
 @HOOKS.register_module()
