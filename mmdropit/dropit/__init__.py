@@ -21,9 +21,9 @@ Example:
 from .adaptive_bits import BitsAllocation, BitsSlot, adapt_bits, set_bits
 from .audit import AuditReport, LayerAudit, audit
 from .compact import CompactLayout, compress, decompress, encoded_bytes, pack_bits, unpack_bits
-from .convert import (PREDICTOR_PATTERNS, ConversionReport, check_gammas, convert,
-                      default_exclude, dropit_layers, from_dropit, keep_ratio, matches,
-                      set_gamma_scale, to_dropit)
+from .config import AppliedDropIT, DropITConfig, convert, to_dropit
+from .convert import (PREDICTOR_PATTERNS, ConversionReport, default_exclude, dropit_layers,
+                      from_dropit, keep_ratio, matches, set_gamma_scale)
 from .functional import DropITConvFunction, DropITLinearFunction, dropit_conv, dropit_linear
 from .layers import DROPIT_TYPES, LEAN_ACTIVATION_TYPES, is_converted, is_dropit_layer
 from .lean_activations import lean_hardtanh, lean_leaky_relu, lean_relu
@@ -31,11 +31,11 @@ from .state import DropITState
 from .strategies import STRATEGIES, check_gamma, check_strategy, select
 
 __all__ = [
-    'AuditReport', 'BitsAllocation', 'BitsSlot', 'CompactLayout', 'ConversionReport', 'DROPIT_TYPES', 'DropITConvFunction',
+    'AppliedDropIT', 'AuditReport', 'BitsAllocation', 'BitsSlot', 'CompactLayout',
+    'ConversionReport', 'DROPIT_TYPES', 'DropITConfig', 'DropITConvFunction',
     'DropITLinearFunction', 'DropITState', 'LEAN_ACTIVATION_TYPES', 'LayerAudit',
-    'PREDICTOR_PATTERNS', 'STRATEGIES', 'adapt_bits', 'audit', 'check_gamma', 'check_gammas', 'check_strategy',
-    'compress',
-    'convert', 'decompress', 'default_exclude', 'dropit_conv', 'dropit_layers', 'dropit_linear',
+    'PREDICTOR_PATTERNS', 'STRATEGIES', 'adapt_bits', 'audit', 'check_gamma', 'check_strategy',
+    'compress', 'decompress', 'default_exclude', 'dropit_conv', 'dropit_layers', 'dropit_linear',
     'encoded_bytes', 'from_dropit', 'is_converted', 'is_dropit_layer', 'keep_ratio',
     'lean_hardtanh', 'lean_leaky_relu', 'lean_relu', 'matches', 'pack_bits', 'select',
     'set_bits', 'set_gamma_scale', 'to_dropit', 'unpack_bits',

@@ -1,4 +1,5 @@
-"""Convert a model's layers to DropIT in place (:func:`to_dropit`) and back (:func:`from_dropit`).
+"""Convert a model's layers to DropIT in place (:func:`convert_model`, for a checked
+:class:`~.config.DropITConfig`) and back (:func:`from_dropit`).
 
 Layer names are qualified module names (``'blocks.0.mlp.fc1'``). A pattern selects a layer when it
 equals the name, is a prefix of it at a dot (``'backbone.layer1'`` selects every layer inside), or
@@ -9,9 +10,10 @@ classifier / box-predictor layers are left exact: a timm model's ``get_classifie
 layers matching :data:`PREDICTOR_PATTERNS` (mmdet's ``fc_cls``, ``fc_reg``, ``rpn_cls``, ...).
 
 Example:
+    >>> from mmdropit.dropit.config import DropITConfig
     >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(),
     ...                     nn.Flatten(), nn.Linear(128, 10))
-    >>> report = convert(net, gamma=0.9, exclude=['0', '5'])
+    >>> report = convert_model(net, DropITConfig(gamma=0.9, exclude=['0', '5']))
     >>> report.layers, report.activations
     (['2'], ['1', '3'])
     >>> from_dropit(net) is net
@@ -23,6 +25,7 @@ import fnmatch
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -31,9 +34,10 @@ from ..common.name_patterns import matches
 from ..errors import ConfigError
 from .layers import (DROPIT_TYPES, LEAN_ACTIVATION_TYPES, convert_activation, convert_layer,
                      is_converted, is_dropit_layer, restore_layer)
-from .quantize import check_value_bits
 from .state import DropITState
-from .strategies import check_gamma, check_strategy
+
+if TYPE_CHECKING:
+    from .config import DropITConfig
 
 PREDICTOR_PATTERNS = ('*fc_cls', '*fc_reg', '*rpn_cls', '*rpn_reg', '*conv_logits', '*conv_cls',
                       '*conv_reg', '*retina_cls', '*retina_reg')
@@ -68,7 +72,7 @@ def _warn_unmatched(patterns: Iterable[str], names: Sequence[str], what: str) ->
         if not any(matches(name, pattern) for name in names):
             shown = ', '.join(names[:40]) + (', ...' if len(names) > 40 else '')
             warnings.warn(f'DropIT {what} pattern {pattern!r} matches no supported layer; '
-                          f'the supported layers are: {shown}', stacklevel=3)
+                          f'the supported layers are: {shown}', stacklevel=4)
 
 
 def default_exclude(model: nn.Module) -> list[str]:
@@ -101,34 +105,13 @@ def _gamma_for(name: str, gamma: Gamma) -> float | None:
     return gamma
 
 
-def check_gammas(gamma: Gamma, where: str = 'gamma') -> Gamma:
-    """Return ``gamma`` (one value or ``{pattern: gamma}``) checked, for :func:`convert`.
+def convert_model(model: nn.Module, config: DropITConfig) -> ConversionReport:
+    """Convert ``model`` in place as ``config`` says, and report what was converted.
 
     Raises:
-        ConfigError: If a value is not a number in ``[0, 1)`` or the mapping is empty; the
-            message starts with ``where``.
+        ConfigError: If no supported layer is left to convert.
     """
-    if isinstance(gamma, Mapping):
-        if not gamma:
-            raise ConfigError(f'{where} mapping is empty: give {{pattern: gamma}}, '
-                              'e.g. {"*": 0.9}')
-        return {str(p): check_gamma(g, f'{where} for {p!r}') for p, g in gamma.items()}
-    return check_gamma(gamma, where)
-
-
-def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
-            layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
-            lean_activations: bool = True, value_bits: int | None = None) -> ConversionReport:
-    """Convert ``model`` in place and report what was converted (:func:`to_dropit` returns the
-    model instead). The arguments are those of :func:`to_dropit`.
-
-    Raises:
-        ConfigError: For a gamma outside [0, 1), an unknown strategy, ``value_bits`` other
-            than ``None`` / 8 / 4 / 2, or a model in which no supported layer is left to convert.
-    """
-    gamma = check_gammas(gamma)
-    check_strategy(strategy)
-    check_value_bits(value_bits)
+    gamma, layers, exclude = config.gammas, config.layers, config.exclude
     named = [(name, module) for name, module in model.named_modules()
              if isinstance(module, DROPIT_TYPES)]
     names = [name for name, _ in named]
@@ -156,7 +139,8 @@ def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
         elif not module.weight.requires_grad:
             report.frozen.append(name)
         else:
-            state = DropITState(name, layer_gamma, layer_gamma, strategy, value_bits)
+            state = DropITState(name, layer_gamma, layer_gamma, config.strategy,
+                                config.value_bits)
             state.reset_counters(module.weight.device)  # where the inputs will most likely be
             convert_layer(module, state)
             report.layers.append(name)
@@ -165,59 +149,16 @@ def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
             f'DropIT converted no layer of {type(model).__name__}: {len(report.excluded)} '
             f'excluded, {len(report.frozen)} frozen of {len(names)} supported; '
             'loosen `layers` / `exclude`')
-    if lean_activations:
+    if config.lean_activations:
         for name, module in model.named_modules():
             if isinstance(module, LEAN_ACTIVATION_TYPES) and convert_activation(module):
                 report.activations.append(name)
     return report
 
 
-def to_dropit(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
-              layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
-              lean_activations: bool = True, value_bits: int | None = None) -> nn.Module:
-    """Convert the Linear / Conv layers of ``model`` to DropIT layers, in place.
-
-    Parameters, buffers and ``state_dict`` keys stay the same objects and names, so an optimizer
-    built before the call keeps working and checkpoints load with or without DropIT.
-
-    Args:
-        model: Any ``nn.Module`` (a timm model, an mmdet detector, ...).
-        gamma: Share of each saved input to drop, in ``[0, 1)``; or ``{pattern: gamma}``, first
-            matching pattern wins and layers matching none are left exact.
-        strategy: ``'mink'`` (exact top-k), ``'mink_approx'`` (sampled threshold, faster) or
-            ``'random'`` (unbiased random keep).
-        layers: Patterns of the layers to convert; ``None`` for all supported layers.
-        exclude: Patterns of layers to leave exact; ``None`` for the defaults (first layer and
-            classifier / predictor heads); ``[]`` to exclude nothing.
-        lean_activations: Also make every ReLU / ReLU6 / Hardtanh / LeakyReLU keep a 1-bit mask,
-            so a layer after it really frees its dense input.
-        value_bits: 8 stores the kept values as int8 with a float32 scale per 32 values
-            (:mod:`.quantize`: 0.059 instead of 0.13 of an fp32 input at gamma 0.9), 4 or 2
-            with a minimum and step per 32 values and stochastic rounding (0.050, 0.044);
-            ``None`` keeps them in the input's dtype.
-
-    Returns:
-        ``model``, converted.
-
-    Raises:
-        ConfigError: For a gamma outside [0, 1), an unknown strategy, ``value_bits`` other than
-            ``None`` / 8, or nothing to convert.
-
-    Example:
-        >>> import timm
-        >>> vit = timm.create_model('vit_tiny_patch16_224', img_size=32, patch_size=8, depth=2)
-        >>> vit = to_dropit(vit, gamma=0.9)
-        >>> sorted(dropit_layers(vit))[:2]
-        ['blocks.0.attn.proj', 'blocks.0.attn.qkv']
-        >>> vit.patch_embed.proj in dropit_layers(vit).values()  # first layer stays exact
-        False
-    """
-    convert(model, gamma, strategy, layers, exclude, lean_activations, value_bits)
-    return model
-
-
 def from_dropit(model: nn.Module) -> nn.Module:
-    """Undo :func:`to_dropit` in place (DropIT layers and lean activations); returns ``model``."""
+    """Undo :func:`~.config.to_dropit` in place (DropIT layers and lean activations); returns
+    ``model``."""
     for module in model.modules():
         if is_converted(module):
             restore_layer(module)

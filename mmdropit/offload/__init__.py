@@ -3,6 +3,8 @@ host memory, copied off the GPU on a side stream and prefetched back one group a
 
 - :class:`HostCopies` (:mod:`.host_copies`): the saved-tensor hooks, their side stream and
   statistics (:class:`OffloadStats`);
+- :class:`OffloadConfig` (:mod:`.config`): the technique's configuration, checked once and
+  applied in one call (by name, or by a share of the saved bytes chosen on a forward pass);
 - :func:`offload_activations`, :func:`restore_offload`, :func:`modules_holding_share`,
   :func:`block_patterns` (:mod:`.modules`): put it on a model's modules, take it off, choose
   the modules that hold a share of a step's saved bytes among the model's blocks.
@@ -17,9 +19,10 @@ Example:
 """
 import torch  # noqa: F401  (the doctest's namespace)
 
+from .config import OffloadConfig
 from .host_copies import MIN_BYTES, HostCopies, OffloadStats
 from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
                       offload_activations, restore_offload)
 
-__all__ = ['METHODS', 'MIN_BYTES', 'HostCopies', 'Offload', 'OffloadStats', 'block_patterns',
-           'modules_holding_share', 'offload_activations', 'restore_offload']
+__all__ = ['METHODS', 'MIN_BYTES', 'HostCopies', 'Offload', 'OffloadConfig', 'OffloadStats',
+           'block_patterns', 'modules_holding_share', 'offload_activations', 'restore_offload']

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from mmdropit import ConfigError
-from mmdropit.dropit import (audit, convert, dropit_layers, from_dropit, is_converted,
+from mmdropit.dropit import (DropITConfig, audit, dropit_layers, from_dropit, is_converted,
                              keep_ratio, set_gamma_scale, to_dropit)
 
 
@@ -44,7 +44,7 @@ def test_default_exclusion_leaves_first_layer_and_classifier_exact():
 
 def test_patterns_and_per_layer_gammas():
     model = _vit()
-    report = convert(model, gamma={'*.fc2': 0.5, 'blocks.1': 0.8}, exclude=[])
+    report = DropITConfig(gamma={'*.fc2': 0.5, 'blocks.1': 0.8}, exclude=[]).apply(model).report
     gammas = {name: m.dropit.gamma for name, m in dropit_layers(model).items()}
     assert gammas == {'blocks.0.mlp.fc2': 0.5, 'blocks.1.attn.qkv': 0.8,
                       'blocks.1.attn.proj': 0.8, 'blocks.1.mlp.fc1': 0.8,
@@ -56,7 +56,7 @@ def test_frozen_layers_are_left_alone():
     model = _vit()
     for p in model.blocks[0].parameters():
         p.requires_grad_(False)
-    report = convert(model, gamma=0.9)
+    report = DropITConfig(gamma=0.9).apply(model).report
     assert 'blocks.0.attn.qkv' in report.frozen
     assert not any(name.startswith('blocks.0') for name in dropit_layers(model))
 

@@ -26,7 +26,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy,
                                     fully_shard)
 
-from ...dropit import to_dropit
+from ...common.technique import config_from
+from ...dropit import DropITConfig
 from ...errors import ConfigError
 from .full_state import (gather_optimizer_state, gather_tensor, shard_model_state,
                          shard_optimizer_state)
@@ -70,7 +71,7 @@ class FullyShardModelWrapper(GatheredState, nn.Module):
     Args:
         module: The model (an MMEngine ``BaseModel``).
         shard_policy: ``dict(classes=[...], names=[...])`` for :class:`ShardPolicy`.
-        dropit: Keyword arguments of :func:`mmdropit.to_dropit`, applied before sharding.
+        dropit: A :class:`~mmdropit.dropit.DropITConfig`'s arguments, applied before sharding.
         reshard_after_forward: Free the gathered parameters after each unit's forward
             (``False``: keep them until backward, less communication, more memory).
         mixed_precision: Keyword arguments of ``MixedPrecisionPolicy`` (dtypes may be strings).
@@ -89,7 +90,7 @@ class FullyShardModelWrapper(GatheredState, nn.Module):
         require_process_group(type(self).__name__)
         super().__init__()
         if dropit is not None:
-            to_dropit(module, **dropit)
+            config_from(DropITConfig, dropit, f'{type(self).__name__} dropit').apply(module)
         init_and_sync(module)
         policy = ShardPolicy(**(shard_policy or {}))
         device = next(module.parameters()).device

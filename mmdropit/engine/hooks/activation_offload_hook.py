@@ -21,9 +21,8 @@ from mmengine.registry import HOOKS
 
 from ...common.parameters import model_device
 from ...common.units import mib
-from ...errors import ConfigError
-from ...offload import (METHODS, block_patterns, modules_holding_share, offload_activations,
-                        restore_offload)
+from ...offload import OffloadConfig
+from ...offload.config import AppliedOffload
 from ..runner_model import batch_loss, unwrap
 
 
@@ -50,51 +49,35 @@ class ActivationOffloadHook(Hook):
 
     def __init__(self, names: Sequence[str] | None = None, share: float | None = None,
                  method: str = 'prefetch') -> None:
-        if (names is None) == (share is None):
-            raise ConfigError('ActivationOffloadHook takes names=[...] or share=0.5 (one of '
-                              'the two)')
-        if isinstance(names, str):
-            raise ConfigError("ActivationOffloadHook names take a list, e.g. "
-                              "names=['backbone.layer1']")
-        if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
-                                  or not 0 < share <= 1):
-            raise ConfigError(f'ActivationOffloadHook share must be in (0, 1], got {share!r}')
-        if method not in METHODS:
-            raise ConfigError(f'ActivationOffloadHook method {method!r}: use one of '
-                              f'{", ".join(METHODS)}')
-        self.names = None if names is None else list(names)
-        self.share = share
-        self.method = method
-        self._offload = None
+        self.config = OffloadConfig(names, share, method, where='ActivationOffloadHook')
+        self._applied: AppliedOffload | None = None
         self._reported = False
 
     def before_run(self, runner) -> None:
-        if self.names is not None:
-            self._put_on(runner, self.names)
+        if self.config.names is not None:
+            self._put_on(runner, self.config)
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
-        if self._offload is not None or data_batch is None:
+        if self._applied is not None or data_batch is None:
             return
         model = unwrap(runner.model)
-        chosen = [modules_holding_share(model, batch_loss(
-            model, data_batch, lambda: runner.optim_wrapper.optim_context(model)),
-            block_patterns(model) or ['*'], self.share)]
+        chosen = [self.config.choose(model, batch_loss(
+            model, data_batch, lambda: runner.optim_wrapper.optim_context(model))).names]
         broadcast_object_list(chosen, src=0)
-        self._put_on(runner, chosen[0])
+        self._put_on(runner, OffloadConfig(chosen[0], method=self.config.method))
 
-    def _put_on(self, runner, names: Sequence[str]) -> None:
+    def _put_on(self, runner, config: OffloadConfig) -> None:
         model = unwrap(runner.model)
-        self._offload = offload_activations(model, names, self.method)
+        self._applied = config.apply(model)
         where = model_device(model)
         runner.logger.info(
-            f'Activation offload ({self.method}) of {len(self._offload.names)} modules: '
-            + ', '.join(self._offload.names[:6]) + (', ...' if len(self._offload.names) > 6 else '')
+            self._applied.summary[0].upper() + self._applied.summary[1:]
             + ('' if where.type == 'cuda' else f' (the model is on {where.type}: nothing moves)'))
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if self._reported or self._offload is None or self.method != 'prefetch':
+        if self._reported or self._applied is None or self.config.method != 'prefetch':
             return
-        stats = self._offload.copies.stats
+        stats = self._applied.offload.copies.stats
         runner.logger.info(f'Activation offload, first step: {mib(stats.bytes_moved)} '
                            f'in {stats.tensors_moved} tensors to host memory, '
                            f'{stats.prefetched} prefetched back, {stats.fetched_on_demand} '
@@ -102,5 +85,6 @@ class ActivationOffloadHook(Hook):
         self._reported = True
 
     def after_run(self, runner) -> None:
-        restore_offload(unwrap(runner.model))
-        self._offload = None
+        if self._applied is not None:
+            self._applied.remove()
+        self._applied = None

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import torch
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ...dropit import (ConversionReport, audit, check_gammas, check_strategy, convert, keep_ratio,
-                      set_gamma_scale)
-from ...dropit.quantize import check_value_bits
 from ...common.random_source import reseed
+from ...dropit import DropITConfig, audit, keep_ratio, set_gamma_scale
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
 
@@ -59,34 +56,29 @@ class DropITHook(Hook):
                  layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
                  lean_activations: bool = True, warmup_iters: int = 0,
                  audit: bool = False, value_bits: int | None = None) -> None:
-        gamma = check_gammas(gamma, 'DropITHook gamma')
-        check_strategy(strategy)
-        check_value_bits(value_bits, 'DropITHook value_bits')
-        if isinstance(layers, str) or isinstance(exclude, str):
-            raise ConfigError('DropITHook layers / exclude take a list of name patterns, '
-                              "e.g. exclude=['patch_embed.proj', 'head']")
-        if not isinstance(warmup_iters, int) or warmup_iters < 0:
+        self.config = DropITConfig(gamma, strategy, layers, exclude, lean_activations,
+                                   value_bits, where='DropITHook')
+        if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) \
+                or warmup_iters < 0:
             raise ConfigError(f'DropITHook warmup_iters must be an int >= 0, got {warmup_iters!r}')
-        self.gamma = gamma
-        self.strategy = strategy
-        self.layers = None if layers is None else list(layers)
-        self.exclude = None if exclude is None else list(exclude)
-        self.lean_activations = lean_activations
         self.warmup_iters = warmup_iters
         self.audit = audit
-        self.value_bits = value_bits
         self.converted: list[str] = []
 
-    def apply(self, model: torch.nn.Module) -> ConversionReport:
-        """Convert ``model`` (unwrapped first) with this hook's settings."""
-        report = convert(unwrap(model), self.gamma, self.strategy, self.layers, self.exclude,
-                         self.lean_activations, self.value_bits)
-        self.converted = report.layers
-        return report
+    @property
+    def gamma(self) -> float | Mapping[str, float]:
+        """The configured gamma (one value or ``{pattern: gamma}``)."""
+        return self.config.gammas
+
+    @property
+    def strategy(self) -> str:
+        """The configured strategy."""
+        return self.config.strategy
 
     def before_run(self, runner) -> None:
         reseed()  # DropIT's generator: seeded from this run's seed at its first use
-        report = self.apply(runner.model)
+        report = self.config.apply(unwrap(runner.model)).report
+        self.converted = report.layers
         runner.logger.info(
             f'{report} (gamma {self.gamma}, strategy {self.strategy!r}). Left exact: '
             f'{", ".join(report.excluded + report.frozen) or "none"}')
