@@ -29,12 +29,11 @@ from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoin
 from ..common.blocks import block_sequences
 from ..common.parameters import model_device
 from ..codecs import compress_activations, restore_activations
-from ..dropit import from_dropit, to_dropit
+from ..dropit import DropITConfig
 from ..kernels.switch import eager_only
 from ..errors import ConfigError
 from ..microbatch import SplitDecision, search_split
-from ..offload import (block_patterns, modules_holding_share, offload_activations,
-                       restore_offload)
+from ..offload import OffloadConfig
 from ..planner import (PART_SAMPLES, StepProbe, bf16_switch, dropit_switch, offload_switch,
                        plan_within_budget, put_in_effect, quantize_switch, remove_all)
 from .workload import Workload
@@ -83,15 +82,13 @@ def dropit(strategy: str, lean_activations: bool = True, value_bits: int | None 
            fused: bool = True) -> Prepare:
     """DropIT at :data:`DROPIT_GAMMA` with ``strategy`` (and kept values in ``value_bits``);
     without ``fused``, on its eager path even where the fused CPU kernels are built."""
+    config = DropITConfig(DROPIT_GAMMA, strategy, lean_activations=lean_activations,
+                          value_bits=value_bits)
+
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        to_dropit(work.model, DROPIT_GAMMA, strategy, lean_activations=lean_activations,
-                  value_bits=value_bits)
-        try:
-            with contextlib.nullcontext() if fused else eager_only():
-                yield
-        finally:
-            from_dropit(work.model)
+        with config.apply(work.model), contextlib.nullcontext() if fused else eager_only():
+            yield
     return prepare
 
 
@@ -99,17 +96,16 @@ def compressed_activations(with_dropit: bool, bits: int = 8, lean: bool = False)
     """What norms, GELUs and attentions save, in ``bits`` bits (:func:`compress_activations`;
     with ``lean``, GELUs save 4-bit derivative codes); with ``with_dropit``, also DropIT at
     :data:`DROPIT_GAMMA` with its kept values in ``bits`` bits."""
+    values = DropITConfig(DROPIT_GAMMA, 'mink', value_bits=bits) if with_dropit else None
+
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        if with_dropit:
-            to_dropit(work.model, DROPIT_GAMMA, 'mink', value_bits=bits)
-        compress_activations(work.model, bits=bits, lean_activations=lean)
-        try:
-            yield
-        finally:
-            restore_activations(work.model)
-            if with_dropit:
-                from_dropit(work.model)
+        with values.apply(work.model) if values else contextlib.nullcontext():
+            compress_activations(work.model, bits=bits, lean_activations=lean)
+            try:
+                yield
+            finally:
+                restore_activations(work.model)
     return prepare
 
 
@@ -146,18 +142,16 @@ def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepar
 def offload(share: float, method: str = 'prefetch') -> Prepare:
     """Activation offload (:mod:`mmdropit.offload`) of the earliest blocks of the model's block
     sequences that hold ``share`` of the step's saved bytes, chosen once per workload."""
+    config = OffloadConfig(share=share, method=method)
+
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         if share not in work.offloaded:
-            work.offloaded[share] = modules_holding_share(work.model, work.loss,
-                                                          block_patterns(work.model), share)
+            work.offloaded[share] = config.choose(work.model, work.loss).names
             print(f'  {work.name}: offload {share} of the saved bytes: '
                   f'{", ".join(work.offloaded[share])}', flush=True)
-        offload_activations(work.model, work.offloaded[share], method)
-        try:
+        with OffloadConfig(work.offloaded[share], method=method).apply(work.model):
             yield
-        finally:
-            restore_offload(work.model)
     return prepare
 
 

@@ -66,7 +66,7 @@ class Workload:
     plans: dict[str, CheckpointPlan] = field(default_factory=dict)
     split_decisions: dict[float | int, SplitDecision] = field(default_factory=dict)
     budget_outcomes: dict[str, BudgetOutcome] = field(default_factory=dict)
-    offloaded: dict[float, list[str]] = field(default_factory=dict)
+    offloaded: dict[float, tuple[str, ...]] = field(default_factory=dict)
     autocast_dtype: torch.dtype | None = None
     graph_breaks: dict[str, int] = field(default_factory=dict)
 
