@@ -6,25 +6,21 @@ category (``StepPeakMeter``: MemTracker on CPU, the allocator's counters on CUDA
 time, timed alternately with the baseline of the same model in one process once those two steps
 have warmed up (the ratio reported is the median of the per-round ratios). Models start from
 random weights and see synthetic batches: nothing is downloaded. The default run (all models,
-three timed rounds) takes about a quarter of an hour on two CPU cores.
-
-Writes ``benchmark.md``, ``benchmark.png`` and ``benchmark.json`` into ``--out`` and prints the
-table.
+three timed rounds) takes about a quarter of an hour on two CPU cores. Writes ``benchmark.md``,
+``benchmark.png`` and ``benchmark.json`` into ``--out`` and prints the table.
 
 Example:
     python tools/benchmark.py --quick                         # deit_tiny + resnet50, batch 4
     python tools/benchmark.py --models deit_small,faster_rcnn --steps 5 --device cuda
     python tools/benchmark.py --micro --models deit_small --batch-size 64   # micro-batching
     python tools/benchmark.py --budget --models deit_small --batch-size 64  # one memory budget
-    python tools/benchmark.py --budget --grid --models deit_small  # ... checked on a full grid
-    python tools/benchmark.py --budget --lossy-grid --models deit_small  # ... and a lossy grid
+    python tools/benchmark.py --budget --lossy-grid --models deit_small  # ... checked on grids
     python tools/benchmark.py --ogc-table --ogc-scale 8      # plans on the OGC paper's 18 models
     python tools/benchmark.py --compile-budget --models deit_small,resnet50   # vs compile's budget
     python tools/benchmark.py --compile reduce-overhead --device cuda --models deit_small \
         --variants bf16-autocast,dropit-mink+bf16   # compiled, replayed as CUDA graphs
 
-The measuring is done by :mod:`mmdropit.bench`; a new memory technique is one more variant in
-:func:`mmdropit.bench.variants.catalogue`.
+The measuring is done by :mod:`mmdropit.bench`; a technique is one more variant there.
 """
 from __future__ import annotations
 
@@ -38,13 +34,13 @@ import torch
 from mmdropit.bench import (BASELINE, BUDGET_VARIANTS, CURVE_VARIANTS, DEFAULT_VARIANTS,
                             MICRO_VARIANTS, Measurement, SuiteSettings, catalogue, run_suite,
                             write_results)
-from mmdropit.bench.budget_grid import (GRID_MICRO_BATCHES, GRID_PLANS, GRID_VARIANTS,
-                                         LOSSY_GRID_SETTINGS, LOSSY_GRID_VARIANTS)
+from mmdropit.bench.budget_grid import GRID_MICRO_BATCHES, GRID_PLANS, LOSSY_GRID_SETTINGS
 from mmdropit.bench.compile_budget import run_comparison, write_comparison
 from mmdropit.bench.fsdp import FSDP_RANKS, run_fsdp
-from mmdropit.bench.models import DET_IMAGE_SIZE, MODELS
+from mmdropit.bench.models import DET_IMAGE_SIZE, MODELS, parse_image_size
 from mmdropit.bench.ogc_models import OGC_ROWS
 from mmdropit.bench.ogc_table import run_ogc_table, write_ogc_results
+from mmdropit.bench.variants import budget_run
 
 DEFAULT_OUT = 'work_dirs/benchmark'
 COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
@@ -61,13 +57,8 @@ def _names(text: str, known: dict, what: str) -> list[str]:
     return names
 
 
-def _image_size(text: str) -> tuple[int, int]:
-    """``'1333x800'`` (width x height) as ``(800, 1333)`` (height, width)."""
-    width, _, height = text.lower().partition('x')
-    if not (width.isdigit() and height.isdigit() and int(width) >= 32 and int(height) >= 32):
-        raise argparse.ArgumentTypeError(f'{text!r} is not WIDTHxHEIGHT (e.g. 1333x800), each '
-                                         'at least 32 pixels')
-    return int(height), int(width)
+def _wrote(out: Path, *names: str) -> None:
+    print('wrote ' + ', '.join(str(out / name) for name in names))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,12 +81,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--budget', action='store_true',
                         help='measure the memory-budget planner (MemoryBudgetHook) instead, '
                         'beside each technique alone: ' + ', '.join(BUDGET_VARIANTS))
-    parser.add_argument('--grid', action='store_true',
-                        help='with --budget: also measure every combination of %s micro-batches '
-                        'and no plan / plans at %s of the activation peak / the least-memory '
-                        'plan, and check the planner against the fastest that fits'
-                        % ('/'.join(map(str, GRID_MICRO_BATCHES)),
-                           '/'.join(str(p) for p in GRID_PLANS if isinstance(p, float))))
+    shares = '/'.join(str(p) for p in GRID_PLANS if isinstance(p, float))
+    parser.add_argument('--grid', action='store_true', help=f'with --budget: also measure '
+                        f'every combination of {"/".join(map(str, GRID_MICRO_BATCHES))} '
+                        f'micro-batches and no plan / plans at {shares} of the activation peak / '
+                        'the least-memory plan, and check the planner against the fastest fit')
     parser.add_argument('--lossy-grid', action='store_true',
                         help='with --budget: --grid, and the lossy settings %s under the same '
                         'micro-batch counts with no plan / the least-memory plan (a lossy '
@@ -108,22 +98,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         'the models of the OGC paper\'s table instead, beside its figures '
                         '(--models then names rows: %s)' % ', '.join(OGC_ROWS))
     parser.add_argument('--ogc-scale', type=int, default=8,
-                        help='with --ogc-table: divide the paper\'s batch sizes by this (default 8)')
+                        help='with --ogc-table: divide the paper\'s batch sizes by this')
     parser.add_argument('--compile-budget', action='store_true',
                         help='compare our plans (eager and compiled) with torch.compile\'s '
                         'activation_memory_budget swept from 1 to 0 instead, one process per '
                         'setting; writes compile_budget.md, .json and .png')
     parser.add_argument('--compile', nargs='?', const='default', choices=COMPILE_MODES,
-                        metavar='MODE',
-                        help='compile every model (torch.compile, inductor) before measuring; '
-                        'the graph breaks of each variant are reported. MODE: inductor\'s mode '
-                        '(%s; reduce-overhead: CUDA graphs, no launch cost on the host)'
+                        metavar='MODE', help='compile every model (torch.compile, inductor) '
+                        'before measuring, reporting graph breaks; MODE: inductor\'s mode (%s)'
                         % ', '.join(COMPILE_MODES))
     parser.add_argument('--batch-size', type=int,
                         help='images per step for the classification models (default 16)')
     parser.add_argument('--det-batch-size', type=int, default=2,
                         help='images per step for detection')
-    parser.add_argument('--det-image-size', type=_image_size, default=DET_IMAGE_SIZE,
+    parser.add_argument('--det-image-size', type=parse_image_size, default=DET_IMAGE_SIZE,
                         metavar='WIDTHxHEIGHT',
                         help='detection images (default %dx%d; 1333x800: mmdet\'s COCO scale)'
                         % DET_IMAGE_SIZE[::-1])
@@ -139,6 +127,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.compile_budget and args.device != 'cpu':
         raise SystemExit('--compile-budget measures CPU steps (its meter reads the CPU '
                          'allocator): add --device cpu')
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        raise SystemExit('--device cuda: torch sees no CUDA device here; leave --device out')
     if args.ogc_scale < 1:
         raise SystemExit('--ogc-scale must be at least 1')
     if args.ogc_table:
@@ -152,10 +142,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if missing:
         raise SystemExit(f'config file(s) not found: {", ".join(missing)}')
     if args.budget:
-        args.variants = [*BUDGET_VARIANTS, 'ckpt-plan-min', 'ckpt-plan-0.5', *MICRO_VARIANTS[:2],
-                         'bf16-autocast', 'dropit-mink',
-                         *(GRID_VARIANTS if args.grid or args.lossy_grid else ()),
-                         *(LOSSY_GRID_VARIANTS if args.lossy_grid else ())]
+        args.variants = budget_run(args.grid, args.lossy_grid)
     elif args.grid or args.lossy_grid:
         raise SystemExit('--grid and --lossy-grid check the memory-budget planner: use them '
                          'with --budget')
@@ -163,10 +150,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.variants = list(CURVE_VARIANTS if args.curve else MICRO_VARIANTS)
     else:
         args.variants = _names(args.variants, variants, 'variant')
-    if args.batch_size is None:
-        args.batch_size = QUICK_BATCH_SIZE if args.quick else 16
-    if args.steps is None:
-        args.steps = QUICK_STEPS if args.quick else 3
+    batch_size, steps = (QUICK_BATCH_SIZE, QUICK_STEPS) if args.quick else (16, 3)
+    args.batch_size = batch_size if args.batch_size is None else args.batch_size
+    args.steps = steps if args.steps is None else args.steps
     if args.steps < 1:
         raise SystemExit('--steps must be at least 1')
     return args
@@ -185,14 +171,13 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
     if args.compile_budget:
         compared = run_comparison(args.models, args.batch_size, args.steps, args.seed)
         print('\n' + write_comparison(compared, out, args.batch_size, args.steps), end='')
-        print(f'wrote {out / "compile_budget.md"}, {out / "compile_budget.json"}, '
-              f'{out / "compile_budget.png"}')
+        _wrote(out, 'compile_budget.md', 'compile_budget.json', 'compile_budget.png')
         return [vars(result) for result in compared]
     if args.ogc_table:
         results = run_ogc_table(args.models, args.ogc_scale, args.steps,
                                 torch.device(args.device), args.seed)
         print('\n' + write_ogc_results(results, out, args.ogc_scale, args.steps), end='')
-        print(f'wrote {out / "ogc_table.md"}, {out / "ogc_table.json"}')
+        _wrote(out, 'ogc_table.md', 'ogc_table.json')
         return [m for result in results for m in result.measurements]
     variants = catalogue()
     chosen = [variants[BASELINE]] + [variants[name] for name in args.variants
@@ -203,12 +188,10 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
                              args.det_image_size)
     results = run_suite(args.models, args.config, chosen, settings)
     table = write_results(results, settings, out, curve=args.curve)
-    for plot in ('checkpoint_curve.png', 'budget_curve.png'):
-        if (out / plot).is_file() and (args.curve or args.budget):
-            print(f'wrote {out / plot}')
-    print()
-    print(table, end='')
-    print(f'\nwrote {out / "benchmark.md"}, {out / "benchmark.json"}, {out / "benchmark.png"}')
+    plots = [plot for plot in ('checkpoint_curve.png', 'budget_curve.png')
+             if (out / plot).is_file() and (args.curve or args.budget)]
+    print(f'\n{table}')
+    _wrote(out, 'benchmark.md', 'benchmark.json', 'benchmark.png', *plots)
     return results.measurements
 
 

@@ -12,6 +12,7 @@ Example::
 """
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,25 @@ from .workload import Workload
 
 IMAGE_SIZE = 224
 DET_IMAGE_SIZE = (608, 800)  # (height, width): a COCO-sized image after mmdet's resize
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``'1333x800'`` (width x height, as a command line gives it) as ``(800, 1333)`` (height,
+    width).
+
+    Example:
+        >>> parse_image_size('1333x800')
+        (800, 1333)
+
+    Raises:
+        argparse.ArgumentTypeError: If ``text`` is not WIDTHxHEIGHT with each at least 32
+            pixels (the command line's message).
+    """
+    width, _, height = text.lower().partition('x')
+    if not (width.isdigit() and height.isdigit() and int(width) >= 32 and int(height) >= 32):
+        raise argparse.ArgumentTypeError(f'{text!r} is not WIDTHxHEIGHT (e.g. 1333x800), '
+                                         'each at least 32 pixels')
+    return int(height), int(width)
 DET_BOXES_PER_IMAGE = 3
 
 Builder = Callable[[str, int, torch.device], Workload]

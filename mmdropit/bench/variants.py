@@ -26,7 +26,8 @@ from typing import ContextManager
 
 import torch
 
-from .budget_grid import GRID_POINTS, LOSSY_GRID_POINTS, grid_name
+from .budget_grid import (GRID_POINTS, GRID_VARIANTS, LOSSY_GRID_POINTS, LOSSY_GRID_VARIANTS,
+                          grid_name)
 from .techniques import (bf16_autocast, checkpoint_plan, compressed_activations,
                          decided_autocast, dropit, fp16_autocast, grad_checkpointing,
                          memory_budget, micro_batches, mmengine_checkpointing, offload,
@@ -58,6 +59,14 @@ BUDGET_VARIANTS = (*(f'budget-{budget}' for budget in BUDGETS), 'budget-least',
                    *(f'budget-{budget}-lossy' for budget in BUDGETS), 'budget-least-lossy')
 """The memory-budget planner (``MemoryBudgetHook``'s decision), exact and lossy, at the budgets
 and at the least peak it reaches (``budget=None``)."""
+
+
+def budget_run(grid: bool = False, lossy_grid: bool = False) -> list[str]:
+    """The variants of a memory-budget run: the planner's decisions beside each technique alone,
+    and with ``grid`` (``lossy_grid``) the measured grid (and lossy grid) that checks them."""
+    return [*BUDGET_VARIANTS, 'ckpt-plan-min', 'ckpt-plan-0.5', *MICRO_VARIANTS[:2],
+            'bf16-autocast', 'dropit-mink', *(GRID_VARIANTS if grid or lossy_grid else ()),
+            *(LOSSY_GRID_VARIANTS if lossy_grid else ())]
 
 
 def _nothing(work: Workload) -> ContextManager[None]:

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,6 +107,13 @@ def test_compile_budget_on_cuda_is_one_line(tmp_path):
     run = _benchmark('--compile-budget', '--device', 'cuda', '--out', str(tmp_path))
     assert run.returncode != 0 and 'Traceback' not in run.stderr
     assert run.stderr.strip().splitlines()[-1].endswith('add --device cpu')
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='needs a machine without a GPU')
+def test_cuda_without_a_gpu_is_one_line(tmp_path):
+    run = _benchmark('--quick', '--device', 'cuda', '--out', str(tmp_path))
+    assert run.returncode != 0 and 'Traceback' not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].endswith('leave --device out')
 
 
 @pytest.mark.slow
