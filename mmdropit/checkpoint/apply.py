@@ -1,7 +1,7 @@
 """Apply and remove checkpoints on modules, in place.
 
 A checkpointed module keeps its Parameters, buffers and ``state_dict`` keys: its class is swapped
-for a subclass whose ``forward`` runs the original one under
+(:mod:`mmdropit.common.class_swap`) for a subclass whose ``forward`` runs the original one under
 :func:`torch.utils.checkpoint.checkpoint` (non-reentrant: keyword arguments pass through, inputs
 need not require grad, nested checkpoints and DDP work). A run of consecutive children of an
 ``nn.Sequential`` is checkpointed as one piece the same way, on the Sequential. So is a run of
@@ -50,12 +50,13 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..common.class_swap import ClassSwap
 from ..common.recompute_region import checkpoint_pass, recomputed_region
 from ..errors import ConfigError
 from .first_pass import FirstPass, Region, fresh_containers, has_containers
 from .selective import selective_contexts
 
-_CLASSES: dict[tuple[type, type], type] = {}
+_SWAP = ClassSwap('Checkpointed')
 
 
 @contextlib.contextmanager
@@ -212,7 +213,7 @@ class _CheckpointedSiblingsHead:
         def chained(*inner_args, **inner_kwargs):
             value = forward(*inner_args, **inner_kwargs)
             for member in run.members[1:]:
-                value = member._mmdropit_checkpoint_base.forward(member, value)
+                value = _SWAP.base_of(member).forward(member, value)
             return value
 
         run.output, run.turn = _checkpointed(run.region, chained, run.selective, *args,
@@ -240,20 +241,10 @@ class _CheckpointedSiblingsFollower:
         return output
 
 
-def _swap(module: nn.Module, mixin: type) -> None:
-    base = getattr(module, '_mmdropit_checkpoint_base', type(module))
-    key = (mixin, base)
-    if key not in _CLASSES:
-        _CLASSES[key] = type(f'Checkpointed{base.__name__}', (mixin, base),
-                             {'__module__': base.__module__})
-    module._mmdropit_checkpoint_base = base
-    module.__class__ = _CLASSES[key]
-
-
 def checkpoint_module(module: nn.Module, selective: bool = False) -> None:
     """Make every call of ``module`` one non-reentrant checkpoint (``selective``: keeping the
     outputs of its costly ops)."""
-    _swap(module, _CheckpointedModule)
+    _SWAP.swap_in(module, _CheckpointedModule)
     module._mmdropit_selective = selective
     module._mmdropit_region = Region(module)
 
@@ -266,7 +257,7 @@ def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
         raise TypeError(f'a run checkpoint needs an nn.Sequential, got {type(sequential).__name__}')
     runs = list(getattr(sequential, '_mmdropit_runs', []))
     runs.append((first, last, selective))
-    _swap(sequential, _CheckpointedRuns)
+    _SWAP.swap_in(sequential, _CheckpointedRuns)
     sequential._mmdropit_runs = sorted(runs)
     sequential._mmdropit_parts = {}
 
@@ -317,7 +308,8 @@ def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
                           'this model')
     run = _SiblingRun(tuple(children), members, Region(nn.ModuleList(members)), selective)
     for position, member in enumerate(members):
-        _swap(member, _CheckpointedSiblingsFollower if position else _CheckpointedSiblingsHead)
+        _SWAP.swap_in(member,
+                      _CheckpointedSiblingsFollower if position else _CheckpointedSiblingsHead)
         member._mmdropit_siblings = run
         member._mmdropit_sibling_position = position
 
@@ -325,15 +317,13 @@ def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
 def is_checkpointed(module: nn.Module) -> bool:
     """Whether :func:`checkpoint_module`, :func:`checkpoint_run` or :func:`checkpoint_siblings`
     was applied to ``module``."""
-    return hasattr(module, '_mmdropit_checkpoint_base')
+    return _SWAP.is_swapped(module)
 
 
 def uncheckpoint(module: nn.Module) -> None:
     """Undo :func:`checkpoint_module` / :func:`checkpoint_run` on ``module``, or
     :func:`checkpoint_siblings` on one sibling (no-op otherwise)."""
-    base = module.__dict__.pop('_mmdropit_checkpoint_base', None)
-    if base is not None:
-        module.__class__ = base
+    if _SWAP.swap_out(module):
         for key in ('_mmdropit_runs', '_mmdropit_parts', '_mmdropit_selective',
                     '_mmdropit_region', '_mmdropit_siblings', '_mmdropit_sibling_position'):
             module.__dict__.pop(key, None)

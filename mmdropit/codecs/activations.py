@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..common.class_swap import ClassSwap
 from ..common.name_patterns import matches
 from ..common.recompute_region import (in_recomputation, in_recomputed_region,
                                        saved_tensors_dropped)
@@ -192,16 +193,8 @@ def _derivative_kind(module: nn.Module) -> str:
         return 'silu'
     return 'gelu_tanh' if module.approximate == 'tanh' else 'gelu'
 
-_CLASSES: dict[tuple[type, type], type] = {}
-_ORIGINALS: dict[type, type] = {}
 
-
-def _converted_class(mixin: type, cls: type) -> type:
-    if (mixin, cls) not in _CLASSES:
-        prefix = 'Lean' if mixin is LeanDerivative else 'Compressed'
-        converted = type(f'{prefix}{cls.__name__}', (mixin, cls), {})
-        _CLASSES[mixin, cls], _ORIGINALS[converted] = converted, cls
-    return _CLASSES[mixin, cls]
+_SWAP = ClassSwap('Compressed')
 
 
 def _selected(module: nn.Module, name: str, types: Sequence[type | str],
@@ -269,8 +262,10 @@ def compress_activations(model: nn.Module, bits: int = 8,
         if lean_activations and isinstance(module, LEAN_TYPES):
             derivative = _derivative_kind(module)
             derivative_table(derivative)  # built here, not inside the first training step
-        mixin = CompressedActivations if derivative is None else LeanDerivative
-        module.__class__ = _converted_class(mixin, type(module))
+        if derivative is None:
+            _SWAP.swap_in(module, CompressedActivations)
+        else:
+            _SWAP.swap_in(module, LeanDerivative, prefix='Lean')
         module.compression = Compression(name, bits, derivative)
     if not converted:
         what = f'names {list(names)}' if names is not None else 'the module types ' + \
@@ -285,7 +280,7 @@ def restore_activations(model: nn.Module) -> list[str]:
     restored = []
     for name, module in model.named_modules():
         if isinstance(module, CompressedActivations):
-            module.__class__ = _ORIGINALS[type(module)]
+            _SWAP.swap_out(module)
             del module.compression
             restored.append(name)
     return restored

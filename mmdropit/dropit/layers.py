@@ -2,8 +2,9 @@
 
 A converted module stays the same object with the same Parameters, buffers, attributes and
 ``state_dict`` keys, and is still an instance of its original class (``isinstance(m, nn.Conv2d)``
-holds): its class becomes a subclass of the original with a DropIT mixin in front. Optimizers,
-DDP/FSDP wrappers, EMA copies, ``load_from`` and ``resume`` see no difference.
+holds): its class becomes a subclass of the original with a DropIT mixin in front
+(:mod:`mmdropit.common.class_swap`, which also says how it stacks with a checkpoint's swap).
+Optimizers, DDP/FSDP wrappers, EMA copies, ``load_from`` and ``resume`` see no difference.
 
 A DropIT layer runs its original ``forward`` (so subclasses such as mmcv's conv wrappers or timm's
 ``Conv2dSame`` keep their own logic) inside a ``TorchFunctionMode`` that sends the layer's own
@@ -29,6 +30,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ..common.class_swap import ClassSwap
 from .functional import dropit_conv, dropit_linear
 from .lean_activations import lean_hardtanh, lean_leaky_relu, lean_relu
 from .state import DropITState
@@ -147,21 +149,12 @@ class LeanLeakyReLUMixin:
 
 _LEAN_MIXINS = ((nn.LeakyReLU, LeanLeakyReLUMixin), (nn.Hardtanh, LeanHardtanhMixin),
                 (nn.ReLU, LeanReLUMixin))
-_CLASSES: dict[type, type] = {}
-
-
-def _converted_class(base: type, mixin: type, prefix: str) -> type:
-    cls = _CLASSES.get(base)
-    if cls is None:
-        cls = type(f'{prefix}{base.__name__}', (mixin, base),
-                   {'__module__': base.__module__, '_mmdropit_base': base})
-        _CLASSES[base] = cls
-    return cls
+_SWAP = ClassSwap()
 
 
 def is_converted(module: nn.Module) -> bool:
     """Whether ``module`` is a DropIT layer or a lean activation made by this module."""
-    return '_mmdropit_base' in type(module).__dict__
+    return _SWAP.is_swapped(module)
 
 
 def is_dropit_layer(module: nn.Module) -> bool:
@@ -179,10 +172,8 @@ def lean_mixin_for(module: nn.Module) -> type | None:
 
 def convert_layer(module: nn.Module, state: DropITState) -> None:
     """Make ``module`` (Linear, Conv1d/2d/3d or transformers' Conv1D) a DropIT layer in place."""
-    if is_converted(module):
-        module.dropit = state
-        return
-    module.__class__ = _converted_class(type(module), DropITLayerMixin, 'DropIT')
+    if not is_converted(module):
+        _SWAP.swap_in(module, DropITLayerMixin, prefix='DropIT')
     module.dropit = state
 
 
@@ -191,13 +182,11 @@ def convert_activation(module: nn.Module) -> bool:
     mixin = lean_mixin_for(module)
     if mixin is None or is_converted(module):
         return False
-    module.__class__ = _converted_class(type(module), mixin, 'Lean')
+    _SWAP.swap_in(module, mixin, prefix='Lean')
     return True
 
 
 def restore_layer(module: nn.Module) -> None:
     """Undo :func:`convert_layer` or :func:`convert_activation` in place."""
-    if not is_converted(module):
-        return
-    module.__class__ = type(module).__dict__['_mmdropit_base']
-    module.__dict__.pop('dropit', None)
+    if _SWAP.swap_out(module):
+        module.__dict__.pop('dropit', None)

@@ -28,6 +28,7 @@ from torch import nn
 from ...checkpoint.chain import Chain
 from ...codecs import CompressedActivations, compressible_modules
 from ...common.budget import parse_budget
+from ...common.class_swap import ClassSwap
 from ...common.files import atomic_write
 from ...common.parameters import is_sharded, model_device
 from ...dropit import dropit_layers
@@ -50,7 +51,7 @@ BUDGET_HELP = ("a MemoryBudgetHook budget is the peak of a whole training step, 
 LOSSY = ('bf16', 'dropit', 'quantize')
 """Techniques that change the computed gradients, tried only with ``lossy`` or ``allow``."""
 
-_WRAPPER_CLASSES: dict[tuple[type, ...], type] = {}
+_WRAPPER_SWAP = ClassSwap()
 
 
 class _RunnerTarget:
@@ -78,11 +79,7 @@ def _prepared(wrapper: OptimWrapper, autocast: bool) -> MicroBatching:
     mixins = tuple(mixin for mixin, wanted in ((MicroBatching, True), (AutocastSwitch, autocast))
                    if wanted and not isinstance(wrapper, mixin))
     if mixins:
-        key = (*mixins, type(wrapper))
-        if key not in _WRAPPER_CLASSES:
-            _WRAPPER_CLASSES[key] = type(type(wrapper).__name__, key,
-                                         {'__module__': type(wrapper).__module__})
-        wrapper.__class__ = _WRAPPER_CLASSES[key]
+        _WRAPPER_SWAP.swap_in(wrapper, *mixins)
     wrapper.configure_micro_batching(micro_batches=1)
     return wrapper
 
