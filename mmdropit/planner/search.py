@@ -15,14 +15,16 @@ Example:
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
+from ..common.units import mib
 from ..errors import ConfigError
+from .combinations import combinations, fastest_fitting
+from .corrections import Corrections
+from .decision import Decision
 from .estimate import Estimate
-from .techniques import Target, Technique
+from .techniques import Technique
 
 MARGIN = 0.05
 """A combination is chosen only if its predicted peak is at most ``1 - MARGIN`` of the budget,
@@ -36,171 +38,13 @@ EXACT_PREFERENCE = 1.05
 measured, at more than this many times its measured step time (the exact one costs no
 accuracy)."""
 
-LEAST_TOLERANCE = 0.01
-"""For the least peak, measured peaks within this share of the lowest count as equal: the
-fastest predicted of them is taken, an exact one before a lossy one (a lossy technique that
-saves a few tenths of a percent more costs accuracy, and often time, for nothing)."""
-
 NEAR_MEASUREMENTS = 4
 """Combinations predicted over the budget by no more than the bytes they may not hold (their
 lossy settings' constant bytes under a checkpoint plan), measured at most for one decision (see
 :func:`decide`)."""
 
-MIB = 2**20
-
 LOWER = 'sharding the model state with FSDP over several processes'
 """What goes lower than every technique here, for the error message of a budget none reaches."""
-
-
-def combinations(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
-                 fits: Callable[[Estimate], bool] | None = None) -> list[Estimate]:
-    """Every combination of the techniques' candidates, each technique applied on top of the
-    ones before it (in the order given).
-
-    With ``fits`` (whether a combination fits the budget), a last technique that never makes a
-    step faster (:attr:`~.techniques.Technique.slows_only`, as a checkpoint plan) is offered the
-    combinations before it fastest first, and none slower than a fitting combination already
-    found (those are listed as they are): nothing it would add could be chosen, and each of its
-    candidates may cost a search.
-    """
-    frontier = [start]
-    for index, technique in enumerate(techniques):
-        if fits is not None and technique.slows_only and index == len(techniques) - 1:
-            return _fastest_first(frontier, technique, budget_bytes, fits)
-        frontier = [after for before in frontier
-                    for after in technique.candidates(before, budget_bytes)]
-    return frontier
-
-
-def _fastest_first(frontier: Sequence[Estimate], technique: Technique, budget_bytes: int,
-                   fits: Callable[[Estimate], bool]) -> list[Estimate]:
-    """``technique``'s candidates on each of ``frontier``, fastest first; from the first
-    combination slower than a fitting candidate on, the combinations as they are (so that the
-    decision table still shows them)."""
-    found: list[Estimate] = []
-    fastest = math.inf
-    for before in sorted(frontier, key=lambda e: (e.time_ratio, e.peak_bytes)):
-        if before.time_ratio > fastest:
-            found.append(before)
-            continue
-        for after in technique.candidates(before, budget_bytes):
-            found.append(after)
-            if fits(after):
-                fastest = min(fastest, after.time_ratio)
-    return found
-
-
-@dataclass
-class Decision:
-    """The combination chosen for a budget, and every one considered.
-
-    Attributes:
-        budget_bytes: The budget.
-        chosen: The combination trained with.
-        measured_bytes: Its measured peak.
-        considered: Every combination predicted, in the last search (and the exact ones a
-            lossy choice was checked against).
-        measured: Measured peaks by combination summary: every combination measured (the
-            chosen one, those that did not fit, an exact one a lossy choice was checked
-            against).
-        timed: Measured step times (ratios to the step without techniques) by combination
-            summary: a lossy choice and the exact combination it was checked against.
-    """
-
-    budget_bytes: int
-    chosen: Estimate
-    measured_bytes: int
-    considered: list[Estimate] = field(default_factory=list)
-    measured: dict[str, int] = field(default_factory=dict)
-    timed: dict[str, float] = field(default_factory=dict)
-
-    def table(self) -> str:
-        """The decision table: every combination, its predicted and measured peak, its
-        predicted and measured time, and which was chosen."""
-        lines = ['| combination | predicted peak MiB | measured peak MiB | predicted time '
-                 '| measured time | chosen |', '|---|---:|---:|---:|---:|---|']
-        for estimate in sorted(self.considered, key=lambda e: (e.time_ratio, e.peak_bytes)):
-            measured = self.measured.get(estimate.summary)
-            timed = self.timed.get(estimate.summary)
-            lines.append(
-                f'| {estimate.summary} | {estimate.peak_bytes / MIB:.1f} | '
-                f'{"" if measured is None else f"{measured / MIB:.1f}"} | '
-                f'{estimate.time_ratio:.2f}x | {"" if timed is None else f"{timed:.2f}x"} | '
-                f'{"<-" if estimate.summary == self.chosen.summary else ""} |')
-        return '\n'.join(lines)
-
-
-def remove_all(techniques: Sequence[Technique], target: Target) -> None:
-    """Remove every technique from ``target``, the last applied first."""
-    for technique in reversed(techniques):
-        technique.remove(target)
-
-
-def put_in_effect(estimate: Estimate, techniques: Sequence[Technique], target: Target) -> None:
-    """Remove every technique from ``target``, then apply the settings ``estimate`` chose."""
-    remove_all(techniques, target)
-    by_name = {technique.name: technique for technique in techniques}
-    for choice in estimate.choices:
-        by_name[choice.technique].apply(choice.setting, target)
-
-
-def fastest_fitting(considered: Sequence[Estimate],
-                    fits: Callable[[Estimate], bool]) -> Estimate | None:
-    """The fastest estimate that ``fits`` (the lower peak among equally fast ones); ``None``
-    when none does."""
-    return min((estimate for estimate in considered if fits(estimate)),
-               key=lambda e: (e.time_ratio, e.peak_bytes), default=None)
-
-
-def fits_within(estimate: Estimate, limit: int, correction: float = 1.0) -> bool:
-    """Whether ``estimate``'s predicted peak, its activations multiplied by ``correction``, is
-    at most ``limit``."""
-    return estimate.fixed_bytes + estimate.activation_bytes * correction <= limit
-
-
-@dataclass
-class _Corrections:
-    """How far measured activations were above their prediction, learnt from measured misses:
-    a miss of an exact combination counts for every combination; one of a lossy combination
-    only for combinations with the same lossy techniques (their effects were measured one at a
-    time and multiplied, which can be far off for that one set and right for others).
-
-    Attributes:
-        limit: Predicted peaks must be at most this.
-        lossy: Names of the lossy techniques.
-        overall: The factor for every combination.
-        by_lossy_choices: The factor per set of lossy techniques.
-    """
-
-    limit: int
-    lossy: frozenset[str]
-    overall: float = 1.0
-    by_lossy_choices: dict[frozenset[str], float] = field(default_factory=dict)
-
-    def lossy_choices(self, estimate: Estimate) -> frozenset[str]:
-        """The lossy techniques ``estimate`` uses (empty when it is exact); their settings
-        (DropIT's gammas, say) go wrong alike, so they are not told apart."""
-        return frozenset(c.technique for c in estimate.choices if c.technique in self.lossy)
-
-    def fits(self, estimate: Estimate) -> bool:
-        """Whether ``estimate``'s corrected prediction is within the limit."""
-        factor = max(self.overall, self.by_lossy_choices.get(self.lossy_choices(estimate), 1.0))
-        return fits_within(estimate, self.limit, factor)
-
-    def sized_for(self, start: Estimate) -> int:
-        """The budget techniques size their settings for (a plan's share): the limit, the
-        activations' part shrunk by the overall factor."""
-        return start.fixed_bytes + int((self.limit - start.fixed_bytes) / self.overall)
-
-    def learn(self, estimate: Estimate, peak: int) -> None:
-        """Take ``estimate``'s measured ``peak`` into account: its activations measured some
-        factor above their prediction (the state's bytes are known)."""
-        short = (peak - estimate.fixed_bytes) / max(estimate.activation_bytes, 1)
-        key = self.lossy_choices(estimate)
-        if key:
-            self.by_lossy_choices[key] = max(self.by_lossy_choices.get(key, 1.0), short)
-        else:
-            self.overall = max(self.overall, short)
 
 
 def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
@@ -211,8 +55,8 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
     :data:`MARGIN` (without it when none does) and whose measured peak fits it. When a
     measured peak does not fit, its activations measured some factor above their prediction
     (the state's bytes are known): the predicted activations are taken to be that short (all
-    of them after an exact combination's
-    miss, those with the same lossy techniques after a lossy one's), and the search runs again.
+    of them after an exact combination's miss, those with the same lossy techniques after a
+    lossy one's), and the search runs again.
 
     Lossy techniques' effects are measured one at a time and multiplied, which can be far off
     for a combination of several (bf16 on micro-batches of one sample, say); so with
@@ -248,127 +92,159 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             peak), or the measured ones did not fit and, corrected by their overshoot, no
             other is predicted to (at most :data:`ATTEMPTS` are measured).
     """
-    corrections = _Corrections(int(budget_bytes * (1 - MARGIN)),
-                               frozenset(t.name for t in techniques if t.lossy), correction)
-    exact = [technique for technique in techniques if not technique.lossy]
-    measured: dict[str, int] = {}
-    timed: dict[str, float] = {}
-    near_measured: dict[str, int] = {}  # combinations measured because they could fit
+    search = _Search(start, techniques, budget_bytes, measure, lower, seconds, correction)
+    decision = search.run()
+    if decision is None and search.corrections.by_lossy_choices:
+        decision = search.exact_alone()
+    if decision is None:
+        raise search.over_budget()
+    return decision
 
-    def search(among: Sequence[Technique]) -> tuple[list[Estimate], Estimate | None]:
+
+class _Search:
+    """One search of :func:`decide`: what it measured and learnt, kept across its attempts.
+
+    Attributes:
+        corrections: What the measured misses taught.
+        exact: The techniques that are not lossy.
+        measured: Measured peaks, by summary, of the combinations predicted to fit.
+        timed: Measured step times, by summary, of every check of a lossy choice.
+        near_measured: Measured peaks, by summary, of the combinations measured because they
+            could fit without the bytes they may not hold (see :meth:`_near_fit`).
+    """
+
+    def __init__(self, start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
+                 measure: Callable[[Estimate], int], lower: str,
+                 seconds: Callable[[Estimate], float] | None, correction: float) -> None:
+        self.start, self.techniques, self.budget_bytes = start, techniques, budget_bytes
+        self.measure, self.lower, self.seconds = measure, lower, seconds
+        self.corrections = Corrections(int(budget_bytes * (1 - MARGIN)),
+                                       frozenset(t.name for t in techniques if t.lossy),
+                                       correction)
+        self.exact = [technique for technique in techniques if not technique.lossy]
+        self.measured: dict[str, int] = {}
+        self.timed: dict[str, float] = {}
+        self.near_measured: dict[str, int] = {}
+
+    def run(self) -> Decision | None:
+        """Measure the fastest combination predicted to fit (or one measured near the budget
+        that fits, :meth:`_near_fit`), learning from each miss, at most :data:`ATTEMPTS` times.
+
+        Returns:
+            The decision (its combination in effect); ``None`` when the measured ones did not
+            fit and, corrected by their overshoot, no other is predicted to.
+
+        Raises:
+            ConfigError: No combination is predicted to fit before any is measured.
+        """
+        for _ in range(ATTEMPTS):
+            considered, predicted = self._predict_fitting()
+            near = self._near_fit(considered, predicted)
+            if near is not None:
+                chosen, peak = near, self.near_measured[near.summary]
+            elif predicted is None and self.measured:
+                return None  # no corrected prediction fits
+            elif predicted is None:
+                raise self._below_reach(considered)
+            else:
+                chosen, peak = predicted, self.measure(predicted)
+                self.measured[predicted.summary] = peak
+            if peak <= self.budget_bytes:
+                return self._proven(chosen, peak, considered, predicted, near)
+            self.corrections.learn(chosen, peak)
+        return None
+
+    def exact_alone(self) -> Decision | None:
+        """The exact techniques searched on their own, with what exact misses taught (lossy
+        predictions can be far off together); ``None`` when that search fails too."""
+        search = _Search(self.start, self.exact, self.budget_bytes, self.measure, self.lower,
+                         None, self.corrections.overall)
+        try:
+            decision = search.run()
+        except ConfigError:
+            return None
+        if decision is not None:
+            decision.measured = {**self.near_measured, **self.measured, **decision.measured}
+        return decision
+
+    def _predict(self, among: Sequence[Technique]) -> tuple[list[Estimate], Estimate | None]:
         """Every combination of ``among`` as corrected so far, and the fastest that fits."""
-        considered = combinations(start, among, corrections.sized_for(start), corrections.fits)
-        return considered, fastest_fitting(considered, corrections.fits)
+        considered = combinations(self.start, among, self.corrections.sized_for(self.start),
+                                  self.corrections.fits)
+        return considered, fastest_fitting(considered, self.corrections.fits)
 
-    def near_fit(considered: Sequence[Estimate], chosen: Estimate | None) -> Estimate | None:
+    def _predict_fitting(self) -> tuple[list[Estimate], Estimate | None]:
+        """:meth:`_predict` on every technique; when none fits with the margin, those
+        predicted within the budget itself are tried (from then on), and their measurement
+        decides."""
+        considered, chosen = self._predict(self.techniques)
+        if chosen is None and self.corrections.limit < self.budget_bytes:
+            self.corrections.limit = self.budget_bytes
+            considered, chosen = self._predict(self.techniques)
+        return considered, chosen
+
+    def _near_fit(self, considered: Sequence[Estimate],
+                  chosen: Estimate | None) -> Estimate | None:
         """The fastest combination faster than ``chosen`` that is predicted over the budget by
         no more than the bytes it may not hold and measures within it, measuring them fastest
-        first (each measured peak is kept)."""
+        first (each measured peak is kept; at most :data:`NEAR_MEASUREMENTS` in all)."""
         bound = math.inf if chosen is None else chosen.time_ratio
         for estimate in sorted(considered, key=lambda e: (e.time_ratio, e.peak_bytes)):
-            if len(near_measured) >= NEAR_MEASUREMENTS or estimate.time_ratio >= bound:
+            if len(self.near_measured) >= NEAR_MEASUREMENTS or estimate.time_ratio >= bound:
                 return None
-            if (estimate.summary not in {**near_measured, **measured}
+            if (estimate.summary not in {**self.near_measured, **self.measured}
                     and estimate.freeable_bytes > 0
-                    and estimate.peak_bytes - estimate.freeable_bytes <= budget_bytes):
-                near_measured[estimate.summary] = measure(estimate)
-                if near_measured[estimate.summary] <= budget_bytes:
+                    and estimate.peak_bytes - estimate.freeable_bytes <= self.budget_bytes):
+                self.near_measured[estimate.summary] = self.measure(estimate)
+                if self.near_measured[estimate.summary] <= self.budget_bytes:
                     return estimate
         return None
 
-    def proven(estimate: Estimate, peak: int, considered: list[Estimate]) -> Decision:
+    def _checked(self, estimate: Estimate, peak: int, considered: list[Estimate]) -> Decision:
         """The decision for ``estimate``, measured within the budget; a lossy one checked
         against the fastest exact combination (:func:`_check_against_exact`, whose measured
-        peaks join ``measured``; the times of every check go to ``timed``)."""
-        decision = Decision(budget_bytes, estimate, peak, considered, measured, timed)
-        if seconds is not None and corrections.lossy_choices(estimate):
-            _check_against_exact(decision, search(exact)[0], corrections.fits, measure,
-                                 seconds)
+        peaks join :attr:`measured`; the times of every check go to :attr:`timed`)."""
+        decision = Decision(self.budget_bytes, estimate, peak, considered, self.measured,
+                            self.timed)
+        if self.seconds is not None and self.corrections.lossy_choices(estimate):
+            _check_against_exact(decision, self._predict(self.exact)[0], self.corrections.fits,
+                                 self.measure, self.seconds)
         return decision
 
-    for _ in range(ATTEMPTS):
-        considered, chosen = search(techniques)
-        if chosen is None and corrections.limit < budget_bytes:
-            # none fits with the margin: those predicted within the budget itself are tried,
-            # and their measurement decides
-            corrections.limit = budget_bytes
-            considered, chosen = search(techniques)
-        predicted, near = chosen, near_fit(considered, chosen)
-        if near is not None:
-            chosen, peak = near, near_measured[near.summary]
-        elif chosen is None and measured:
-            break  # no corrected prediction fits
-        elif chosen is None:
-            least = min(considered, key=lambda e: e.peak_bytes)
-            raise ConfigError(
-                f'memory budget {budget_bytes / MIB:.1f} MiB is below what these techniques reach: '
-                f'the least predicted step peak is {least.peak_bytes / MIB:.1f} MiB '
-                f'({least.summary}; of it, parameters, gradients, optimizer state and what '
-                f'every pass holds, which none of them lowers: {least.fixed_bytes / MIB:.1f} '
-                f'MiB); raise the budget, or go lower with {lower}')
-        else:
-            peak = measure(chosen)
-            measured[chosen.summary] = peak
-        if peak <= budget_bytes:
-            decision = proven(chosen, peak, considered)
-            while near is not None and decision.chosen is not near:
-                # the combination measured near timed slower than the exact one: the next
-                near = near_fit(considered, predicted)
-                if near is None:
-                    measure(decision.chosen)  # puts the exact one back in effect
-                else:
-                    decision = proven(near, near_measured[near.summary], considered)
-            decision.measured = {**near_measured, **measured}
-            return decision
-        corrections.learn(chosen, peak)
-    if corrections.by_lossy_choices:
-        # lossy predictions can be far off together; the exact ones are searched on their own,
-        # with what exact misses taught
-        with contextlib.suppress(ConfigError):
-            decision = decide(start, exact, budget_bytes, measure, lower,
-                              correction=corrections.overall)
-            decision.measured = {**near_measured, **measured, **decision.measured}
-            return decision
-    raise ConfigError(
-        f'memory budget {budget_bytes / MIB:.1f} MiB: the combinations predicted to fit measured '
-        f'above it ({", ".join(f"{k}: {v / MIB:.1f} MiB" for k, v in measured.items())}) and no '
-        f'other is predicted to fit after correcting for that; raise the budget, or go lower '
-        f'with {lower}')
+    def _proven(self, chosen: Estimate, peak: int, considered: list[Estimate],
+                predicted: Estimate | None, near: Estimate | None) -> Decision:
+        """The decision for ``chosen``, measured within the budget (:meth:`_checked`). When
+        it is ``near`` (measured near the budget) and gave way to the exact one, the next
+        combination near the budget and faster than ``predicted`` is tried the same way; when
+        none is left, the exact one is put back in effect."""
+        decision = self._checked(chosen, peak, considered)
+        while near is not None and decision.chosen is not near:
+            near = self._near_fit(considered, predicted)
+            if near is None:
+                self.measure(decision.chosen)  # puts the exact one back in effect
+            else:
+                decision = self._checked(near, self.near_measured[near.summary], considered)
+        decision.measured = {**self.near_measured, **self.measured}
+        return decision
 
+    def _below_reach(self, considered: Sequence[Estimate]) -> ConfigError:
+        """The error for a budget no combination is predicted to fit."""
+        least = min(considered, key=lambda e: e.peak_bytes)
+        return ConfigError(
+            f'memory budget {mib(self.budget_bytes)} is below what these techniques reach: '
+            f'the least predicted step peak is {mib(least.peak_bytes)} '
+            f'({least.summary}; of it, parameters, gradients, optimizer state and what '
+            f'every pass holds, which none of them lowers: {mib(least.fixed_bytes)}); '
+            f'raise the budget, or go lower with {self.lower}')
 
-def decide_least(start: Estimate, techniques: Sequence[Technique],
-                 measure: Callable[[Estimate], int]) -> Decision:
-    """The combination with the least measured peak: the :data:`ATTEMPTS` combinations
-    predicted lowest (each technique at its least-memory setting where it has one, e.g. the
-    least-memory checkpoint plan) are measured, and the lowest measured is chosen; peaks within
-    :data:`LEAST_TOLERANCE` of it count as equal: the fastest predicted of those, an exact one
-    before a lossy one. Its measured peak becomes the decision's budget.
-
-    Args:
-        start: The step without any technique, as measured.
-        techniques: The techniques to combine, in the order they are applied.
-        measure: Applies a combination and returns its measured peak (it stays applied).
-
-    Returns:
-        The decision (the last combination measured is in effect, not necessarily the chosen
-        one: put it in effect with :func:`put_in_effect`).
-
-    Example:
-        >>> from .techniques import MicroBatches
-        >>> micro = MicroBatches(16, seconds_of=lambda size: 0.1 + size)
-        >>> decision = decide_least(Estimate(200, 1600), [micro], lambda e: e.peak_bytes + 20)
-        >>> decision.chosen.summary, decision.budget_bytes
-        ('16 micro-batches of at most 1', 320)
-    """
-    considered = combinations(start, techniques, budget_bytes=0)
-    lowest = sorted(considered, key=lambda e: (e.peak_bytes, e.time_ratio))[:ATTEMPTS]
-    measured = {estimate.summary: measure(estimate) for estimate in lowest}
-    floor = min(measured.values())
-    lossy = {technique.name for technique in techniques if technique.lossy}
-    chosen = min((e for e in lowest if measured[e.summary] <= floor * (1 + LEAST_TOLERANCE)),
-                 key=lambda e: (any(c.technique in lossy for c in e.choices), e.time_ratio))
-    return Decision(measured[chosen.summary], chosen, measured[chosen.summary], considered,
-                    measured)
+    def over_budget(self) -> ConfigError:
+        """The error for combinations that measured over the budget, when no other is
+        predicted to fit after correcting for that."""
+        peaks = ', '.join(f'{summary}: {mib(peak)}' for summary, peak in self.measured.items())
+        return ConfigError(
+            f'memory budget {mib(self.budget_bytes)}: the combinations predicted to fit '
+            f'measured above it ({peaks}) and no other is predicted to fit after correcting '
+            f'for that; raise the budget, or go lower with {self.lower}')
 
 
 def _check_against_exact(decision: Decision, exact_combinations: list[Estimate],
@@ -376,9 +252,9 @@ def _check_against_exact(decision: Decision, exact_combinations: list[Estimate],
                          seconds: Callable[[Estimate], float]) -> None:
     """Time ``decision``'s lossy choice, and take the fastest exact combination predicted to
     fit instead when it measures within the budget and within :data:`EXACT_PREFERENCE` of
-    that time, the lossy one timed twice by then (a single timed pass can be slow: the first
-    under bf16 after a metered pass took 2.6 times the next on ResNet-50). The decision's
-    combination is in effect on return."""
+    that time, the lossy one timed twice by then (a single timed pass can be slow, as the
+    first under bf16 after a metered pass). The decision's combination is in effect on
+    return."""
     lossy = decision.chosen
     shown = {estimate.summary for estimate in decision.considered}
     decision.considered += [e for e in exact_combinations if e.summary not in shown]

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from mmdropit.planner import StepProbe, plan_within_budget
-from mmdropit.planner.budget import dropit_switch
+from mmdropit.planner.switches import dropit_switch
 from tests.helpers.split_target import SplitTarget
 
 

@@ -10,10 +10,11 @@ from dataclasses import replace
 import pytest
 
 from mmdropit.errors import ConfigError
+from mmdropit.planner.combinations import combinations
+from mmdropit.planner.corrections import fits_within
 from mmdropit.planner.estimate import Choice, Effect, Estimate
-from mmdropit.planner.search import (ATTEMPTS, EXACT_PREFERENCE, LEAST_TOLERANCE,
-                                     NEAR_MEASUREMENTS, combinations, decide, decide_least,
-                                     fits_within)
+from mmdropit.planner.least import LEAST_TOLERANCE, decide_least
+from mmdropit.planner.search import ATTEMPTS, EXACT_PREFERENCE, NEAR_MEASUREMENTS, decide
 from mmdropit.planner.techniques import MeasuredSettings, MicroBatches, Technique
 
 
