@@ -42,13 +42,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..common.class_swap import ClassSwap
+from ..common.listeners import Listeners
 from ..common.name_patterns import matches
 from ..common.recompute_region import (in_recomputation, in_recomputed_region,
                                        saved_tensors_dropped)
@@ -102,17 +103,12 @@ class Compression:
 CompressionObserver = Callable[[Compression, torch.Tensor, int], None]
 """``observer(compression, dense, code_bytes)``, called when a converted module stores a saved
 tensor as codes (inside a plain checkpoint: when the recomputation stores it)."""
-_OBSERVERS: list[CompressionObserver] = []
+_COMPRESSIONS: Listeners[[Compression, torch.Tensor, int]] = Listeners()
 
 
-@contextlib.contextmanager
-def observe_compression(observer: CompressionObserver) -> Iterator[None]:
+def observe_compression(observer: CompressionObserver) -> contextlib.AbstractContextManager[None]:
     """Call ``observer`` each time a converted module stores a saved tensor as codes."""
-    _OBSERVERS.append(observer)
-    try:
-        yield
-    finally:
-        _OBSERVERS.remove(observer)
+    return _COMPRESSIONS.listening(observer)
 
 
 def _stored_as_codes(tensor: torch.Tensor) -> bool:
@@ -127,13 +123,9 @@ def _pack(compression: Compression, tensor: torch.Tensor) -> torch.Tensor | _Cod
         return tensor
     codes = quantize_values(tensor.detach().reshape(-1), compression.bits)
     report_kept(*codes)
-    _notify(compression, tensor, sum(code.nbytes for code in codes))
+    if _COMPRESSIONS:
+        _COMPRESSIONS.notify(compression, tensor, sum(code.nbytes for code in codes))
     return _Codes(codes, compression.bits, tensor.shape, tensor.dtype)
-
-
-def _notify(compression: Compression, dense: torch.Tensor, code_bytes: int) -> None:
-    for observer in _OBSERVERS:
-        observer(compression, dense, code_bytes)
 
 
 def _unpack(saved: torch.Tensor | _Codes) -> torch.Tensor:
@@ -160,7 +152,8 @@ class CompressedActivations:
             hooks, recomputation = None, in_recomputation()
             if saved_tensors_dropped() or recomputation:
                 hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes, recomputation,
-                                         functools.partial(_notify, self.compression))
+                                         functools.partial(_COMPRESSIONS.notify,
+                                                           self.compression))
             with hooks or contextlib.nullcontext():
                 return super().forward(*args, **kwargs)
         pack = functools.partial(_pack, self.compression)
@@ -178,8 +171,8 @@ class LeanDerivative(CompressedActivations):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if in_recomputed_region():
             return super().forward(x)  # the plain module's forward (see the mixin's)
-        if torch.is_grad_enabled() and x.requires_grad:
-            _notify(self.compression, x, (x.numel() + 1) // 2)
+        if _COMPRESSIONS and torch.is_grad_enabled() and x.requires_grad:
+            _COMPRESSIONS.notify(self.compression, x, (x.numel() + 1) // 2)
         return lean_activation(x, self.compression.derivative)
 
 

@@ -12,6 +12,7 @@
 - :mod:`.files`: files written whole or not at all (a kill leaves the old file);
 - :mod:`.units`: byte counts in MiB for messages and tables;
 - :mod:`.class_swap`: objects changed in place by swapping their class, and how swaps stack;
+- :mod:`.listeners`: listeners that code inside a step notifies while they listen;
 - :mod:`.recompute_region`: whether a checkpoint's region is running (compressed modules step
   aside there), and whether its saved tensors are being dropped (DropIT saves placeholders).
 """

@@ -16,23 +16,20 @@ Example:
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
-_LISTENERS: list[Callable[[int], None]] = []
+from .listeners import Listeners
+
+_LISTENERS: Listeners[[int]] = Listeners()
 
 
-@contextlib.contextmanager
-def observe_workspace(listener: Callable[[int], None]) -> Iterator[None]:
+def observe_workspace(listener: Callable[[int], None]) -> AbstractContextManager[None]:
     """Call ``listener(nbytes)`` for each :func:`note_workspace` inside."""
-    _LISTENERS.append(listener)
-    try:
-        yield
-    finally:
-        _LISTENERS.remove(listener)
+    return _LISTENERS.listening(listener)
 
 
 def note_workspace(nbytes: int) -> None:
     """Announce that the backward pass of the running layer allocates ``nbytes`` at once."""
-    for listener in _LISTENERS:
-        listener(nbytes)
+    if _LISTENERS:
+        _LISTENERS.notify(nbytes)

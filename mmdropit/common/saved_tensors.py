@@ -16,26 +16,23 @@ Example:
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import torch
 
-_WATCHERS: list[Callable[[torch.Tensor], object]] = []
+from .listeners import Listeners
+
+_WATCHERS: Listeners[[torch.Tensor]] = Listeners()
 
 
-@contextlib.contextmanager
-def watching_kept(watcher: Callable[[torch.Tensor], object]) -> Iterator[None]:
+def watching_kept(watcher: Callable[[torch.Tensor], object]) -> AbstractContextManager[None]:
     """Call ``watcher(tensor)`` for each tensor an inner saved-tensor hook keeps."""
-    _WATCHERS.append(watcher)
-    try:
-        yield
-    finally:
-        _WATCHERS.remove(watcher)
+    return _WATCHERS.listening(watcher)
 
 
 def report_kept(*tensors: torch.Tensor) -> None:
     """Tell the watchers that these tensors are kept for backward."""
-    for watcher in _WATCHERS:
+    if _WATCHERS:
         for tensor in tensors:
-            watcher(tensor)
+            _WATCHERS.notify(tensor)

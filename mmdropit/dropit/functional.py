@@ -23,12 +23,13 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from ..common.backward_workspace import note_workspace
+from ..common.listeners import Listeners
 from ..common.recompute_region import saved_tensors_dropped
 from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
 from .ops import keep_fixed, keep_sampled, unkeep
@@ -37,17 +38,12 @@ from .state import DropITState
 from .strategies import FIXED_COUNT
 
 SaveObserver = Callable[[DropITState, torch.Tensor, CompactLayout], None]
-_OBSERVERS: list[SaveObserver] = []
+_SAVES: Listeners[[DropITState, torch.Tensor, CompactLayout]] = Listeners()
 
 
-@contextlib.contextmanager
-def observe_saves(observer: SaveObserver) -> Iterator[None]:
+def observe_saves(observer: SaveObserver) -> contextlib.AbstractContextManager[None]:
     """Call ``observer(state, dense_input, layout)`` each time a DropIT layer saves its input."""
-    _OBSERVERS.append(observer)
-    try:
-        yield
-    finally:
-        _OBSERVERS.remove(observer)
+    return _SAVES.listening(observer)
 
 
 def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor, ...],
@@ -67,8 +63,8 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
         state.warn_dense_once(str(x.dtype).removeprefix('torch.'))
         tensors, layout = (x,), dense_layout(x)
         state.count(x.numel(), x.numel(), x.device)
-    for observer in _OBSERVERS:
-        observer(state, x, layout)
+    if _SAVES:
+        _SAVES.notify(state, x, layout)
     return tensors, layout
 
 
