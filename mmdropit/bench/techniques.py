@@ -28,7 +28,7 @@ from torch import nn
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
 from ..common.blocks import block_sequences
 from ..common.parameters import model_device
-from ..codecs import compress_activations, restore_activations
+from ..codecs import CompressionConfig
 from ..dropit import DropITConfig
 from ..kernels.switch import eager_only
 from ..errors import ConfigError
@@ -93,19 +93,17 @@ def dropit(strategy: str, lean_activations: bool = True, value_bits: int | None 
 
 
 def compressed_activations(with_dropit: bool, bits: int = 8, lean: bool = False) -> Prepare:
-    """What norms, GELUs and attentions save, in ``bits`` bits (:func:`compress_activations`;
+    """What norms, GELUs and attentions save, in ``bits`` bits (:class:`CompressionConfig`;
     with ``lean``, GELUs save 4-bit derivative codes); with ``with_dropit``, also DropIT at
     :data:`DROPIT_GAMMA` with its kept values in ``bits`` bits."""
     values = DropITConfig(DROPIT_GAMMA, 'mink', value_bits=bits) if with_dropit else None
+    compression = CompressionConfig(bits, lean_activations=lean)
 
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        with values.apply(work.model) if values else contextlib.nullcontext():
-            compress_activations(work.model, bits=bits, lean_activations=lean)
-            try:
-                yield
-            finally:
-                restore_activations(work.model)
+        with values.apply(work.model) if values else contextlib.nullcontext(), \
+                compression.apply(work.model):
+            yield
     return prepare
 
 

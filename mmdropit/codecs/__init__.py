@@ -7,19 +7,22 @@
   values with it;
 - :mod:`.derivative_codes`: GELU / SiLU that save a 4-bit code of their piecewise-constant
   derivative instead of their input (few-bit backward);
-- :mod:`.activations`: :func:`compress_activations` converts normalisation, activation and
-  attention modules in place so that what they save is stored in 8, 4 or 2 bits (GELU / SiLU
-  optionally as derivative codes).
+- :mod:`.activations`: normalisation, activation and attention modules converted in place so
+  that what they save is stored in 8, 4 or 2 bits (GELU / SiLU optionally as derivative codes);
+- :mod:`.config`: :class:`CompressionConfig`, the technique's configuration, checked once and
+  applied in one call (:func:`compress_activations` for a model in hand).
 
 GACT's adaptive bits (a width per layer, from its measured gradient error, across these codecs
 and DropIT's kept values) are :func:`mmdropit.dropit.adapt_bits`.
 """
-from .activations import (DEFAULT_TYPES, CompressedActivations, compress_activations,
-                          compressible_modules, restore_activations)
+from .activations import (DEFAULT_TYPES, CompressedActivations, compressible_modules,
+                          restore_activations)
 from .bits import BITS, check_bits, dequantize_values, quantize_values, quantized_values_bytes
+from .config import AppliedCompression, CompressionConfig, compress_activations
 from .int8 import GROUP, dequantize, quantize, quantized_bytes
 
-__all__ = ['BITS', 'CompressedActivations', 'DEFAULT_TYPES', 'GROUP', 'check_bits',
+__all__ = ['AppliedCompression', 'BITS', 'CompressedActivations', 'CompressionConfig',
+           'DEFAULT_TYPES', 'GROUP', 'check_bits',
            'compress_activations', 'compressible_modules', 'dequantize', 'dequantize_values',
            'quantize', 'quantize_values', 'quantized_bytes', 'quantized_values_bytes',
            'restore_activations']

@@ -1,8 +1,9 @@
 """Compress what DropIT cannot reach: tensors saved inside normalisation, activation and
 attention modules, stored as per-group int8 (:mod:`.int8`) or 4 / 2-bit codes (:mod:`.low_bit`).
 
-:func:`compress_activations` converts chosen modules of a model in place: each runs its forward
-under ``torch.autograd.graph.saved_tensors_hooks`` whose pack hook stores every floating tensor
+:func:`~.config.compress_activations` (a :class:`~.config.CompressionConfig` applied) converts
+chosen modules of a model in place: each runs its forward under
+``torch.autograd.graph.saved_tensors_hooks`` whose pack hook stores every floating tensor
 of at least :data:`MIN_NUMEL` elements that autograd saves there in ``bits`` bits (int8 codes
 with a float32 scale per 32 values; or 4 / 2-bit codes with a minimum and step per 32 values,
 rounded stochastically), and whose unpack hook rebuilds it for the backward pass (the approach of
@@ -29,6 +30,7 @@ layer's kept values inside are then stored in int8 too, like ``value_bits=8``).
 
 Example:
     >>> from torch import nn
+    >>> from mmdropit.codecs import compress_activations
     >>> net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.LayerNorm(256), nn.Linear(256, 8))
     >>> compress_activations(net, bits=8)
     ['1', '2']
@@ -55,7 +57,7 @@ from ..common.recompute_region import (in_recomputation, in_recomputed_region,
                                        saved_tensors_dropped)
 from ..common.saved_tensors import report_kept
 from ..errors import ConfigError
-from .bits import check_bits, dequantize_values, quantize_values
+from .bits import dequantize_values, quantize_values
 from .derivative_codes import CODE_BITS, derivative_table, lean_activation
 from .recomputed import checkpoint_hooks
 
@@ -200,8 +202,8 @@ def _selected(module: nn.Module, name: str, types: Sequence[type | str],
 
 def compressible_modules(model: nn.Module, types: Sequence[type | str] = DEFAULT_TYPES,
                          names: Sequence[str] | None = None) -> list[str]:
-    """The names of the modules :func:`compress_activations` would convert (outermost first;
-    a module inside a chosen one, or already converted, is left out).
+    """The names of the modules :func:`~.config.compress_activations` would convert (outermost
+    first; a module inside a chosen one, or already converted, is left out).
 
     Example:
         >>> from torch import nn
@@ -221,33 +223,14 @@ def compressible_modules(model: nn.Module, types: Sequence[type | str] = DEFAULT
     return chosen
 
 
-def compress_activations(model: nn.Module, bits: int = 8,
-                         types: Sequence[type | str] = DEFAULT_TYPES,
-                         names: Sequence[str] | None = None,
-                         lean_activations: bool = False) -> list[str]:
-    """Store what the chosen modules of ``model`` save for backward in ``bits`` bits, in place.
-
-    Parameters, buffers and ``state_dict`` keys stay the same; :func:`restore_activations`
-    undoes it. A module inside a converted one is not converted again.
-
-    Args:
-        model: Any ``nn.Module``.
-        bits: 8 (int8 with a scale per 32 values), 4 or 2 (a minimum and step per 32 values,
-            stochastic rounding).
-        types: Module classes to convert, or class names as strings (:data:`DEFAULT_TYPES`).
-        names: Name patterns (exact, a prefix at a dot, or ``fnmatch`` wildcards) to convert
-            instead of ``types``.
-        lean_activations: Convert GELU and SiLU modules to save 4-bit codes of their
-            derivative (0.125 of an fp32 input, :mod:`.derivative_codes`) instead of their
-            quantized input.
-
-    Returns:
-        The names of the converted modules.
+def convert_modules(model: nn.Module, bits: int, types: Sequence[type | str],
+                    names: Sequence[str] | None, lean_activations: bool) -> list[str]:
+    """Convert ``model``'s chosen modules in place, with values a
+    :class:`~.config.CompressionConfig` checked; return their names.
 
     Raises:
-        ConfigError: Unsupported ``bits``, or no module to convert.
+        ConfigError: If no module matches.
     """
-    check_bits(bits, 'compressed activations bits')
     converted = compressible_modules(model, types, names)
     for name in converted:
         module = model.get_submodule(name)
@@ -269,7 +252,8 @@ def compress_activations(model: nn.Module, bits: int = 8,
 
 
 def restore_activations(model: nn.Module) -> list[str]:
-    """Undo :func:`compress_activations` in place; return the names of the restored modules."""
+    """Undo :func:`~.config.compress_activations` in place; return the names of the restored
+    modules."""
     restored = []
     for name, module in model.named_modules():
         if isinstance(module, CompressedActivations):

@@ -23,16 +23,20 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import InitVar, asdict, dataclass
 from typing import ClassVar
 
 from torch import nn
 
+from ..common.name_patterns import matches
 from ..common.technique import Applied
 from ..errors import ConfigError
-from .convert import ConversionReport, Gamma, convert_model, from_dropit
+from .convert import ConversionReport, Gamma, default_exclude, from_dropit
+from .layers import DROPIT_TYPES, LEAN_ACTIVATION_TYPES, convert_activation, convert_layer
 from .quantize import check_value_bits
+from .state import DropITState
 from .strategies import check_gamma, check_strategy
 
 
@@ -116,12 +120,12 @@ class DropITConfig:
         return dict(self.gamma) if isinstance(self.gamma, tuple) else self.gamma
 
     def apply(self, model: nn.Module) -> AppliedDropIT:
-        """Convert ``model``'s layers in place (:func:`~.convert.convert_model`).
+        """Convert ``model``'s layers in place.
 
         Raises:
             ConfigError: If no supported layer is left to convert.
         """
-        return AppliedDropIT(model, convert_model(model, self))
+        return AppliedDropIT(model, _convert(model, self))
 
     def to_json(self) -> dict:
         return dict(asdict(self), gamma=self.gammas,
@@ -140,6 +144,76 @@ class AppliedDropIT(Applied):
     def __init__(self, model: nn.Module, report: ConversionReport) -> None:
         super().__init__(lambda: from_dropit(model), str(report))
         self.report = report
+
+
+def _warn_unmatched(patterns: Iterable[str], names: Sequence[str], what: str) -> None:
+    for pattern in patterns:
+        if not any(matches(name, pattern) for name in names):
+            shown = ', '.join(names[:40]) + (', ...' if len(names) > 40 else '')
+            warnings.warn(f'DropIT {what} pattern {pattern!r} matches no supported layer; '
+                          f'the supported layers are: {shown}', stacklevel=4)
+
+
+def _gamma_for(name: str, gamma: Gamma) -> float | None:
+    if isinstance(gamma, Mapping):
+        for pattern, value in gamma.items():
+            if matches(name, pattern):
+                return value
+        return None
+    return gamma
+
+
+def _convert(model: nn.Module, config: DropITConfig) -> ConversionReport:
+    """Convert ``model``'s supported layers in place as ``config`` says (those ``layers``
+    selects, but ``exclude`` or the defaults, and frozen ones), then its ReLU-family
+    activations, and report what was converted.
+
+    Raises:
+        ConfigError: If no supported layer is left to convert.
+    """
+    gamma, layers, exclude = config.gammas, config.layers, config.exclude
+    named = [(name, module) for name, module in model.named_modules()
+             if isinstance(module, DROPIT_TYPES)]
+    names = [name for name, _ in named]
+    if not named:
+        raise ConfigError(
+            f'DropIT found no supported layer in {type(model).__name__}: it converts nn.Linear, '
+            'nn.Conv1d/2d/3d and their subclasses (and transformers\' Conv1D); check that the '
+            'model is built before converting it')
+    if layers is not None:
+        _warn_unmatched(layers, names, 'layers')
+    if exclude is not None:
+        _warn_unmatched(exclude, names, 'exclude')
+    excluded_patterns = default_exclude(model) if exclude is None else list(exclude)
+    if isinstance(gamma, Mapping):
+        _warn_unmatched(gamma, names, 'gamma')
+
+    report = ConversionReport()
+    for name, module in named:
+        layer_gamma = _gamma_for(name, gamma)
+        if ((layers is not None and not any(matches(name, p) for p in layers))
+                or layer_gamma is None):
+            continue
+        if any(matches(name, p) for p in excluded_patterns):
+            report.excluded.append(name)
+        elif not module.weight.requires_grad:
+            report.frozen.append(name)
+        else:
+            state = DropITState(name, layer_gamma, layer_gamma, config.strategy,
+                                config.value_bits)
+            state.reset_counters(module.weight.device)  # where the inputs will most likely be
+            convert_layer(module, state)
+            report.layers.append(name)
+    if not report.layers:
+        raise ConfigError(
+            f'DropIT converted no layer of {type(model).__name__}: {len(report.excluded)} '
+            f'excluded, {len(report.frozen)} frozen of {len(names)} supported; '
+            'loosen `layers` / `exclude`')
+    if config.lean_activations:
+        for name, module in model.named_modules():
+            if isinstance(module, LEAN_ACTIVATION_TYPES) and convert_activation(module):
+                report.activations.append(name)
+    return report
 
 
 def to_dropit(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
@@ -170,10 +244,3 @@ def to_dropit(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
     DropITConfig(gamma, strategy, layers, exclude, lean_activations, value_bits).apply(model)
     return model
 
-
-def convert(model: nn.Module, gamma: Gamma = 0.9, strategy: str = 'mink',
-            layers: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
-            lean_activations: bool = True, value_bits: int | None = None) -> ConversionReport:
-    """TEMPORARY: removed once the planner's DropIT switch applies a DropITConfig."""
-    return DropITConfig(gamma, strategy, layers, exclude, lean_activations,
-                        value_bits).apply(model).report

@@ -1,5 +1,5 @@
-"""Convert a model's layers to DropIT in place (:func:`convert_model`, for a checked
-:class:`~.config.DropITConfig`) and back (:func:`from_dropit`).
+"""What DropIT's conversion of a model shares: which layers it leaves exact by default, what it
+reports, and the way back (:func:`from_dropit`); :class:`~.config.DropITConfig` converts.
 
 Layer names are qualified module names (``'blocks.0.mlp.fc1'``). A pattern selects a layer when it
 equals the name, is a prefix of it at a dot (``'backbone.layer1'`` selects every layer inside), or
@@ -10,34 +10,22 @@ classifier / box-predictor layers are left exact: a timm model's ``get_classifie
 layers matching :data:`PREDICTOR_PATTERNS` (mmdet's ``fc_cls``, ``fc_reg``, ``rpn_cls``, ...).
 
 Example:
-    >>> from mmdropit.dropit.config import DropITConfig
     >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(),
     ...                     nn.Flatten(), nn.Linear(128, 10))
-    >>> report = convert_model(net, DropITConfig(gamma=0.9, exclude=['0', '5']))
-    >>> report.layers, report.activations
-    (['2'], ['1', '3'])
+    >>> default_exclude(net)  # the first layer (a plain Sequential names no classifier)
+    ['0']
     >>> from_dropit(net) is net
     True
 """
 from __future__ import annotations
 
 import fnmatch
-import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-import torch
 from torch import nn
 
-from ..common.name_patterns import matches
-from ..errors import ConfigError
-from .layers import (DROPIT_TYPES, LEAN_ACTIVATION_TYPES, convert_activation, convert_layer,
-                     is_converted, is_dropit_layer, restore_layer)
-from .state import DropITState
-
-if TYPE_CHECKING:
-    from .config import DropITConfig
+from .layers import DROPIT_TYPES, is_converted, is_dropit_layer, restore_layer
 
 PREDICTOR_PATTERNS = ('*fc_cls', '*fc_reg', '*rpn_cls', '*rpn_reg', '*conv_logits', '*conv_cls',
                       '*conv_reg', '*retina_cls', '*retina_reg')
@@ -67,14 +55,6 @@ class ConversionReport:
                 f'left exact: {len(self.excluded)} excluded, {len(self.frozen)} frozen')
 
 
-def _warn_unmatched(patterns: Iterable[str], names: Sequence[str], what: str) -> None:
-    for pattern in patterns:
-        if not any(matches(name, pattern) for name in names):
-            shown = ', '.join(names[:40]) + (', ...' if len(names) > 40 else '')
-            warnings.warn(f'DropIT {what} pattern {pattern!r} matches no supported layer; '
-                          f'the supported layers are: {shown}', stacklevel=4)
-
-
 def default_exclude(model: nn.Module) -> list[str]:
     """The layers left exact by default: the first supported layer, every timm classifier
     (``get_classifier()``) and the mmdet predictors of :data:`PREDICTOR_PATTERNS`."""
@@ -94,66 +74,6 @@ def default_exclude(model: nn.Module) -> list[str]:
     excluded += [name for name in supported
                  if any(fnmatch.fnmatchcase(name, p) for p in PREDICTOR_PATTERNS)]
     return excluded
-
-
-def _gamma_for(name: str, gamma: Gamma) -> float | None:
-    if isinstance(gamma, Mapping):
-        for pattern, value in gamma.items():
-            if matches(name, pattern):
-                return value
-        return None
-    return gamma
-
-
-def convert_model(model: nn.Module, config: DropITConfig) -> ConversionReport:
-    """Convert ``model`` in place as ``config`` says, and report what was converted.
-
-    Raises:
-        ConfigError: If no supported layer is left to convert.
-    """
-    gamma, layers, exclude = config.gammas, config.layers, config.exclude
-    named = [(name, module) for name, module in model.named_modules()
-             if isinstance(module, DROPIT_TYPES)]
-    names = [name for name, _ in named]
-    if not named:
-        raise ConfigError(
-            f'DropIT found no supported layer in {type(model).__name__}: it converts nn.Linear, '
-            'nn.Conv1d/2d/3d and their subclasses (and transformers\' Conv1D); check that the '
-            'model is built before converting it')
-    if layers is not None:
-        _warn_unmatched(layers, names, 'layers')
-    if exclude is not None:
-        _warn_unmatched(exclude, names, 'exclude')
-    excluded_patterns = default_exclude(model) if exclude is None else list(exclude)
-    if isinstance(gamma, Mapping):
-        _warn_unmatched(gamma, names, 'gamma')
-
-    report = ConversionReport()
-    for name, module in named:
-        layer_gamma = _gamma_for(name, gamma)
-        if ((layers is not None and not any(matches(name, p) for p in layers))
-                or layer_gamma is None):
-            continue
-        if any(matches(name, p) for p in excluded_patterns):
-            report.excluded.append(name)
-        elif not module.weight.requires_grad:
-            report.frozen.append(name)
-        else:
-            state = DropITState(name, layer_gamma, layer_gamma, config.strategy,
-                                config.value_bits)
-            state.reset_counters(module.weight.device)  # where the inputs will most likely be
-            convert_layer(module, state)
-            report.layers.append(name)
-    if not report.layers:
-        raise ConfigError(
-            f'DropIT converted no layer of {type(model).__name__}: {len(report.excluded)} '
-            f'excluded, {len(report.frozen)} frozen of {len(names)} supported; '
-            'loosen `layers` / `exclude`')
-    if config.lean_activations:
-        for name, module in model.named_modules():
-            if isinstance(module, LEAN_ACTIVATION_TYPES) and convert_activation(module):
-                report.activations.append(name)
-    return report
 
 
 def from_dropit(model: nn.Module) -> nn.Module:

@@ -12,6 +12,8 @@ time, take the fastest that fits, and prove it with a measurement.
   :mod:`.least`: the least measured peak; :mod:`.decision`: the decision and its table;
 - :mod:`.probe`: a step measured through a :class:`StepProbe`; :mod:`.measurements`: the
   passes one planning run measures;
+- :mod:`.trials`: a candidate (a combination of settings) put in effect, measured and removed
+  (:class:`Trials`);
 - :mod:`.budget`: the techniques built from the measurements, and the decision put in effect
   (:func:`plan_within_budget`); :mod:`.outcome`: what it measured and decided, as JSON.
 
@@ -27,11 +29,13 @@ from .outcome import BudgetOutcome
 from .probe import StepProbe
 from .search import ATTEMPTS, MARGIN, decide
 from .switches import (ACTIVATION_BITS, DROPIT_GAMMAS, OFFLOAD_SHARES, Switch, bf16_switch,
-                       dropit_switch, offload_switch, quantize_switch)
+                       config_switch, dropit_switch, offload_switch, quantize_switch)
 from .techniques import CheckpointPlans, MeasuredSettings, MicroBatches, Target, Technique
+from .trials import Trials
 
 __all__ = ['ACTIVATION_BITS', 'ATTEMPTS', 'BudgetOutcome', 'CheckpointPlans', 'Choice',
            'DROPIT_GAMMAS', 'Decision', 'Effect', 'Estimate', 'MARGIN', 'MeasuredSettings',
            'MicroBatches', 'OFFLOAD_SHARES', 'PART_SAMPLES', 'StepProbe', 'Switch', 'Target',
-           'Technique', 'bf16_switch', 'combinations', 'decide', 'dropit_switch', 'fastest_fitting',
-           'offload_switch', 'plan_within_budget', 'put_in_effect', 'quantize_switch', 'remove_all']
+           'Technique', 'Trials', 'bf16_switch', 'combinations', 'config_switch', 'decide',
+           'dropit_switch', 'fastest_fitting', 'offload_switch', 'plan_within_budget',
+           'put_in_effect', 'quantize_switch', 'remove_all']

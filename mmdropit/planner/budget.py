@@ -28,14 +28,11 @@ Example:
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..checkpoint.chain import Chain
 from ..common.budget import Budget, resolve_budget
-from ..microbatch import micro_batch_sizes
-from .combinations import put_in_effect, remove_all
+from ..errors import ConfigError
 from .decision import Decision
 from .estimate import Estimate
 from .least import decide_least
@@ -44,7 +41,8 @@ from .outcome import BudgetOutcome, decode_choices
 from .probe import StepProbe
 from .search import LOWER, decide
 from .switches import Switch
-from .techniques import CheckpointPlans, MicroBatches, Target, Technique
+from .techniques import Target
+from .trials import Trials
 
 
 def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
@@ -70,7 +68,8 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         lower: What would go lower than these techniques, for the error message.
         saved: A decision an earlier run made for this step (:meth:`BudgetOutcome.to_json`):
             it is put in effect and measured once, and kept if it still fits its budget (a
-            resumed run starts at once); otherwise the step is measured and planned anew.
+            resumed run starts at once); otherwise, or when it cannot be read (the outcome's
+            ``unused_saved`` says why), the step is measured and planned anew.
 
     Raises:
         ConfigError: The batch runs out of memory with nothing applied, or no combination
@@ -80,11 +79,17 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     least = budget is None
     if least:  # a setting another one saves more than cannot give the least peak
         switches = [replace(switch, settings=switch.settings[-1:]) for switch in switches]
-    trials = _Trials(Measurements(probe), switches, target)
+    trials = Trials(Measurements(probe), switches, target)
+    unused = ''
     if saved is not None:
-        outcome = _reuse_saved(saved, trials, least, started)
-        if outcome is not None:
-            return outcome
+        try:
+            chosen = _saved_choice(saved, trials)
+        except (ConfigError, KeyError, TypeError, ValueError, IndexError) as error:
+            unused = str(error) or type(error).__name__  # searched again below
+        else:
+            outcome = _reuse_saved(saved, chosen, trials, least, started)
+            if outcome is not None:
+                return outcome
     unplanned, start = _measure_unplanned(trials, budget)
     try:
         decision = _search(start, trials, lower)
@@ -92,75 +97,31 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         trials.remove_all()  # a failed search leaves the model as it was
         raise
     return BudgetOutcome(decision, trials.techniques, unplanned, trials.measurements.fixed,
-                         time.perf_counter() - started, least=least)
+                         time.perf_counter() - started, least=least, unused_saved=unused)
 
 
-class _Trials:
-    """The techniques of one planning run, and their combinations put in effect on the target
-    and measured.
+def _saved_choice(saved: dict, trials: Trials) -> Estimate:
+    """The combination a ``saved`` decision chose, read for this run's techniques.
 
-    Args:
-        measurements: The step's passes measured in this run.
-        switches: The techniques whose settings are measured on the step.
-        target: What the techniques are applied to.
-
-    Attributes:
-        micro_batches: The micro-batches technique.
-        techniques: The switches', micro-batches and checkpoint plans, in the order they are
-            applied.
-        budget_bytes: The budget the combinations are measured for (``None``: the least peak).
+    Raises:
+        ConfigError, KeyError, TypeError, ValueError, IndexError: A decision this run cannot
+            read (edited, truncated, or for other techniques).
     """
-
-    def __init__(self, measurements: Measurements, switches: Sequence[Switch],
-                 target: Target) -> None:
-        self.measurements, self.target = measurements, target
-        self.micro_batches = MicroBatches(measurements.probe.batch_size, measurements.seconds_of)
-        self.techniques: list[Technique] = [
-            *(measurements.technique(switch) for switch in switches), self.micro_batches,
-            CheckpointPlans(self.record_plain_step, measurements.part_seconds)]
-        self.budget_bytes: int | None = 0
-
-    def record_plain_step(self) -> Chain:
-        """The step recorded on :attr:`~.measurements.Measurements.part` samples, every
-        technique removed first (a measured combination may still be in effect)."""
-        self.remove_all()
-        return self.measurements.probe.chain(self.measurements.part)
-
-    def remove_all(self) -> None:
-        """Remove every technique from the target."""
-        remove_all(self.techniques, self.target)
-
-    def peak(self, estimate: Estimate) -> int:
-        """Put ``estimate`` in effect and measure the peak of its largest pass (gradients held
-        when the batch is split). Out of memory measures twice the budget (twice the step's
-        peak for the least peak): the search halves its target, and ranks it last."""
-        put_in_effect(estimate, self.techniques, self.target)
-        batch_size = self.measurements.probe.batch_size
-        size = micro_batch_sizes(batch_size, estimate.setting('micro-batches', 1))[0]
-        peak = self.measurements.probe.peak(size, gradients_held=size < batch_size)
-        return 2 * (self.budget_bytes or self.measurements.whole) if peak is None else peak
-
-    def seconds(self, estimate: Estimate) -> float:
-        """Put ``estimate`` in effect and measure its step time as a ratio to the step's with
-        nothing applied: one timed pass per micro-batch size (the combination's measured pass
-        warmed it up)."""
-        put_in_effect(estimate, self.techniques, self.target)
-        probe = self.measurements.probe
-        sizes = Counter(micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1)))
-        passes = sum(count * probe.seconds(size, passes=1) for size, count in sizes.items())
-        return passes / self.measurements.seconds_of(probe.batch_size)
+    fixed = trials.measurements.fixed
+    if not isinstance(saved['budget_bytes'], int):
+        raise TypeError(f'budget_bytes {saved["budget_bytes"]!r} is not a number of bytes')
+    return Estimate(fixed, max(int(saved['predicted_peak_bytes']) - fixed, 0),
+                    float(saved['predicted_time_ratio']),
+                    decode_choices(saved['choices'], trials.techniques))
 
 
-def _reuse_saved(saved: dict, trials: _Trials, least: bool,
+def _reuse_saved(saved: dict, chosen: Estimate, trials: Trials, least: bool,
                  started: float) -> BudgetOutcome | None:
-    """Put the ``saved`` decision in effect and measure it once: its outcome when it fits its
-    budget (for the least peak, kept as it measures); ``None``, every technique removed, when
-    it does not."""
+    """Put ``chosen``, the ``saved`` decision's combination, in effect and measure it once:
+    its outcome when it fits its budget (for the least peak, kept as it measures); ``None``,
+    every technique removed, when it does not."""
     fixed = trials.measurements.fixed
     trials.budget_bytes = saved['budget_bytes']
-    chosen = Estimate(fixed, max(saved['predicted_peak_bytes'] - fixed, 0),
-                      saved['predicted_time_ratio'],
-                      decode_choices(saved['choices'], trials.techniques))
     peak = trials.peak(chosen)
     if not least and peak > trials.budget_bytes:
         trials.remove_all()
@@ -171,7 +132,7 @@ def _reuse_saved(saved: dict, trials: _Trials, least: bool,
                          time.perf_counter() - started, reused=True, least=least)
 
 
-def _measure_unplanned(trials: _Trials, budget: Budget) -> tuple[int, Estimate]:
+def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
     """Measure the step with nothing applied, and resolve ``budget`` against its peak.
 
     Returns:
@@ -189,8 +150,8 @@ def _measure_unplanned(trials: _Trials, budget: Budget) -> tuple[int, Estimate]:
     return unplanned, Estimate(held, max(measurements.whole - held, 0))
 
 
-def _search(start: Estimate, trials: _Trials, lower: str) -> Decision:
-    """The decision for :attr:`_Trials.budget_bytes` (:func:`~.search.decide`), or for the
+def _search(start: Estimate, trials: Trials, lower: str) -> Decision:
+    """The decision for :attr:`Trials.budget_bytes` (:func:`~.search.decide`), or for the
     least peak (:func:`~.least.decide_least`); its combination is in effect."""
     if trials.budget_bytes is None:
         decision = decide_least(start, trials.techniques, trials.peak)

@@ -35,6 +35,8 @@ class BudgetOutcome:
         reused: Whether the decision is an earlier run's, measured again and kept.
         least: Whether the budget was the least peak the techniques reach (the decision's
             budget is then that measured peak).
+        unused_saved: Why an earlier run's decision, given, was not read (``''``: none was
+            given, or it was read).
     """
 
     decision: Decision
@@ -44,6 +46,7 @@ class BudgetOutcome:
     seconds: float = 0.0
     reused: bool = False
     least: bool = False
+    unused_saved: str = ''
 
     def to_json(self) -> dict:
         """The decision as JSON: what :func:`~.budget.plan_within_budget` reads back as

@@ -1,11 +1,16 @@
 """Techniques whose few settings are each measured on the step (:class:`Switch`): bf16 autocast,
-DropIT, quantized activations and activation offload, with the settings each is tried at.
+DropIT, quantized activations and activation offload, with the settings each is tried at. The
+settings of DropIT, quantized activations and offload are their configurations
+(:class:`~mmdropit.dropit.DropITConfig`, :class:`~mmdropit.codecs.CompressionConfig`,
+:class:`~mmdropit.offload.OffloadConfig`), applied and removed through them.
 
 Example:
     >>> from torch import nn
-    >>> switch = dropit_switch(nn.Sequential(nn.Linear(4, 4)))
-    >>> switch.name, switch.settings, switch.text(0.9), switch.lossy
-    ('dropit', (0.5, 0.7, 0.9), 'DropIT gamma 0.9', True)
+    >>> switch = dropit_switch(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)))
+    >>> switch.name, [config.gamma for config in switch.settings], switch.lossy
+    ('dropit', [0.5, 0.7, 0.9], True)
+    >>> switch.text(switch.settings[-1])
+    'DropIT gamma 0.9'
 """
 from __future__ import annotations
 
@@ -15,9 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..codecs import compress_activations, restore_activations
-from ..dropit import convert, from_dropit
-from ..offload import block_patterns, modules_holding_share, offload_activations, restore_offload
+from ..codecs import CompressionConfig
+from ..common.technique import Applied, TechniqueConfig
+from ..dropit import DropITConfig
+from ..offload import OffloadConfig
 
 DROPIT_GAMMAS = (0.5, 0.7, 0.9)
 """The gammas DropIT is tried at when lossy techniques are allowed (the leanest last)."""
@@ -50,18 +56,34 @@ class Switch:
     lossy: bool = True
 
 
+def config_switch(name: str, model: nn.Module, configs: Sequence[TechniqueConfig],
+                  text: Callable[[TechniqueConfig], str],
+                  prepare: Callable[[TechniqueConfig], TechniqueConfig] | None = None) -> Switch:
+    """A switch whose settings are the technique ``configs``, each applied to ``model`` (after
+    ``prepare``, when given) and removed through the handle its application returned."""
+    applied: list[Applied] = []
+
+    def apply(config: TechniqueConfig) -> None:
+        applied.append((prepare(config) if prepare else config).apply(model))
+
+    def remove() -> None:
+        while applied:
+            applied.pop().remove()
+
+    return Switch(name, tuple(configs), text, apply, remove, lossy=configs[0].lossy)
+
+
 def dropit_switch(model: nn.Module, gammas: Sequence[float] = DROPIT_GAMMAS) -> Switch:
     """DropIT on ``model`` (default layers and exclusions) at each of ``gammas``."""
-    return Switch('dropit', tuple(gammas), lambda gamma: f'DropIT gamma {gamma}',
-                  lambda gamma: convert(model, gamma), lambda: from_dropit(model))
+    return config_switch('dropit', model, [DropITConfig(gamma) for gamma in gammas],
+                         lambda config: f'DropIT gamma {config.gamma}')
 
 
 def quantize_switch(model: nn.Module, bits: Sequence[int] = ACTIVATION_BITS) -> Switch:
     """What ``model``'s normalisation, activation and attention modules save, in each of
-    ``bits`` bits (:func:`~mmdropit.codecs.compress_activations` with its default modules)."""
-    return Switch('quantize', tuple(bits), lambda width: f'{width}-bit activations',
-                  lambda width: compress_activations(model, width),
-                  lambda: restore_activations(model))
+    ``bits`` bits (:class:`~mmdropit.codecs.CompressionConfig` with its default modules)."""
+    return config_switch('quantize', model, [CompressionConfig(width) for width in bits],
+                         lambda config: f'{config.bits}-bit activations')
 
 
 def offload_switch(model: nn.Module, forward: Callable[[], object],
@@ -69,16 +91,15 @@ def offload_switch(model: nn.Module, forward: Callable[[], object],
     """Activation offload (:mod:`mmdropit.offload`) of the earliest blocks of ``model`` holding
     each of ``shares`` of the saved bytes of ``forward()`` (chosen when a share is first
     applied): exact, and worth trying on a GPU only (on CPU nothing moves)."""
-    chosen: dict[float, list[str]] = {}
+    chosen: dict[OffloadConfig, OffloadConfig] = {}
 
-    def apply(share: float) -> None:
-        if share not in chosen:
-            chosen[share] = modules_holding_share(model, forward, block_patterns(model) or ['*'],
-                                                  share)
-        offload_activations(model, chosen[share])
+    def named(config: OffloadConfig) -> OffloadConfig:
+        if config not in chosen:
+            chosen[config] = config.choose(model, forward)
+        return chosen[config]
 
-    return Switch('offload', tuple(shares), lambda share: f'offload {share} of the saved bytes',
-                  apply, lambda: restore_offload(model), lossy=False)
+    return config_switch('offload', model, [OffloadConfig(share=share) for share in shares],
+                         lambda config: f'offload {config.share} of the saved bytes', named)
 
 
 def bf16_switch(holder: object) -> Switch:

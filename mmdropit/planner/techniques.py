@@ -24,6 +24,7 @@ from torch import nn
 
 from ..checkpoint import CheckpointPlan, plan_for_chain
 from ..checkpoint.chain import Chain
+from ..common.technique import TechniqueConfig
 from ..errors import ConfigError
 from ..microbatch import micro_batch_sizes
 from .estimate import Choice, Effect, Estimate
@@ -132,6 +133,17 @@ class MicroBatches(Technique):
     def remove(self, target: Target) -> None:
         target.set_micro_batches(1)
 
+    def decode(self, value: object) -> object:
+        """A saved micro-batch count, if it is one this batch offers.
+
+        Raises:
+            ConfigError: For any other value.
+        """
+        if isinstance(value, bool) or value not in self.counts():
+            raise ConfigError(f'{value!r} micro-batches: this batch of {self.batch_size} '
+                              f'splits into {", ".join(map(str, self.counts()))}')
+        return value
+
 
 @dataclass(frozen=True)
 class _SearchedPlan:
@@ -235,6 +247,13 @@ class CheckpointPlans(Technique):
         return setting.to_dict()
 
     def decode(self, value: object) -> object:
+        """The saved plan.
+
+        Raises:
+            ConfigError: If ``value`` is not a plan's dict.
+        """
+        if not isinstance(value, dict):
+            raise ConfigError(f'a checkpoint plan is saved as a dict, not {value!r}')
         return CheckpointPlan.from_dict(value)
 
 
@@ -295,7 +314,26 @@ class MeasuredSettings(Technique):
         self._remove()
 
     def encode(self, setting: object) -> object:
+        """A technique configuration as its JSON (any other setting, bf16's dtype, as its
+        position among the settings)."""
+        if isinstance(setting, TechniqueConfig):
+            return setting.to_json()
         return self.settings.index(setting)
 
     def decode(self, value: object) -> object:
-        return self.settings[value]
+        """The setting :meth:`encode` gave ``value`` for; a position, as decisions saved
+        before the settings were configurations stored every setting, is one too.
+
+        Raises:
+            ConfigError: No setting of this run has that configuration or position.
+        """
+        if isinstance(value, dict):
+            found = [s for s in self.settings
+                     if isinstance(s, TechniqueConfig) and s.to_json() == value]
+        else:
+            found = [self.settings[value]] if isinstance(value, int) and \
+                0 <= value < len(self.settings) else []
+        if not found:
+            raise ConfigError(f'the saved memory decision\'s {self.name} setting {value} is not '
+                              'among this run\'s settings')
+        return found[0]

@@ -184,6 +184,36 @@ def test_a_resumed_run_keeps_the_saved_decision_once_it_measured_it(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_edited_or_truncated_plan_file_is_one_line_and_the_step_is_searched_again(tmp_path):
+    hook = dict(type='MemoryBudgetHook', budget=0.5)
+    Runner.from_cfg(two_iteration_cfg(TINY_VIT, tmp_path, hook)).train()
+    path = tmp_path / 'memory_plan.json'
+    edits = [
+        ('micro-batches', 1000, "1000 micro-batches: this batch of 32 splits into 1, 2, 4"),
+        ('checkpoint-plan', 'seven', "holds a decision for inputs 32x1x128x128 that this run "
+                                     "cannot read"),
+        (None, None, 'is not readable'),
+    ]
+    for epochs, (technique, setting, said) in enumerate(edits, start=2):
+        if technique is None:
+            path.write_text(path.read_text()[:40])  # a kill mid-write, before atomic writes
+        else:
+            saved = json.loads(path.read_text())
+            saved['32x1x128x128']['choices'] = [dict(technique=technique, setting=setting,
+                                                     text='edited')]
+            path.write_text(json.dumps(saved))
+        cfg = two_iteration_cfg(TINY_VIT, tmp_path, hook)
+        cfg.train_cfg.max_epochs, cfg.resume = epochs, True
+        runner = Runner.from_cfg(cfg)
+        runner.train()
+        assert runner.iter == 2 * epochs
+        assert said in log_text(tmp_path), said
+        decision = json.loads(path.read_text())['32x1x128x128']
+        assert not decision['reused'] and decision['measured_peak_bytes'] <= decision[
+            'budget_bytes']
+
+
+@pytest.mark.slow
 def test_two_gloo_ranks_take_one_decision_and_stay_in_sync(tmp_path):
     log = train_on_two_ranks(tmp_path, "dict(type='MemoryBudgetHook', budget=0.75)")
     assert 'Distributed training: True' in log

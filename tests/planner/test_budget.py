@@ -2,14 +2,17 @@
 its leanest setting only (a setting the same technique beats in memory cannot give it)."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from mmdropit.dropit import DropITConfig
 from mmdropit.planner import StepProbe, plan_within_budget
-from mmdropit.planner.switches import dropit_switch
+from mmdropit.planner.switches import dropit_switch, quantize_switch
 from tests.helpers.split_target import SplitTarget
 
 
@@ -29,9 +32,9 @@ def _probe() -> StepProbe:
 def _recording_switch(probe: StepProbe, applied: list) -> object:
     switch = dropit_switch(probe.model)
 
-    def apply(gamma: float) -> None:
-        applied.append(gamma)
-        switch.apply(gamma)
+    def apply(config: DropITConfig) -> None:
+        applied.append(config.gamma)
+        switch.apply(config)
 
     return replace(switch, apply=apply)
 
@@ -77,3 +80,39 @@ def test_on_a_gpu_a_batch_size_is_timed_twice_the_first_time_it_runs(cold_new_sh
     probe.peak, probe.peaks, probe.seconds = recorded_peak, recorded_peaks, recorded_seconds
     plan_within_budget(probe, 0.3, SplitTarget(probe.model))
     assert bool(cold_single) != cold_new_shapes, cold_single
+
+
+def _one_sample_probe() -> StepProbe:
+    """The step a decision in ``data/`` was made for: one sample, so no micro-batches."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(32, 64), *[nn.Sequential(
+        nn.Linear(64, 64), nn.GELU(), nn.LayerNorm(64)) for _ in range(6)], nn.Linear(64, 10))
+    x, y = torch.randn(1, 32), torch.randint(0, 10, (1,))
+
+    def loss(size: int = 1) -> torch.Tensor:
+        return nn.functional.cross_entropy(net(x[:size]), y[:size]) * size
+
+    return StepProbe(net, None, 1, run_part=lambda size: loss(size).backward(),
+                     forward_part=loss)
+
+
+def test_a_decision_saved_before_settings_were_configurations_is_put_in_effect_again():
+    """``decision_with_setting_positions.json`` was written by the planner of 2026-11-26
+    (commit 577415d), which saved each measured setting as its position among the settings;
+    today's planner saves the setting's configuration, and reads both."""
+    saved = json.loads((Path(__file__).parent / 'data' /
+                        'decision_with_setting_positions.json').read_text())
+    assert [row['setting'] for row in saved['choices'][:2]] == [0, 0]
+    probe = _one_sample_probe()
+    switches = [dropit_switch(probe.model), quantize_switch(probe.model)]
+    outcome = plan_within_budget(probe, None, SplitTarget(probe.model), switches, saved=saved)
+    assert outcome.reused and outcome.decision.chosen.summary == saved['chosen']
+    assert [type(m).__name__ for m in probe.model[1]] == ['DropITLinear', 'CompressedGELU',
+                                                          'CompressedLayerNorm']
+    written = outcome.to_json()
+    assert written['choices'][0]['setting']['gamma'] == 0.9
+    assert written['choices'][1]['setting']['bits'] == 4
+    for switch in switches:
+        switch.remove()
+    again = plan_within_budget(probe, None, SplitTarget(probe.model), switches, saved=written)
+    assert again.reused and again.decision.chosen.summary == saved['chosen']

@@ -24,8 +24,7 @@ from mmengine.dist import broadcast_object_list
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ...codecs import DEFAULT_TYPES, compress_activations
-from ...codecs.bits import check_bits
+from ...codecs import CompressionConfig
 from ...dropit import audit
 from ...dropit.adaptive_bits import adapt_bits, set_bits
 from ...errors import ConfigError
@@ -71,19 +70,13 @@ class CompressActivationsHook(Hook):
                  names: Sequence[str] | None = None, lean_activations: bool = False,
                  audit: bool = False, adaptive_bits: bool = False,
                  adapt_interval: int | None = None) -> None:
-        check_bits(bits, 'CompressActivationsHook bits')
         if adapt_interval is not None and (not adaptive_bits or isinstance(adapt_interval, bool)
                                            or not isinstance(adapt_interval, int)
                                            or adapt_interval < 1):
             raise ConfigError('CompressActivationsHook adapt_interval takes a positive number '
                               f'of iterations, with adaptive_bits=True; got {adapt_interval!r}')
-        if isinstance(types, str) or isinstance(names, str):
-            raise ConfigError("CompressActivationsHook types / names take a list, e.g. "
-                              "types=['LayerNorm', 'GELU']")
-        self.bits = bits
-        self.types = DEFAULT_TYPES if types is None else tuple(types)
-        self.names = None if names is None else list(names)
-        self.lean_activations = lean_activations
+        self.config = CompressionConfig(bits, types, names, lean_activations,
+                                        where='CompressActivationsHook')
         self.audit = audit
         self.adaptive_bits = adaptive_bits
         self.adapt_interval = adapt_interval
@@ -91,9 +84,8 @@ class CompressActivationsHook(Hook):
         self._configured: dict[str, int] = {}
 
     def before_run(self, runner) -> None:
-        converted = compress_activations(unwrap(runner.model), self.bits, self.types,
-                                         self.names, self.lean_activations)
-        runner.logger.info(f'Compressed activations ({self.bits}-bit) in {len(converted)} '
+        converted = self.config.apply(unwrap(runner.model)).converted
+        runner.logger.info(f'Compressed activations ({self.config.bits}-bit) in {len(converted)} '
                            f'modules: {", ".join(converted[:6])}'
                            + (', ...' if len(converted) > 6 else ''))
 

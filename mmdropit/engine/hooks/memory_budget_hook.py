@@ -234,8 +234,14 @@ class MemoryBudgetHook(ShapeBucketHook):
         where = shape_text(key)
         fingerprint = self._fingerprint(model, wrapper, key)
         saved = self._saved(runner).get(where)
-        reuse = saved if saved is not None and saved.get('fingerprint') == fingerprint else None
+        reuse = saved if isinstance(saved, dict) and saved.get('fingerprint') == fingerprint \
+            else None
         outcome = plan_within_budget(probe, self.budget, target, switches, lower, reuse)
+        if outcome.unused_saved:
+            runner.logger.warning(
+                f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '
+                f'decision for inputs {where} that this run cannot read '
+                f'({outcome.unused_saved}): searched again, and written anew')
         runner.logger.info(f'MemoryBudgetHook for inputs {where}: {outcome}')
         if get_rank() == 0:
             self._write(runner, where, dict(outcome.to_json(), fingerprint=fingerprint))
@@ -252,17 +258,25 @@ class MemoryBudgetHook(ShapeBucketHook):
         return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
 
     @staticmethod
-    def _saved(runner) -> dict:
-        """The decisions written to ``{work_dir}/memory_plan.json`` by this or an earlier run."""
+    def _saved(runner, say: bool = True) -> dict:
+        """The decisions written to ``{work_dir}/memory_plan.json`` by this or an earlier run
+        (none, said in the log unless ``say`` is false, when the file is not readable JSON:
+        they are made anew and the file written again)."""
         path = Path(runner.work_dir) / 'memory_plan.json'
         try:
-            return json.loads(path.read_text()) if path.is_file() else {}
-        except (OSError, ValueError):  # unreadable: decided anew (and written again)
-            return {}
+            saved = json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError) as error:
+            saved = error
+        if isinstance(saved, dict):
+            return saved
+        if say:
+            runner.logger.warning(f'MemoryBudgetHook: {path} is not readable ({saved}); its '
+                                  'decisions are made anew and the file written again')
+        return {}
 
     def _write(self, runner, where: str, decision: dict) -> None:
         """Add this bucket's decision to ``{work_dir}/memory_plan.json``."""
-        saved = self._saved(runner)
+        saved = self._saved(runner, say=False)
         saved[where] = decision
         with atomic_write(Path(runner.work_dir) / 'memory_plan.json', 'w') as stream:
             stream.write(json.dumps(saved, indent=1))  # a kill mid-write leaves the old file

@@ -1,0 +1,76 @@
+"""The memory budget's candidates put in effect, measured and removed (:class:`Trials`).
+
+A candidate is an :class:`~.estimate.Estimate`: a combination of technique settings (its
+``choices``; DropIT, quantized activations and offload as their configurations, micro-batches
+as a count, a checkpoint plan as a :class:`~mmdropit.checkpoint.CheckpointPlan`). :class:`Trials`
+is the one interface through which a planning run puts a candidate in effect on its target,
+measures its peak and its time, and takes every technique away again.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from ..checkpoint.chain import Chain
+from ..microbatch import micro_batch_sizes
+from .combinations import put_in_effect, remove_all
+from .estimate import Estimate
+from .measurements import Measurements
+from .switches import Switch
+from .techniques import CheckpointPlans, MicroBatches, Target, Technique
+
+
+class Trials:
+    """The techniques of one planning run, and their combinations put in effect on the target
+    and measured.
+
+    Args:
+        measurements: The step's passes measured in this run.
+        switches: The techniques whose settings are measured on the step.
+        target: What the techniques are applied to.
+
+    Attributes:
+        micro_batches: The micro-batches technique.
+        techniques: The switches', micro-batches and checkpoint plans, in the order they are
+            applied.
+        budget_bytes: The budget the combinations are measured for (``None``: the least peak).
+    """
+
+    def __init__(self, measurements: Measurements, switches: Sequence[Switch],
+                 target: Target) -> None:
+        self.measurements, self.target = measurements, target
+        self.micro_batches = MicroBatches(measurements.probe.batch_size, measurements.seconds_of)
+        self.techniques: list[Technique] = [
+            *(measurements.technique(switch) for switch in switches), self.micro_batches,
+            CheckpointPlans(self.record_plain_step, measurements.part_seconds)]
+        self.budget_bytes: int | None = 0
+
+    def record_plain_step(self) -> Chain:
+        """The step recorded on :attr:`~.measurements.Measurements.part` samples, every
+        technique removed first (a measured combination may still be in effect)."""
+        self.remove_all()
+        return self.measurements.probe.chain(self.measurements.part)
+
+    def remove_all(self) -> None:
+        """Remove every technique from the target."""
+        remove_all(self.techniques, self.target)
+
+    def peak(self, estimate: Estimate) -> int:
+        """Put ``estimate`` in effect and measure the peak of its largest pass (gradients held
+        when the batch is split). Out of memory measures twice the budget (twice the step's
+        peak for the least peak): the search halves its target, and ranks it last."""
+        put_in_effect(estimate, self.techniques, self.target)
+        batch_size = self.measurements.probe.batch_size
+        size = micro_batch_sizes(batch_size, estimate.setting('micro-batches', 1))[0]
+        peak = self.measurements.probe.peak(size, gradients_held=size < batch_size)
+        return 2 * (self.budget_bytes or self.measurements.whole) if peak is None else peak
+
+    def seconds(self, estimate: Estimate) -> float:
+        """Put ``estimate`` in effect and measure its step time as a ratio to the step's with
+        nothing applied: one timed pass per micro-batch size (the combination's measured pass
+        warmed it up)."""
+        put_in_effect(estimate, self.techniques, self.target)
+        probe = self.measurements.probe
+        sizes = Counter(micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1)))
+        passes = sum(count * probe.seconds(size, passes=1) for size, count in sizes.items())
+        return passes / self.measurements.seconds_of(probe.batch_size)
