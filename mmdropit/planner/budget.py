@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from ..common.budget import Budget, resolve_budget
 from ..errors import ConfigError
+from .combinations import put_in_effect
 from .decision import Decision
 from .estimate import Estimate
 from .least import decide_least
