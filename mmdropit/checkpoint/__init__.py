@@ -2,7 +2,8 @@
 
 Pure PyTorch (no mmengine). The pieces, in the order they run:
 
-- :mod:`.record`: one eager forward pass under module hooks and saved-tensor hooks;
+- :mod:`.record`: one eager forward pass under module hooks and saved-tensor hooks, and
+  :mod:`.step_record` what it saw;
 - :mod:`.chain`: the chain of module calls and the segments a checkpoint can cover;
 - :mod:`.cost`: the peak and recompute time of a step under a plan;
 - :mod:`.selective` and :mod:`.nested`: two more ways to cover a segment (keep its costly ops'
@@ -10,7 +11,8 @@ Pure PyTorch (no mmengine). The pieces, in the order they run:
 - :mod:`.solver`: exact least-memory and least-time-under-budget searches;
 - :mod:`.targets`: what a checkpoint is put on (a module, a run of an ``nn.Sequential``'s
   children, or a run of siblings that pass a tensor on), and its plan-file form;
-- :mod:`.apply` and :mod:`.plan`: the plan object, applied in place.
+- :mod:`.apply` and :mod:`.plan`: the plan object, applied in place; :mod:`.first_pass`: what
+  a recomputation starts from.
 
 Example::
 
@@ -23,7 +25,8 @@ from .chain import DEFAULT_GRANULARITY, Chain, Item, Segment, build_chain
 from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
 from .nested import with_nested
 from .plan import BUDGET_HELP, CheckpointPlan, plan_checkpoints, plan_for_chain
-from .record import ModuleCall, StepRecord, record_step
+from .record import record_step
+from .step_record import ModuleCall, StepRecord
 from .selective import COSTLY_OPS, selective_contexts
 from .solver import fits, least_peak, least_time
 from .targets import (ModuleTarget, RunTarget, SiblingsTarget, Target, targets_from_json,

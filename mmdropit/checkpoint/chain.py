@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from torch import nn
 
 from .apply import has_forward_hooks
-from .record import ModuleCall, StepRecord
+from .step_record import ModuleCall, StepRecord
 from .targets import ModuleTarget, RunTarget, SiblingsTarget, Target
 
 DEFAULT_GRANULARITY = 48

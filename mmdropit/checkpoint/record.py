@@ -5,8 +5,8 @@ data-dependent Python, dict inputs, data samples and several outputs all work; n
 traced). While the recorded pass runs:
 
 - module forward hooks follow which module of the model is executing, giving a tree of
-  :class:`ModuleCall` records with their inclusive forward time and the storages of their tensor
-  inputs and outputs;
+  :class:`~.step_record.ModuleCall` records with their inclusive forward time and the storages
+  of their tensor inputs and outputs;
 - :class:`torch.autograd.graph.saved_tensors_hooks` see every tensor autograd keeps for backward
   (DropIT's compact tensors included) and file its storage under the innermost running call,
   in order with that call's child calls;
@@ -24,12 +24,11 @@ Afterwards the buffers (BatchNorm statistics) and the RNG state are restored, so
 no training state. The loss is not back-propagated.
 
 The hooks and the dispatch mode cost host time on every ATen op. On a CPU that is a few percent
-of ops that take milliseconds; on a GPU, whose ops take microseconds to launch, it inflated the
-recorded times of DeiT-S several-fold (the first GPU run: the memory budget predicted 2.24x for a
-plan at 0.43 of the activations; the planner's plan at 0.5 ran at 1.10x). When the recorded
+of ops that take milliseconds; on a GPU, whose ops take microseconds to launch, it can inflate
+the recorded times several-fold (measured in docs/benchmarks.md). When the recorded
 pass is clearly slower than the warm-up pass before it (by :data:`NOISE` or more), the
 difference, spread evenly over the ops run, is taken off each call and costly op by the number
-of ops it ran (:attr:`StepRecord.recording_seconds_per_op`).
+of ops it ran (:attr:`~.step_record.StepRecord.recording_seconds_per_op`).
 
 Example:
     >>> from torch import nn
@@ -48,7 +47,6 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -61,135 +59,11 @@ from ..common.recompute_region import recomputed_region
 from ..common.training_state import preserved_training_state
 from .overhead import checkpoint_seconds
 from .selective import is_costly
-
-STEP = '<step>'
-"""Name of the call that stands for the whole recorded step (its children are the top-level
-module calls)."""
+from .step_record import STEP, CostlyOp, ModuleCall, StepRecord
 
 NOISE = 0.1
 """Share by which the recorded pass must exceed the warm-up pass before the recorder's own time
 is taken off (below it, the difference is noise: nothing is taken off)."""
-
-Event = tuple[str, int]
-"""An entry of a call's timeline: ``('call', call_index)``, ``('save', storage_id)`` or
-``('op', op_index)`` (a costly op run by the call's own code)."""
-
-
-@dataclass
-class CostlyOp:
-    """One run of a costly ATen op (its outputs are what a selective checkpoint keeps).
-
-    Attributes:
-        call: Index of the innermost module call running it.
-        outputs: Storage ids of its tensor outputs.
-        seconds: Its wall time (the recorder's own time taken off, see the module doc).
-        changed_in_place: An output was modified in place later in the forward pass.
-    """
-
-    call: int
-    outputs: tuple[int, ...]
-    seconds: float
-    changed_in_place: bool = False
-
-
-@dataclass
-class ModuleCall:
-    """One call of one module of the model during the recorded forward pass.
-
-    Attributes:
-        index: Position in call order (the root call is 0).
-        name: Qualified module name (``''`` for the model itself).
-        module_type: The module's class name.
-        parent: Index of the enclosing call (``None`` for the root).
-        events: In order: child calls, and the storages saved and costly ops run directly by
-            this call's own code.
-        inputs: Storage ids of the tensor arguments.
-        grad_inputs: Those of them that require grad (backward makes a gradient of each).
-        outputs: Storage ids of the tensors returned.
-        seconds: Inclusive forward wall time (the recorder's own time taken off, see the module
-            doc).
-        inplace_hazard: An input was modified in place after the call started.
-        needs_grad: Some input or parameter of the call requires grad.
-        argument: ``id()`` of the tensor the call took, when it took one tensor and nothing
-            else; ``None`` otherwise.
-        result: ``id()`` of the tensor the call returned, when it returned a tensor (these two
-            say whether calls pass one tensor on in a run of siblings, :mod:`.chain`; the
-            tensors are alive from one call to the next, so their ids do not repeat there).
-        started_at: Number of ATen ops run when the call started.
-        ended_at: Number of ATen ops run when the call returned (see ``StepRecord.readers``).
-    """
-
-    index: int
-    name: str
-    module_type: str
-    parent: int | None
-    events: list[Event] = field(default_factory=list)
-    inputs: tuple[int, ...] = ()
-    grad_inputs: tuple[int, ...] = ()
-    outputs: tuple[int, ...] = ()
-    seconds: float = 0.0
-    inplace_hazard: bool = False
-    needs_grad: bool = False
-    argument: int | None = None
-    result: int | None = None
-    started_at: int = 0
-    ended_at: int = 0
-    saved_bytes: int = 0
-    """Bytes of the distinct storages saved inside the call (children included)."""
-    backward_workspace: int = 0
-    """Largest allocation the call's own code announced for its backward pass
-    (:mod:`~mmdropit.common.backward_workspace`: a DropIT layer's rebuilt input)."""
-
-
-@dataclass
-class StepRecord:
-    """What :func:`record_step` saw.
-
-    Attributes:
-        calls: ``calls[0]`` stands for the whole step (named :data:`STEP`); then every module
-            call in call order (the model's own call, and e.g. its data preprocessor's).
-        storage_bytes: Bytes of each storage id seen (saved, input or output); 0 for a storage
-            that existed before the step (the input batch: its caller holds it whatever the
-            plan, and memory meters do not count it as an activation).
-        saver: For each saved storage id, the index of the first call that saved it.
-        param_grad_bytes: Bytes of the gradients of each module's own parameters, by name.
-        times_called: How often each module name was called.
-        ops: The costly ops run, in order (``('op', index)`` events point here).
-        readers: For each storage a module call returned, the ATen ops reading it, as
-            ``(call, op number)``: the innermost call running, and how many ops ran before.
-        recording_seconds_per_op: The recorder's own time per ATen op taken off the recorded
-            times (0.0 where the recorded pass was within :data:`NOISE` of the warm-up's).
-        checkpoint_seconds: What one checkpoint's machinery costs a step on the model's device
-            (:func:`~.overhead.checkpoint_seconds`), charged to every checkpoint of a plan.
-    """
-
-    calls: list[ModuleCall]
-    storage_bytes: dict[int, int]
-    saver: dict[int, int]
-    param_grad_bytes: dict[str, int]
-    times_called: dict[str, int]
-    ops: list[CostlyOp] = field(default_factory=list)
-    readers: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-    recording_seconds_per_op: float = 0.0
-    checkpoint_seconds: float = 0.0
-
-    @property
-    def saved_bytes(self) -> int:
-        """Bytes of all distinct storages saved for backward in the step."""
-        return sum(self.storage_bytes[sid] for sid in self.saver)
-
-    def subtree(self, index: int) -> Iterator[ModuleCall]:
-        """The call ``index`` and all calls nested in it."""
-        stack = [index]
-        while stack:
-            call = self.calls[stack.pop()]
-            yield call
-            stack.extend(child for kind, child in reversed(call.events) if kind == 'call')
-
-    def saves_in(self, index: int) -> set[int]:
-        """Storage ids saved inside call ``index`` (children included)."""
-        return {sid for call in self.subtree(index)
-                for kind, sid in call.events if kind == 'save'}
 
 
 class _Recorder:
@@ -411,7 +285,8 @@ def record_step(model: nn.Module, step: Callable[[], object], warmup: bool = Tru
             are left out); its time tells the recorder's own (see the module doc).
 
     Returns:
-        A :class:`StepRecord`; training state (buffers, RNG) is as it was before the call.
+        A :class:`~.step_record.StepRecord`; training state (buffers, RNG) is as it was before
+        the call.
 
     The step is recorded as inside a checkpoint's region
     (:func:`~mmdropit.common.recompute_region.recomputed_region`): modules whose saved tensors
