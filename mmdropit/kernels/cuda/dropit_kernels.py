@@ -19,12 +19,10 @@ blocks a program in the radix select and the count).
 - ``scatter_bitmask`` (backward): per-block popcounts of the bitmask, the scan, then one pass
   that writes every element of the dense input (kept values or zero).
 
-Launches are what a host-bound GPU step pays for (the first GPU run measured DeiT-S's bf16 step
-at ~25 ms where its arithmetic needs a few): ``keep_topk`` makes 6-8 (one zeroing, the passes,
-count, scan, write), ``scatter_bitmask`` 3. The threshold and the offsets stay in device memory
-and every output size follows from the shape: ``keep_topk`` never waits for the GPU (the first
-GPU run, with a sampled bracket read back four times a layer, spent most of its time waiting:
-docs/benchmarks.md, GPU section). ``write_above`` needs its kept count on the host, to size its
+Launches are what a host-bound GPU step pays for (docs/benchmarks.md, GPU section):
+``keep_topk`` makes 6-8 (one zeroing, the passes, count, scan, write), ``scatter_bitmask`` 3.
+The threshold and the offsets stay in device memory and every output size follows from the
+shape: ``keep_topk`` never waits for the GPU. ``write_above`` needs its kept count on the host, to size its
 output. Inputs of 2**31 elements or more, and float64 inputs, stay on the eager path
 (:func:`~.library.usable`). ``tests/helpers/compile_triton_kernels.py`` compiles every launch
 for ``sm_90`` without a GPU.
