@@ -10,6 +10,10 @@ Example:
     [None, 0.5, 4000000000, 536870912]
     >>> resolve_budget(0.5, baseline_bytes=1000), resolve_budget(300, baseline_bytes=1000)
     (500, 300)
+    >>> parse_budget('0GB', what)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    mmdropit.errors.ConfigError: ...; a size must be above zero bytes, got '0GB'
 """
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ def parse_budget(budget: object, what: str) -> Budget:
         return budget
     if isinstance(budget, int):
         if budget <= 0:
-            raise ConfigError(f'{what}; got {budget!r}')
+            raise ConfigError(f'{what}; a size must be above zero bytes, got {budget!r}')
         return budget
     if isinstance(budget, str):
         match = _SIZE.match(budget)
@@ -57,6 +61,7 @@ def parse_budget(budget: object, what: str) -> Budget:
             size = int(float(match.group(1)) * _UNITS[unit])
             if size > 0:
                 return size
+            raise ConfigError(f'{what}; a size must be above zero bytes, got {budget!r}')
     raise ConfigError(f'{what}; got {budget!r}')
 
 

@@ -258,6 +258,12 @@ def test_malformed_budgets_are_clear_errors(budget):
         parse_budget(budget, BUDGET_HELP)
 
 
+@pytest.mark.parametrize('budget', [0, '0GB', '0 MiB', -3])
+def test_a_budget_of_no_bytes_says_a_size_must_be_above_zero(budget):
+    with pytest.raises(ConfigError, match='a size must be above zero bytes'):
+        parse_budget(budget, BUDGET_HELP)
+
+
 def test_a_model_without_checkpointable_units_warns_and_plans_nothing():
     model, x = nn.Linear(4, 2), torch.randn(3, 4)
     with pytest.warns(UserWarning, match='no module of this model can be checkpointed'):
