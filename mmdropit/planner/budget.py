@@ -27,6 +27,7 @@ Example:
 """
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -44,6 +45,14 @@ from .search import LOWER, decide
 from .switches import Switch
 from .techniques import Target
 from .trials import Trials
+
+NOTHING_PREFERENCE = 1.10
+"""Where the step fits the budget with nothing applied, a combination is applied only if its
+measured step time is below the plain step's by more than this factor (this CPU's timing noise
+is 10-30% between runs; a combination chosen on noise made three fresh runs of one config apply
+4, 4 and 2 micro-batches where nothing was needed)."""
+NOTHING_ROUNDS = 3
+"""Alternated timings of the plain step and the combination behind that comparison."""
 
 
 def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
@@ -93,7 +102,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
                 return outcome
     unplanned, start = _measure_unplanned(trials, budget)
     try:
-        decision = _search(start, trials, lower)
+        decision = _search(start, trials, lower, unplanned)
     except BaseException:
         trials.remove_all()  # a failed search leaves the model as it was
         raise
@@ -151,12 +160,35 @@ def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
     return unplanned, Estimate(held, max(measurements.whole - held, 0))
 
 
-def _search(start: Estimate, trials: Trials, lower: str) -> Decision:
+def _search(start: Estimate, trials: Trials, lower: str, unplanned: int) -> Decision:
     """The decision for :attr:`Trials.budget_bytes` (:func:`~.search.decide`), or for the
-    least peak (:func:`~.least.decide_least`); its combination is in effect."""
+    least peak (:func:`~.least.decide_least`); its combination is in effect. When the step
+    fits with nothing applied (``unplanned`` within the budget), see :func:`_nothing_unless`."""
     if trials.budget_bytes is None:
         decision = decide_least(start, trials.techniques, trials.peak)
         put_in_effect(decision.chosen, trials.techniques, trials.target)
         return decision
-    return decide(start, trials.techniques, trials.budget_bytes, trials.peak, lower,
-                  trials.seconds)
+    decision = decide(start, trials.techniques, trials.budget_bytes, trials.peak, lower,
+                      trials.seconds)
+    if decision.chosen.choices and unplanned <= trials.budget_bytes:
+        return _nothing_unless(decision, start, trials, unplanned)
+    return decision
+
+
+def _nothing_unless(decision: Decision, start: Estimate, trials: Trials,
+                    unplanned: int) -> Decision:
+    """``decision`` if its combination measures faster than the step with nothing applied by
+    :data:`NOTHING_PREFERENCE` (medians of :data:`NOTHING_ROUNDS` alternated timings; the
+    search's predicted times are noisy where nothing is needed), else nothing applied; the
+    choice is in effect on return."""
+    rounds = [(trials.seconds(start), trials.seconds(decision.chosen))
+              for _ in range(NOTHING_ROUNDS)]
+    nothing_time = statistics.median(plain for plain, _ in rounds)
+    chosen_time = statistics.median(timed for _, timed in rounds)
+    decision.measured[start.summary] = unplanned
+    decision.timed.update({start.summary: nothing_time, decision.chosen.summary: chosen_time})
+    decision.considered = [start, *decision.considered]
+    if chosen_time * NOTHING_PREFERENCE < nothing_time:
+        return decision  # in effect: timed last
+    put_in_effect(start, trials.techniques, trials.target)
+    return replace(decision, chosen=start, measured_bytes=unplanned)

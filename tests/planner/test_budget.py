@@ -116,3 +116,17 @@ def test_a_decision_saved_before_settings_were_configurations_is_put_in_effect_a
         switch.remove()
     again = plan_within_budget(probe, None, SplitTarget(probe.model), switches, saved=written)
     assert again.reused and again.decision.chosen.summary == saved['chosen']
+
+
+@pytest.mark.parametrize('split_speed,applied', [(0.95, False), (0.7, True)])
+def test_where_nothing_is_needed_a_combination_must_measure_clearly_faster(split_speed, applied):
+    """The budget is the plain step's own peak: a combination is applied only if it measures
+    more than 10% faster than the plain step (here split passes take ``split_speed`` of their
+    samples' share: 5% faster is noise, 30% is not)."""
+    probe = _probe()
+    probe.seconds = lambda size, passes=2: size * (split_speed if size < 512 else 1.0)
+    outcome = plan_within_budget(probe, 1.0, SplitTarget(probe.model))
+    chosen = outcome.decision.chosen
+    assert bool(chosen.choices) is applied, outcome.decision.table()
+    assert outcome.decision.timed['nothing'] == pytest.approx(1.0)
+    assert outcome.decision.measured_bytes <= outcome.decision.budget_bytes
