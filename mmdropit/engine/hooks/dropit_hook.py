@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
+from torch import nn
 
 from ...common.random_source import reseed
-from ...dropit import DropITConfig, audit, keep_ratio, set_gamma_scale
+from ...dropit import ConversionReport, DropITConfig, audit, keep_ratio, set_gamma_scale
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
 
@@ -75,10 +76,15 @@ class DropITHook(Hook):
         """The configured strategy."""
         return self.config.strategy
 
+    def apply(self, model: nn.Module) -> ConversionReport:
+        """Convert ``model`` (unwrapped first) with this hook's configuration."""
+        report = self.config.apply(unwrap(model)).report
+        self.converted = report.layers
+        return report
+
     def before_run(self, runner) -> None:
         reseed()  # DropIT's generator: seeded from this run's seed at its first use
-        report = self.config.apply(unwrap(runner.model)).report
-        self.converted = report.layers
+        report = self.apply(runner.model)
         runner.logger.info(
             f'{report} (gamma {self.gamma}, strategy {self.strategy!r}). Left exact: '
             f'{", ".join(report.excluded + report.frozen) or "none"}')
