@@ -20,12 +20,13 @@ Example:
 """
 from .adaptive_bits import BitsAllocation, BitsSlot, adapt_bits, set_bits
 from .audit import AuditReport, LayerAudit, audit
-from .compact import CompactLayout, compress, decompress, encoded_bytes, pack_bits, unpack_bits
+from .compact import compress, decompress, encoded_bytes, pack_bits, unpack_bits
 from .config import AppliedDropIT, DropITConfig, to_dropit
 from ..common.name_patterns import matches
 from .convert import (PREDICTOR_PATTERNS, ConversionReport, default_exclude, dropit_layers,
                       from_dropit, keep_ratio, set_gamma_scale)
 from .functional import DropITConvFunction, DropITLinearFunction, dropit_conv, dropit_linear
+from .layout import CompactLayout
 from .layers import DROPIT_TYPES, LEAN_ACTIVATION_TYPES, is_converted, is_dropit_layer
 from .lean_activations import lean_hardtanh, lean_leaky_relu, lean_relu
 from .state import DropITState

@@ -11,15 +11,12 @@ gradients stay exact.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import torch
 
 from ..codecs.bits import (BITS, check_bits, dequantize_values, quantize_values,
                            quantized_values_bytes)
-
-if TYPE_CHECKING:
-    from .compact import CompactLayout
+from .layout import CompactLayout
 
 VALUE_BITS = (None, *BITS)
 """The accepted ``value_bits``: ``None`` keeps the values in the input's dtype."""
