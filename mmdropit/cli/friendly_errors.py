@@ -34,8 +34,13 @@ def explain(exc: BaseException) -> str | None:
         return (f'this rank waited {seconds:g} s for another rank in a collective: another rank '
                 'failed or hangs (its log says which); if a step, an evaluation or a checkpoint '
                 'save really takes longer, raise env_cfg.dist_cfg.timeout (seconds)')
-    if isinstance(exc, RuntimeError) and 'gloo' in message and 'closed by peer' in message:
-        return 'another rank of this run exited early: its log has the cause'
+    if isinstance(exc, RuntimeError) and 'gloo' in message and (
+            'closed by peer' in message or 'reset by peer' in message):
+        return ('another rank of this run exited early: its log has the cause; once fixed, '
+                'continue with --resume')
+    if isinstance(exc, AssertionError) and 'AmpOptimizerWrapper' in message:
+        return ("MMEngine's AmpOptimWrapper needs a GPU: on a CPU use "
+                "optim_wrapper=dict(type='MixedPrecisionOptimWrapper', dtype='bfloat16') or --amp")
     if isinstance(exc, ValueError) and message.startswith('batch_size should be a positive'):
         return f'{first_line} -- set train_dataloader.batch_size (and val / test) to 1 or more'
     missing = _missing_module(exc)

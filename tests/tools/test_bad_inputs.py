@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mmdropit.cli.friendly_errors import explain
 from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
                             run_dist_train, run_tool)
 
@@ -247,6 +248,12 @@ BAD_INPUTS = {
     'mixed-precision-dtype': BadInput(
         ['{config}'], "dtype must be 'float16' or 'bfloat16', got 'float8'",
         config="optim_wrapper = dict(type='MixedPrecisionOptimWrapper', dtype='float8')"),
+    'amp-optim-wrapper-on-a-cpu': BadInput(
+        ['{config}'], "AmpOptimWrapper needs a GPU: on a CPU use",
+        config="optim_wrapper = dict(type='AmpOptimWrapper', dtype='bfloat16')"),
+    'memory-budget-of-no-bytes': BadInput(
+        ['{config}'], 'a size must be above zero bytes',
+        config=_hooks("dict(type='MemoryBudgetHook', budget='0GB')")),
     'unknown-model-type': BadInput(['{config}'], "unknown type 'NoSuchModel'",
                                    config="model = dict(_delete_=True, type='NoSuchModel')"),
     'unknown-optimizer-type': BadInput(
@@ -315,3 +322,12 @@ def test_a_rank_that_hangs_is_one_line_on_the_others(tmp_path):
     assert result.returncode != 0
     assert 'error: this rank waited 3 s for another rank in a collective' in result.stderr
     assert 'raise env_cfg.dist_cfg.timeout (seconds)' in result.stderr
+
+
+@pytest.mark.parametrize('peer', ['closed by peer', 'Connection reset by peer'])
+def test_a_rank_whose_peer_died_is_one_line_saying_how_to_go_on(peer):
+    """gloo's words when another rank was killed (its TCP pair read fails either way)."""
+    error = RuntimeError('[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error '
+                         f'[127.0.0.1]:29851: {peer}')
+    assert explain(error) == ('another rank of this run exited early: its log has the cause; '
+                              'once fixed, continue with --resume')
