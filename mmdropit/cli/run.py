@@ -46,8 +46,9 @@ def load_config(args: argparse.Namespace) -> Config:
     The work dir is ``--work-dir``, else ``cfg.work_dir``, else ``./work_dirs/<config name>``.
 
     Raises:
-        ConfigError: the config file does not exist, is not a config or does not parse, an
-            override gives text where the config holds a number or a flag or sets a
+        ConfigError: the config file, or a ``_base_`` it names, does not exist, it is not a
+            config or does not parse, an override gives text where the config holds a number
+            or a flag or sets a
             ``data_root`` the datasets do not read, ``load_from`` is not a whole checkpoint,
             ``train_cfg.val_interval`` is below 1, the work dir is a file, or
             ``--launcher pytorch`` runs outside torchrun.
@@ -66,6 +67,10 @@ def load_config(args: argparse.Namespace) -> Config:
         cfg = Config.fromfile(args.config, import_custom_modules=False)
     except SyntaxError as exc:
         raise ConfigError(_syntax_error(exc, args.config)) from exc
+    except FileNotFoundError as exc:  # the config itself exists: a file it includes does not
+        raise ConfigError(f'{args.config} (or a config it includes) names a file that does not '
+                          f'exist: {osp.normpath(exc.filename or "?")} -- a _base_ path is '
+                          'relative to the config that names it') from exc
     if needs_mmcv_ops(cfg) or mmcv_ops_installed():
         require_mmcv_ops()
     if cfg.get('custom_imports'):

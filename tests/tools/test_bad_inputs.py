@@ -331,3 +331,12 @@ def test_a_rank_whose_peer_died_is_one_line_saying_how_to_go_on(peer):
                          f'[127.0.0.1]:29851: {peer}')
     assert explain(error) == ('another rank of this run exited early: its log has the cause; '
                               'once fixed, continue with --resume')
+
+
+def test_a_missing_base_file_is_one_line_naming_it(tmp_path):
+    config = tmp_path / 'child.py'
+    config.write_text("_base_ = ['./nowhere/base.py']\ntrain_cfg = dict(max_epochs=1)\n")
+    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path / 'work'),
+                      check=False)
+    assert (f'names a file that does not exist: {tmp_path}/nowhere/base.py -- a _base_ path is '
+            'relative to the config that names it') in _one_line_error(result)
