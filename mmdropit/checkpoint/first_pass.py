@@ -62,6 +62,7 @@ from torch.nn.modules.batchnorm import _NormBase
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ..common.recompute_region import COMPACT_WHEN_RECOMPUTED
+from ..common.training_state import values_restored
 
 _CONTAINERS = (list, tuple, dict)
 _MISSING = object()
@@ -228,20 +229,17 @@ class FirstPass:
         slots = self.region.slots
         written = [(slots[i].tensor(), before) for i, before in self.buffers]
         written = [(tensor, before) for tensor, before in written if tensor is not None]
-        now = [tensor.detach().clone() for tensor, _ in written]
-        with torch.no_grad():
-            for tensor, before in written:
-                if before is not None:
-                    tensor.copy_(before)
-        try:
-            yield
-        finally:
+        with values_restored(tensor for tensor, _ in written):  # the values found, on exit
             with torch.no_grad():
-                for (tensor, _), value in zip(written, now):
-                    tensor.copy_(value)
-            _assign(found)
-            for slot, tensor in found_buffers:
-                slot.owner._buffers[slot.name] = tensor
+                for tensor, before in written:
+                    if before is not None:
+                        tensor.copy_(before)
+            try:
+                yield
+            finally:
+                _assign(found)
+                for slot, tensor in found_buffers:
+                    slot.owner._buffers[slot.name] = tensor
 
 
 def _differs(current: dict, before: dict) -> bool:

@@ -23,18 +23,11 @@ from typing import ClassVar
 
 from torch import nn
 
+from ..common.name_patterns import checked_list
 from ..common.technique import Applied
 from ..errors import ConfigError
 from .activations import DEFAULT_TYPES, convert_modules, restore_activations
 from .bits import check_bits
-
-
-def _strings(values: object, where: str, example: str) -> tuple[str, ...] | None:
-    if values is None:
-        return None
-    if isinstance(values, str) or not all(isinstance(v, (str, type)) for v in values):
-        raise ConfigError(f'{where} types / names take a list, e.g. {example}')
-    return tuple(values)
 
 
 @dataclass(frozen=True)
@@ -70,9 +63,9 @@ class CompressionConfig:
 
     def __post_init__(self, where: str) -> None:
         check_bits(self.bits, f'{where} bits')
-        example = "types=['LayerNorm', 'GELU']"
-        object.__setattr__(self, 'types', _strings(self.types, where, example))
-        object.__setattr__(self, 'names', _strings(self.names, where, example))
+        lists = f"{where} types / names take a list, e.g. types=['LayerNorm', 'GELU']"
+        object.__setattr__(self, 'types', checked_list(self.types, lists, (str, type)))
+        object.__setattr__(self, 'names', checked_list(self.names, lists))
         if not isinstance(self.lean_activations, bool):
             raise ConfigError(f'{where} lean_activations takes True or False, '
                               f'got {self.lean_activations!r}')

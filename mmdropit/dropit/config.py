@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from torch import nn
 
-from ..common.name_patterns import matches
+from ..common.name_patterns import checked_list, matches
 from ..common.technique import Applied
 from ..errors import ConfigError
 from .convert import ConversionReport, Gamma, default_exclude, from_dropit
@@ -52,15 +52,6 @@ def _checked_gamma(gamma: object, where: str) -> float | tuple[tuple[str, float]
     if isinstance(gamma, tuple) and all(isinstance(pair, tuple) for pair in gamma):
         return _checked_gamma(dict(gamma), where)
     return check_gamma(gamma, where)
-
-
-def _patterns(patterns: Sequence[str] | None, where: str) -> tuple[str, ...] | None:
-    if patterns is None:
-        return None
-    if isinstance(patterns, str) or not all(isinstance(p, str) for p in patterns):
-        raise ConfigError(f'{where} layers / exclude take a list of name patterns, '
-                          "e.g. exclude=['patch_embed.proj', 'head']")
-    return tuple(patterns)
 
 
 @dataclass(frozen=True)
@@ -108,8 +99,10 @@ class DropITConfig:
         set_field(self, 'gamma', _checked_gamma(self.gamma, f'{where} gamma'))
         check_strategy(self.strategy)
         check_value_bits(self.value_bits, f'{where} value_bits')
-        set_field(self, 'layers', _patterns(self.layers, where))
-        set_field(self, 'exclude', _patterns(self.exclude, where))
+        patterns = (f'{where} layers / exclude take a list of name patterns, '
+                    "e.g. exclude=['patch_embed.proj', 'head']")
+        set_field(self, 'layers', checked_list(self.layers, patterns))
+        set_field(self, 'exclude', checked_list(self.exclude, patterns))
         if not isinstance(self.lean_activations, bool):
             raise ConfigError(f'{where} lean_activations takes True or False, '
                               f'got {self.lean_activations!r}')

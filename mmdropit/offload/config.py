@@ -28,6 +28,7 @@ from typing import ClassVar
 import torch  # noqa: F401  (the doctest's namespace)
 from torch import nn
 
+from ..common.name_patterns import checked_list
 from ..common.technique import Applied
 from ..errors import ConfigError
 from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
@@ -66,10 +67,8 @@ class OffloadConfig:
     def __post_init__(self, where: str) -> None:
         if (self.names is None) == (self.share is None):
             raise ConfigError(f'{where} takes names=[...] or share=0.5 (one of the two)')
-        if self.names is not None:
-            if isinstance(self.names, str) or not all(isinstance(n, str) for n in self.names):
-                raise ConfigError(f"{where} names take a list, e.g. names=['backbone.layer1']")
-            object.__setattr__(self, 'names', tuple(self.names))
+        object.__setattr__(self, 'names', checked_list(
+            self.names, f"{where} names take a list, e.g. names=['backbone.layer1']"))
         share = self.share
         if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
                                   or not 0 < share <= 1):
