@@ -265,14 +265,14 @@ class MemoryBudgetHook(ShapeBucketHook):
         path = Path(runner.work_dir) / 'memory_plan.json'
         try:
             saved = json.loads(path.read_text()) if path.is_file() else {}
+            if not isinstance(saved, dict):
+                raise ValueError(f'a JSON {type(saved).__name__}, not decisions by input shape')
         except (OSError, ValueError) as error:
-            saved = error
-        if isinstance(saved, dict):
-            return saved
-        if say:
-            runner.logger.warning(f'MemoryBudgetHook: {path} is not readable ({saved}); its '
-                                  'decisions are made anew and the file written again')
-        return {}
+            if say:
+                runner.logger.warning(f'MemoryBudgetHook: {path} is not readable ({error}); '
+                                      'its decisions are made anew and the file written again')
+            return {}
+        return saved
 
     def _write(self, runner, where: str, decision: dict) -> None:
         """Add this bucket's decision to ``{work_dir}/memory_plan.json``."""
