@@ -10,7 +10,7 @@ from collections.abc import Callable
 from mmengine.config import Config, DictAction
 from mmengine.utils import import_modules_from_strings
 
-from ..common.process_exit import end_distributed_process
+from ..common.process_exit import end_distributed_process, end_with_launcher
 from ..errors import ConfigError
 from .checkpoint_files import check_checkpoint
 from .environment import mmcv_ops_installed, needs_mmcv_ops, require_mmcv_ops
@@ -52,6 +52,8 @@ def load_config(args: argparse.Namespace) -> Config:
             ``data_root`` the datasets do not read, ``load_from`` is not a whole checkpoint,
             ``train_cfg.val_interval`` is below 1, the work dir is a file, or
             ``--launcher pytorch`` runs outside torchrun.
+        SystemExit: ``--launcher pytorch`` and torchrun has already ended. Under torchrun, this
+            process ends (SIGTERM) when torchrun does.
         EnvironmentProblem: mmcv's compiled ops do not load, and the config builds
             MMDetection's models or the ops are installed (MMEngine loads them then).
     """
@@ -60,9 +62,11 @@ def load_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f'config file {args.config!r} does not exist')
     if not args.config.endswith(('.py', '.json', '.yaml', '.yml')):
         raise ConfigError(f'config file {args.config!r} is not a .py, .json or .yaml file')
-    if args.launcher == 'pytorch' and 'RANK' not in os.environ:
-        raise ConfigError('--launcher pytorch is for processes that torchrun starts: run '
-                          'bash tools/dist_train.sh CONFIG NPROC')
+    if args.launcher == 'pytorch':
+        if 'RANK' not in os.environ:
+            raise ConfigError('--launcher pytorch is for processes that torchrun starts: run '
+                              'bash tools/dist_train.sh CONFIG NPROC')
+        end_with_launcher()  # a kill -9 of torchrun would leave the ranks training on
     try:  # its imports come after the check: a broken mmcv would fail deep inside mmdet
         cfg = Config.fromfile(args.config, import_custom_modules=False)
     except SyntaxError as exc:

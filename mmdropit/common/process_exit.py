@@ -1,4 +1,4 @@
-"""End a distributed process without the gloo exit race.
+"""End a distributed process without the gloo exit race, and with its launcher.
 
 A gloo worker thread (``ProcessGroupGloo::runLoop``) drops its reference to a finished
 collective after the caller's ``wait()`` returned. When that reference is the last one to a
@@ -23,15 +23,22 @@ Example:
                                     rank=rank, world_size=2)
             ...
             end_distributed_process()
+
+:func:`end_with_launcher` makes a process that torchrun started end when torchrun ends, even by
+``kill -9``: without it, the ranks are re-parented and train on to the last epoch.
 """
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
+import signal
 import sys
 from typing import NoReturn
 
 import torch.distributed as dist
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def end_distributed_process(status: int = 0) -> NoReturn:
@@ -47,3 +54,24 @@ def end_distributed_process(status: int = 0) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(status)
+
+
+def end_with_launcher() -> None:
+    """Have the kernel send this process SIGTERM when its parent, the launcher, ends (Linux's
+    ``PR_SET_PDEATHSIG``; nothing elsewhere).
+
+    The signal comes when the parent *thread* that started this process ends: torchrun starts
+    its workers from its main thread, which lives as long as torchrun. A parent that ends while
+    the signal is being set (this process re-parented meanwhile) ends this process at once.
+
+    Raises:
+        SystemExit: The launcher ended while the signal was being set.
+    """
+    if not sys.platform.startswith('linux'):
+        return
+    launcher = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), 'prctl(PR_SET_PDEATHSIG) failed')
+    if os.getppid() != launcher:  # it ended before the call took effect: no signal will come
+        sys.exit(f'error: the launcher of this process (pid {launcher}) has ended')
