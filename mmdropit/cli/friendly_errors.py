@@ -36,8 +36,9 @@ def explain(exc: BaseException) -> str | None:
                 'save really takes longer, raise env_cfg.dist_cfg.timeout (seconds)')
     if isinstance(exc, RuntimeError) and 'gloo' in message and (
             'closed by peer' in message or 'reset by peer' in message):
-        return ('another rank of this run exited early: its log has the cause; once fixed, '
-                'continue with --resume')
+        return (f'{_other_rank()} of this run ended early (torchrun names it and its exit code '
+                'in its summary, its log has the cause): once fixed, continue with the same '
+                'command and --resume')
     if isinstance(exc, AssertionError) and 'AmpOptimizerWrapper' in message:
         return ("MMEngine's AmpOptimWrapper needs a GPU: on a CPU use "
                 "optim_wrapper=dict(type='MixedPrecisionOptimWrapper', dtype='bfloat16') or --amp")
@@ -51,6 +52,16 @@ def explain(exc: BaseException) -> str | None:
         return (f'{first_line} -- check data_root / ann_file / load_from in the config or '
                 'override them with --cfg-options')
     return None
+
+
+def _other_rank() -> str:
+    """``'rank N'`` for the one other rank of a two-process run, else ``'another rank'`` (gloo
+    names only the address of the connection that broke)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() == 2:
+        return f'rank {1 - dist.get_rank()}'
+    return 'another rank'
 
 
 def _missing_module(exc: BaseException | None) -> ModuleNotFoundError | None:

@@ -329,8 +329,9 @@ def test_a_rank_whose_peer_died_is_one_line_saying_how_to_go_on(peer):
     """gloo's words when another rank was killed (its TCP pair read fails either way)."""
     error = RuntimeError('[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error '
                          f'[127.0.0.1]:29851: {peer}')
-    assert explain(error) == ('another rank of this run exited early: its log has the cause; '
-                              'once fixed, continue with --resume')
+    assert explain(error) == ('another rank of this run ended early (torchrun names it and its '
+                              'exit code in its summary, its log has the cause): once fixed, '
+                              'continue with the same command and --resume')
 
 
 def test_a_missing_base_file_is_one_line_naming_it(tmp_path):

@@ -1,5 +1,5 @@
 """``kill -9`` of a part of a ``tools/dist_train.sh`` run (two CPU ranks, gloo): the rest of the
-run ends."""
+run ends, and says in one line per process what happened and how to go on."""
 from __future__ import annotations
 
 import os
@@ -95,3 +95,17 @@ def test_the_ranks_end_with_a_killed_torchrun(training):
     _wait_for(lambda: not any(_running(pid) for pid in ranks.values()),
               f'the ranks to end with torchrun; they went on:\n{output.read_text()[-2000:]}')
 
+
+def test_a_killed_rank_is_one_line_naming_it_and_how_to_resume(training):
+    torchrun, ranks, output = training
+    os.kill(ranks[1], signal.SIGKILL)
+    assert torchrun.wait(timeout=WAIT_S) != 0
+    text = output.read_text()
+    # rank 0 either noticed (its gradient all-reduce lost its peer) and said so in one line,
+    # or torchrun stopped it first; torchrun's own summary names the rank that was killed
+    errors = [line for line in text.splitlines() if line.startswith('error:')]
+    assert errors in ([], ['error: rank 1 of this run ended early (torchrun names it and its '
+                           'exit code in its summary, its log has the cause): once fixed, '
+                           'continue with the same command and --resume']), text[-3000:]
+    assert 'rank      : 1 (local_rank: 1)' in text and '(SIGKILL)' in text, text[-3000:]
+    assert text.count('Traceback') <= 1, text[-3000:]  # torchrun's own, before its summary
