@@ -3,8 +3,10 @@ and our hooks and wrappers: each ends in one ``error: ...`` line that says what 
 no traceback."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +16,7 @@ import torch
 
 from mmdropit.cli.friendly_errors import explain
 from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
-                            run_dist_train, run_tool)
+                            free_port, run_dist_train, run_tool)
 
 
 def _write_config(tmp_path, body: str) -> str:
@@ -306,6 +308,37 @@ def test_dist_train_sh_with_a_missing_config_is_one_line(tmp_path):
                             text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr == f"error: config file '{tmp_path / 'nope.py'}' does not exist\n"
+
+
+def _dist_train_sh(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(['bash', str(ROOT / 'tools' / 'dist_train.sh'), *args], cwd=ROOT,
+                          env=dict(os.environ, **env), capture_output=True, text=True,
+                          timeout=120)
+
+
+def _path_without_torchrun() -> str:
+    return os.pathsep.join(folder for folder in os.environ['PATH'].split(os.pathsep)
+                           if not os.access(Path(folder) / 'torchrun', os.X_OK))
+
+
+def test_dist_train_sh_without_torchrun_on_path_says_what_to_activate():
+    result = _dist_train_sh(str(TINY_VIT), '2', env={'PATH': _path_without_torchrun()})
+    venv = ROOT / '.venv'
+    advice = (f'activate the environment first (source {venv}/bin/activate) or set '
+              f'PYTHON={venv}/bin/python' if (venv / 'bin' / 'torchrun').exists() else
+              'activate the Python environment that has torch')
+    assert result.returncode == 127
+    assert result.stderr.startswith(f'error: torchrun is not on PATH: {advice}'), result.stderr
+    assert result.stderr.count('\n') == 1, result.stderr
+
+
+def test_dist_train_sh_runs_the_python_it_is_given(tmp_path):
+    result = _dist_train_sh(str(TINY_VIT), '1', '--work-dir', str(tmp_path), '--cfg-options',
+                            *TINY_VIT_2_ITERS,
+                            env={'PATH': _path_without_torchrun(), 'PYTHON': sys.executable,
+                                 'PORT': str(free_port()), 'OMP_NUM_THREADS': '1'})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'Saving checkpoint at 1 epochs' in result.stdout + result.stderr
 
 
 def test_a_rank_that_hangs_is_one_line_on_the_others(tmp_path):
