@@ -19,6 +19,10 @@ NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+if [[ ! "$PORT" =~ ^[0-9]+$ ]] || (( PORT < 1 || PORT > 65535 )); then
+  echo "error: PORT must be a number from 1 to 65535, got '$PORT'" >&2
+  exit 1
+fi
 TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 if [[ -n "${PYTHON:-}" ]]; then
@@ -33,6 +37,31 @@ else
     echo "error: torchrun is not on PATH: activate the Python environment that has torch (\`make env\` makes .venv) or set PYTHON=/path/to/python" >&2
   fi
   exit 127
+fi
+
+# Node 0 hosts the rendezvous on PORT: a port in use would fail in torchrun with a long traceback.
+# The bind test needs no torch, so any Python does.
+CHECKER=${PYTHON:-python3}
+if [[ "$NODE_RANK" == 0 ]] && command -v "$CHECKER" >/dev/null; then
+  "$CHECKER" - "$PORT" "$CONFIG" "$NPROC" <<'PY'
+import errno
+import socket
+import sys
+
+port, config, nproc = sys.argv[1:]
+with socket.socket() as sock:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torchrun's store does
+    try:
+        sock.bind(('', int(port)))
+    except OSError as exc:
+        with socket.socket() as free:
+            free.bind(('', 0))
+            other = free.getsockname()[1]
+        state = ('is in use (another distributed run?)' if exc.errno == errno.EADDRINUSE else
+                 f'cannot be listened on ({exc.strerror})')
+        sys.exit(f'error: port {port} {state}: choose a free one, e.g. PORT={other} bash '
+                 f'tools/dist_train.sh {config} {nproc} ...')
+PY
 fi
 
 # exec: a signal to this script reaches torchrun, which stops the training processes

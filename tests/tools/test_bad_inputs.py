@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -314,6 +315,27 @@ def _dist_train_sh(*args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(['bash', str(ROOT / 'tools' / 'dist_train.sh'), *args], cwd=ROOT,
                           env=dict(os.environ, **env), capture_output=True, text=True,
                           timeout=120)
+
+
+def test_dist_train_sh_with_its_port_in_use_is_one_line():
+    with socket.socket() as taken:  # as another run's rendezvous holds it
+        taken.bind(('127.0.0.1', 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}'
+        result = _dist_train_sh(str(TINY_VIT), '2', env={'PORT': str(port), 'PATH': path})
+    assert result.returncode == 1
+    assert result.stderr.startswith(f'error: port {port} is in use (another distributed run?): '
+                                    'choose a free one, e.g. PORT='), result.stderr
+    assert f'bash tools/dist_train.sh {TINY_VIT} 2 ...' in result.stderr
+    assert result.stderr.count('\n') == 1, result.stderr
+
+
+@pytest.mark.parametrize('port', ['abc', '0', '70000'])
+def test_dist_train_sh_with_a_port_that_is_no_port_is_one_line(port):
+    result = _dist_train_sh(str(TINY_VIT), '2', env={'PORT': port})
+    assert result.returncode == 1
+    assert result.stderr == f"error: PORT must be a number from 1 to 65535, got '{port}'\n"
 
 
 def _path_without_torchrun() -> str:
