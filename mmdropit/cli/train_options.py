@@ -80,13 +80,15 @@ def set_resume(cfg: Config, resume: str | None) -> None:
 
     When ``{work_dir}/last_checkpoint`` is empty or names a missing or truncated file (a kill
     while MMEngine wrote it), the newest whole checkpoint of the work dir is resumed instead,
-    and a line says so.
+    and a line says so; without one, training starts afresh as it would without ``--resume``
+    (the config's ``load_from`` kept), and the line says that. No file is removed.
 
     Raises:
         ConfigError: The given checkpoint does not exist, or is empty or truncated.
     """
     if resume is None:
         return
+    configured = cfg.get('load_from')
     cfg.resume = True
     cfg.load_from = None if resume == 'auto' else resume
     if resume != 'auto':
@@ -98,8 +100,9 @@ def set_resume(cfg: Config, resume: str | None) -> None:
     fallback, reason = resume_fallback(work_dir) if work_dir and osp.isdir(work_dir) else \
         (None, None)
     if reason is not None:
-        cfg.load_from = fallback
+        # resume=True with no load_from would make MMEngine read last_checkpoint after all
+        cfg.resume, cfg.load_from = (True, fallback) if fallback else (False, configured)
         print(f'resume: {reason}; ' + (f'resuming from {fallback}, the newest whole checkpoint '
                                        'in the work dir' if fallback else
                                        'no whole checkpoint in the work dir: training starts '
-                                       'afresh'), flush=True)
+                                       'afresh, as without --resume'), flush=True)

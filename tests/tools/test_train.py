@@ -130,6 +130,13 @@ def test_resume_flag_forms(tmp_path):
         set_resume(cfg, str(tmp_path / 'missing.pth'))
 
 
+def test_resume_with_nothing_whole_to_resume_keeps_the_configs_load_from(tmp_path):
+    (tmp_path / 'last_checkpoint').write_text('')  # killed while MMEngine wrote it
+    cfg = Config(dict(load_from='pretrained.pth', work_dir=str(tmp_path)))
+    set_resume(cfg, 'auto')
+    assert cfg.resume is False and cfg.load_from == 'pretrained.pth'
+
+
 def test_test_py_evaluates_the_checkpoint_of_train_py(tmp_path):
     run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path),
              '--cfg-options', *TINY_VIT_2_ITERS)
@@ -152,6 +159,20 @@ def test_resume_with_a_broken_last_checkpoint_takes_the_newest_whole_one(tmp_pat
             'checkpoint in the work dir') in result.stdout
     log = result.stdout + result.stderr
     assert 'Epoch(train) [2][2/2]' in log and 'Epoch(train) [1][' not in log
+
+
+def test_resume_with_only_a_truncated_checkpoint_starts_afresh_keeping_it(tmp_path):
+    truncated = tmp_path / 'epoch_2.pth'
+    truncated.write_bytes(b'PK\x03\x04 cut short')
+    (tmp_path / 'last_checkpoint').write_text(str(truncated))
+    result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path), '--resume',
+                      '--cfg-options', *TINY_VIT_2_ITERS)
+    assert (f'resume: last_checkpoint names {truncated}, which is truncated; no whole checkpoint '
+            'in the work dir: training starts afresh, as without --resume') in result.stdout
+    log = result.stdout + result.stderr
+    assert 'Auto resumed' not in log and 'Traceback' not in log
+    assert 'Epoch(train) [1][2/2]' in log
+    assert truncated.read_bytes() == b'PK\x03\x04 cut short'
 
 
 @pytest.mark.slow
