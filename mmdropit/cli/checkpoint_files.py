@@ -75,21 +75,41 @@ def resume_fallback(work_dir: str) -> tuple[str | None, str | None]:
 
 
 def check_matches(path: str, model: nn.Module, least: float = 0.5) -> None:
-    """Raise a one-line error when the weights in ``path`` are not this model's: fewer than
-    ``least`` of the model's ``state_dict`` keys are in the checkpoint (MMEngine only warns of
-    missing keys, and the test then scores random weights).
+    """Raise a one-line error when the weights in ``path`` are not this model's (MMEngine only
+    warns of missing keys and of shape mismatches, and the test then scores random weights).
+
+    Args:
+        path: The checkpoint file.
+        model: The model it is loaded into.
+        least: The share of the model's ``state_dict`` keys the checkpoint must hold.
 
     Raises:
-        ConfigError: The checkpoint holds too few of the model's weights.
+        ConfigError: The checkpoint holds fewer than ``least`` of the model's weights (trained
+            for another model), or weights of other shapes (the same model with other
+            settings, e.g. another width).
     """
     import torch
 
     checkpoint = torch.load(path, map_location='cpu', weights_only=True)
     state = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else {}
-    held = {key.removeprefix('module.') for key in state}
-    wanted = set(model.state_dict())
-    found = len(wanted & held)
-    if wanted and found < least * len(wanted):
-        raise ConfigError(f'checkpoint {path} holds {found} of the {len(wanted)} weights of this '
-                          "config's model: it was trained for another model; check the config "
-                          'and the checkpoint')
+    held = {key.removeprefix('module.'): value for key, value in state.items()}
+    wanted = model.state_dict()
+    found = [key for key in wanted if key in held]  # in the model's order
+    if wanted and len(found) < least * len(wanted):
+        raise ConfigError(f'checkpoint {path} holds {len(found)} of the {len(wanted)} weights of '
+                          "this config's model: it was trained for another model; check the "
+                          'config and the checkpoint')
+    shapes = {key: (_shape(held[key]), _shape(wanted[key])) for key in found}
+    other = [key for key, (saved, built) in shapes.items() if saved != built]
+    if other:
+        saved, built = shapes[other[0]]
+        raise ConfigError(f'checkpoint {path}: {len(other)} of its weights have other shapes '
+                          f"than this config's model's (e.g. {other[0]}: {saved} in the "
+                          f'checkpoint, {built} in the model): it was trained with other model '
+                          'settings (e.g. another width); check the config and the checkpoint')
+
+
+def _shape(value: object) -> tuple[int, ...] | None:
+    """The shape of a tensor as a tuple; ``None`` for a value that is not a tensor."""
+    shape = getattr(value, 'shape', None)
+    return None if shape is None else tuple(shape)

@@ -176,6 +176,22 @@ def test_test_py_refuses_another_models_checkpoint(tmp_path):
     assert 'it was trained for another model' in result.stderr
 
 
+def test_test_py_refuses_a_checkpoint_of_another_width(tmp_path):
+    from mmengine.config import Config
+    from mmengine.registry import MODELS
+
+    model = Config.fromfile(TINY_VIT).model
+    model.embed_dim = 48  # the config's is 96
+    checkpoint = tmp_path / 'narrow.pth'
+    torch.save({'state_dict': MODELS.build(model).state_dict(), 'meta': {}}, checkpoint)
+    result = run_tool('tools/test.py', str(TINY_VIT), str(checkpoint), '--work-dir',
+                      str(tmp_path / 'work'), check=False)
+    assert (f'error: checkpoint {checkpoint}: 55 of its weights have other shapes than this '
+            "config's model's (e.g. model.cls_token: (1, 1, 48) in the checkpoint, (1, 1, 96) "
+            'in the model): it was trained with other model settings (e.g. another width)') \
+        in _one_line_error(result)
+
+
 @dataclass(frozen=True)
 class BadInput:
     """One bad input: ``config`` (lines added to the tiny ViT's, written to
