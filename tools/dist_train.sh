@@ -64,8 +64,9 @@ with socket.socket() as sock:
 PY
 fi
 
-# exec: a signal to this script reaches torchrun, which stops the training processes
-PYTHONPATH="$TOOLS_DIR/..${PYTHONPATH:+:$PYTHONPATH}" \
+# exec: a signal to this script reaches torchrun, which stops the training processes; they end
+# with torchrun's pid, this one (mmdropit.common.process_exit.end_with_launcher)
+PYTHONPATH="$TOOLS_DIR/..${PYTHONPATH:+:$PYTHONPATH}" MMDROPIT_LAUNCHER_PID=$$ \
 exec "${LAUNCH[@]}" \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \

@@ -61,17 +61,29 @@ def end_with_launcher() -> None:
     ``PR_SET_PDEATHSIG``; nothing elsewhere).
 
     The signal comes when the parent *thread* that started this process ends: torchrun starts
-    its workers from its main thread, which lives as long as torchrun. A parent that ends while
-    the signal is being set (this process re-parented meanwhile) ends this process at once.
+    its workers from its main thread, which lives as long as torchrun. A launcher that ended
+    before the signal was set ends this process at once: the parent changed meanwhile, or the
+    process ``MMDROPIT_LAUNCHER_PID`` names (``tools/dist_train.sh`` exports torchrun's pid, so
+    a torchrun killed while this process was starting is seen too) has ended.
 
     Raises:
-        SystemExit: The launcher ended while the signal was being set.
+        SystemExit: The launcher has ended.
     """
     if not sys.platform.startswith('linux'):
         return
-    launcher = os.getppid()
+    parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), 'prctl(PR_SET_PDEATHSIG) failed')
-    if os.getppid() != launcher:  # it ended before the call took effect: no signal will come
+    launcher = int(os.environ.get('MMDROPIT_LAUNCHER_PID', parent))
+    if os.getppid() != parent or not _running(launcher):  # no signal will come
         sys.exit(f'error: the launcher of this process (pid {launcher}) has ended')
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has)."""
+    try:
+        with open(f'/proc/{pid}/stat') as stream:
+            return stream.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except OSError:
+        return False

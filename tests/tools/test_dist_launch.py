@@ -47,10 +47,14 @@ def _children(pid: int) -> list[int]:
     return children
 
 
-def _rank(pid: int) -> int:
-    with open(f'/proc/{pid}/environ', 'rb') as stream:
-        variables = stream.read().split(b'\0')
-    return next(int(item[5:]) for item in variables if item.startswith(b'RANK='))
+def _rank(pid: int) -> int | None:
+    """The ``RANK`` a torchrun worker was given (``None`` until it runs)."""
+    try:
+        with open(f'/proc/{pid}/environ', 'rb') as stream:
+            variables = stream.read().split(b'\0')
+    except OSError:
+        return None
+    return next((int(item[5:]) for item in variables if item.startswith(b'RANK=')), None)
 
 
 def _wait_for(condition, what: str) -> None:
@@ -60,47 +64,80 @@ def _wait_for(condition, what: str) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture
-def training(tmp_path):
-    """A two-rank ``dist_train.sh`` run of the tiny ViT, once both ranks train: ``(torchrun's
-    process, {rank: pid}, its output file)``. Whatever is left of it is killed afterwards."""
-    output = tmp_path / 'output.txt'
-    env = dict(os.environ, PORT=str(free_port()), OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT),
-               PATH=f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}')
-    with open(output, 'w') as stream:
-        torchrun = subprocess.Popen(  # dist_train.sh execs torchrun: the same process
-            ['bash', 'tools/dist_train.sh', str(TINY_VIT), '2', '--work-dir',
-             str(tmp_path / 'work'), '--cfg-options', *ENDLESS],
-            cwd=ROOT, env=env, stdout=stream, stderr=subprocess.STDOUT, text=True)
-    ranks: dict[int, int] = {}
-    try:
-        # an iteration logged: both ranks are past their first gradient all-reduce
-        _wait_for(lambda: torchrun.poll() is not None or 'Epoch(train)' in output.read_text(),
+class _Run:
+    """A two-rank ``dist_train.sh`` run of the tiny ViT, its output in ``{tmp_path}/output.txt``;
+    ``torchrun`` is its process (dist_train.sh execs torchrun), ``ranks`` maps each rank to its
+    pid once :meth:`wait_for_ranks` has seen them."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.output = tmp_path / 'output.txt'
+        env = dict(os.environ, PORT=str(free_port()), OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT),
+                   PATH=f'{Path(sys.executable).parent}{os.pathsep}{os.environ["PATH"]}')
+        with open(self.output, 'w') as stream:
+            self.torchrun = subprocess.Popen(
+                ['bash', 'tools/dist_train.sh', str(TINY_VIT), '2', '--work-dir',
+                 str(tmp_path / 'work'), '--cfg-options', *ENDLESS],
+                cwd=ROOT, env=env, stdout=stream, stderr=subprocess.STDOUT, text=True)
+        self.ranks: dict[int, int] = {}
+
+    def text(self) -> str:
+        return self.output.read_text()
+
+    def wait_for_ranks(self) -> None:
+        def started() -> bool:
+            self.ranks = {_rank(pid): pid for pid in _children(self.torchrun.pid)}
+            return sorted(self.ranks, key=str) == [0, 1] or self.torchrun.poll() is not None
+
+        _wait_for(started, 'torchrun to start two ranks')
+        assert self.torchrun.poll() is None, self.text()[-3000:]
+
+    def wait_for_training(self) -> None:
+        """Until an iteration is logged: both ranks are past their first all-reduce."""
+        _wait_for(lambda: self.torchrun.poll() is not None or 'Epoch(train)' in self.text(),
                   'the first iteration')
-        assert torchrun.poll() is None, output.read_text()[-3000:]
-        ranks.update({_rank(pid): pid for pid in _children(torchrun.pid)})
-        assert sorted(ranks) == [0, 1], ranks
-        yield torchrun, ranks, output
-    finally:
-        for pid in [torchrun.pid, *ranks.values()]:
+        assert self.torchrun.poll() is None, self.text()[-3000:]
+        self.wait_for_ranks()
+
+    def kill_torchrun_and_wait_for_the_ranks(self) -> None:
+        os.kill(self.torchrun.pid, signal.SIGKILL)
+        self.torchrun.wait(timeout=WAIT_S)
+        _wait_for(lambda: not any(_running(pid) for pid in self.ranks.values()),
+                  f'the ranks to end with torchrun; they went on:\n{self.text()[-2000:]}')
+
+    def kill(self) -> None:
+        for pid in [self.torchrun.pid, *self.ranks.values()]:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
-        torchrun.wait(timeout=WAIT_S)
+        self.torchrun.wait(timeout=WAIT_S)
 
 
-def test_the_ranks_end_with_a_killed_torchrun(training):
-    torchrun, ranks, output = training
-    os.kill(torchrun.pid, signal.SIGKILL)
-    torchrun.wait(timeout=WAIT_S)
-    _wait_for(lambda: not any(_running(pid) for pid in ranks.values()),
-              f'the ranks to end with torchrun; they went on:\n{output.read_text()[-2000:]}')
+@pytest.fixture
+def run(tmp_path):
+    """A :class:`_Run` started; whatever is left of it is killed afterwards."""
+    started = _Run(tmp_path)
+    try:
+        yield started
+    finally:
+        started.kill()
 
 
-def test_a_killed_rank_is_one_line_naming_it_and_how_to_resume(training):
-    torchrun, ranks, output = training
-    os.kill(ranks[1], signal.SIGKILL)
-    assert torchrun.wait(timeout=WAIT_S) != 0
-    text = output.read_text()
+def test_the_ranks_end_with_a_killed_torchrun(run):
+    run.wait_for_training()
+    run.kill_torchrun_and_wait_for_the_ranks()
+
+
+def test_ranks_starting_when_torchrun_is_killed_end_too(run):
+    """Killed while the ranks import (before they can ask to end with it): they see it gone."""
+    run.wait_for_ranks()
+    run.kill_torchrun_and_wait_for_the_ranks()
+    assert 'Epoch(train)' not in run.text()
+
+
+def test_a_killed_rank_is_one_line_naming_it_and_how_to_resume(run):
+    run.wait_for_training()
+    os.kill(run.ranks[1], signal.SIGKILL)
+    assert run.torchrun.wait(timeout=WAIT_S) != 0
+    text = run.text()
     # rank 0 either noticed (its gradient all-reduce lost its peer) and said so in one line,
     # or torchrun stopped it first; torchrun's own summary names the rank that was killed
     errors = [line for line in text.splitlines() if line.startswith('error:')]
