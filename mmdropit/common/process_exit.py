@@ -76,11 +76,11 @@ def end_with_launcher() -> None:
     if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), 'prctl(PR_SET_PDEATHSIG) failed')
     launcher = int(os.environ.get('MMDROPIT_LAUNCHER_PID', parent))
-    if os.getppid() != parent or not _running(launcher):  # no signal will come
+    if os.getppid() != parent or not is_running(launcher):  # no signal will come
         sys.exit(f'error: the launcher of this process (pid {launcher}) has ended')
 
 
-def _running(pid: int) -> bool:
+def is_running(pid: int) -> bool:
     """Whether process ``pid`` exists and has not ended (a zombie has)."""
     try:
         with open(f'/proc/{pid}/stat') as stream:

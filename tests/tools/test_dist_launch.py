@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from mmdropit.common.process_exit import is_running
 from tests.conftest import ROOT, TINY_VIT, free_port
 
 # One iteration an epoch (64 images, batch 32 on each of two ranks) for far longer than a test
@@ -18,19 +19,8 @@ from tests.conftest import ROOT, TINY_VIT, free_port
 ENDLESS = ['train_cfg.max_epochs=100000', 'train_dataloader.dataset.indices=64',
            'train_cfg.val_interval=100000', 'default_hooks.logger.interval=1']
 WAIT_S = 120  # generous: the machine may be busy
-
-
-def _state(pid: int) -> str | None:
-    """The state letter of process ``pid`` (``'Z'``: ended, not yet reaped), ``None`` if gone."""
-    try:
-        with open(f'/proc/{pid}/stat') as stream:
-            return stream.read().rsplit(')', 1)[1].split()[0]
-    except OSError:
-        return None
-
-
-def _running(pid: int) -> bool:
-    return _state(pid) not in (None, 'Z')
+pytestmark = pytest.mark.skipif(not sys.platform.startswith('linux'),
+                                reason="reads /proc; ranks end with torchrun through Linux's prctl")
 
 
 def _children(pid: int) -> list[int]:
@@ -101,12 +91,12 @@ class _Run:
     def kill_torchrun_and_wait_for_the_ranks(self) -> None:
         os.kill(self.torchrun.pid, signal.SIGKILL)
         self.torchrun.wait(timeout=WAIT_S)
-        _wait_for(lambda: not any(_running(pid) for pid in self.ranks.values()),
+        _wait_for(lambda: not any(is_running(pid) for pid in self.ranks.values()),
                   f'the ranks to end with torchrun; they went on:\n{self.text()[-2000:]}')
 
     def kill(self) -> None:
         for pid in [self.torchrun.pid, *self.ranks.values()]:
-            if _running(pid):
+            if is_running(pid):
                 os.kill(pid, signal.SIGKILL)
         self.torchrun.wait(timeout=WAIT_S)
 
