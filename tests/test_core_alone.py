@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ('common', 'codecs', 'kernels', 'dropit', 'checkpoint', 'memory', 'microbatch',
-        'offload', 'planner')
+        'offload', 'planner', 'precision')
 REFUSED = ('mmengine', 'mmdet', 'mmcv', 'timm', 'cv2', 'pycocotools')
 
 # Runs in a fresh interpreter whose import system refuses the OpenMMLab stack, timm and OpenCV,
@@ -108,6 +108,6 @@ def test_core_packages_share_helpers_only_through_common():
     crossings = {
         str(path.relative_to(ROOT)): sorted(_relative_imports(path) - shared
                                             - allowed.get(package, set()))
-        for package in ('codecs', 'kernels', 'dropit', 'checkpoint', 'memory')
+        for package in ('codecs', 'kernels', 'dropit', 'checkpoint', 'memory', 'precision')
         for path in (ROOT / 'mmdropit' / package).rglob('*.py')}
     assert not {path: names for path, names in crossings.items() if names}

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from typing import ContextManager
 
 import torch
-from torch import nn
 
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
 from ..common.blocks import block_sequences
@@ -32,8 +31,9 @@ from ..codecs import CompressionConfig
 from ..dropit import DropITConfig
 from ..kernels.switch import eager_only
 from ..errors import ConfigError
-from ..microbatch import SplitDecision, search_split
+from ..microbatch import MicroBatchConfig, SplitDecision, search_split
 from ..offload import OffloadConfig
+from ..precision import MixedPrecisionConfig
 from ..planner import (PART_SAMPLES, StepProbe, bf16_switch, dropit_switch, offload_switch,
                        plan_within_budget, put_in_effect, quantize_switch, remove_all)
 from .workload import Workload
@@ -55,27 +55,33 @@ def grad_checkpointing(work: Workload) -> Iterator[None]:
         work.set_grad_checkpointing(False)
 
 
-def _autocast(work: Workload, dtype: torch.dtype | None) -> ContextManager[None]:
-    if dtype is None:
+BF16 = MixedPrecisionConfig('bfloat16', where='bf16 autocast')
+"""bfloat16 autocast (no loss scaling)."""
+FP16 = MixedPrecisionConfig('float16', where='fp16 autocast')
+"""float16 autocast (the benchmark's steps do not scale the loss)."""
+
+
+def _autocast(work: Workload, precision: MixedPrecisionConfig | None) -> ContextManager[None]:
+    if precision is None:
         return contextlib.nullcontext()
-    return torch.autocast(model_device(work.model).type, dtype=dtype)
+    return precision.autocast(model_device(work.model).type)
 
 
 def bf16_autocast(work: Workload) -> ContextManager[None]:
     """bfloat16 autocast on the model's device (entered around the forward pass)."""
-    return _autocast(work, torch.bfloat16)
+    return _autocast(work, BF16)
 
 
 def fp16_autocast(work: Workload) -> ContextManager[None]:
     """float16 autocast on the model's device (entered around the forward pass). The step
     does not scale the loss: a loss scaler adds one multiplication per loss and one unscaling
     of the gradients per step, and no saved tensor."""
-    return _autocast(work, torch.float16)
+    return _autocast(work, FP16)
 
 
 def decided_autocast(work: Workload) -> ContextManager[None]:
-    """Autocast to the workload's ``autocast_dtype`` when a budget decision set it."""
-    return _autocast(work, work.autocast_dtype)
+    """The workload's ``switched_precision`` when a budget decision set it."""
+    return _autocast(work, work.switched_precision)
 
 
 def dropit(strategy: str, lean_activations: bool = True, value_bits: int | None = None,
@@ -107,16 +113,6 @@ def compressed_activations(with_dropit: bool, bits: int = 8, lean: bool = False)
     return prepare
 
 
-@contextlib.contextmanager
-def applied(plan: CheckpointPlan, model: nn.Module) -> Iterator[None]:
-    """``plan`` applied to ``model`` inside the block."""
-    plan.apply(model)
-    try:
-        yield
-    finally:
-        plan.remove(model)
-
-
 def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepare | None = None,
                     inner_name: str = '') -> Prepare:
     """The planner's plan for ``budget`` (``None``: least memory), searched once per workload
@@ -132,7 +128,7 @@ def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepar
                 except ConfigError as error:  # a budget below the least reachable peak
                     raise RuntimeError(str(error)) from error
                 print(f'  {work.name}: {work.plans[key]}'.replace('\n', '\n  '), flush=True)
-            with applied(work.plans[key], work.model):
+            with work.plans[key].apply(work.model):
                 yield
     return prepare
 
@@ -186,7 +182,7 @@ def uniform_sqrt(work: Workload) -> Iterator[None]:
             last = min(first + length, len(sequence)) - 1
             targets.append(RunTarget(name, first, last) if first < last
                            else ModuleTarget(f'{name}.{first}'))
-    with applied(CheckpointPlan(targets=targets), work.model):
+    with CheckpointPlan(targets=targets).apply(work.model):
         yield
 
 
@@ -195,7 +191,8 @@ def micro_batches(parts: int | None = None, *, budget: float | None = None,
     """The batch as ``parts`` micro-batches, or as the fewest whose measured peak fits
     ``budget`` (:func:`~mmdropit.microbatch.search_split`, the search that
     ``MicroBatchOptimWrapper(memory_budget=...)`` runs), inside ``inner``'s preparation."""
-    if (parts is None) == (budget is None):
+    config = MicroBatchConfig(parts, budget, where='the micro-batches variant')
+    if not config.enabled:
         raise ValueError('give either parts or budget')
 
     @contextlib.contextmanager
@@ -225,29 +222,30 @@ def _search_split(work: Workload, budget: float) -> SplitDecision:
 
 
 def memory_budget(budget: float | None, lossy: bool = False, offload: bool = False,
-                  autocast: torch.dtype | None = None) -> Prepare:
+                  precision: MixedPrecisionConfig | None = None) -> Prepare:
     """The combination of techniques that ``MemoryBudgetHook`` would choose for ``budget`` (a
     fraction of the measured step peak; ``None``: the least peak), decided once per workload
     (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, what
     ``MemoryBudgetHook(lossy=True)`` tries too: DropIT, quantized activations, bf16 autocast;
     with ``offload``, activation offload (``MemoryBudgetHook(offload=True)``; a GPU's); with
-    ``autocast``, for a model trained under autocast to that dtype (the hook under an
+    ``precision``, for a model trained under that autocast (the hook under an
     ``AmpOptimWrapper``): measured, decided and run under it (pair with
     :func:`decided_autocast` as the variant's forward; not with ``lossy``, whose bf16 switch
     is an autocast of its own)."""
-    if lossy and autocast is not None:
+    if lossy and precision is not None:
         raise ValueError('memory_budget: lossy already tries bf16 autocast; give one of the two')
 
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         key = (f'{"least" if budget is None else budget}-{lossy}' + ('-offload' if offload else '')
-               + (f'-{str(autocast).removeprefix("torch.")}' if autocast else ''))
-        before, work.autocast_dtype = work.autocast_dtype, autocast or work.autocast_dtype
+               + (f'-{precision.dtype}' if precision else ''))
+        before, work.switched_precision = work.switched_precision, \
+            precision or work.switched_precision
         try:
             with within_budget(work, key):
                 yield
         finally:
-            work.autocast_dtype = before
+            work.switched_precision = before
 
     @contextlib.contextmanager
     def within_budget(work: Workload, key: str) -> Iterator[None]:

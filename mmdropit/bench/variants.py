@@ -24,11 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ContextManager
 
-import torch
-
 from .budget_grid import (GRID_POINTS, GRID_VARIANTS, LOSSY_GRID_POINTS, LOSSY_GRID_VARIANTS,
                           grid_name)
-from .techniques import (bf16_autocast, checkpoint_plan, compressed_activations,
+from .techniques import (BF16, bf16_autocast, checkpoint_plan, compressed_activations,
                          decided_autocast, dropit, fp16_autocast, grad_checkpointing,
                          memory_budget, micro_batches, mmengine_checkpointing, offload,
                          uniform_sqrt)
@@ -166,10 +164,10 @@ def catalogue() -> dict[str, Variant]:
         Variant('budget-least', prepare=memory_budget(None)),
         *(Variant(f'budget-{budget}-offload', prepare=memory_budget(budget, offload=True))
           for budget in BUDGETS),
-        *(Variant(f'budget-{budget}+bf16', prepare=memory_budget(budget, autocast=torch.bfloat16),
+        *(Variant(f'budget-{budget}+bf16', prepare=memory_budget(budget, precision=BF16),
                   forward=decided_autocast) for budget in BUDGETS),
         *(Variant(f'budget-{budget}-offload+bf16',
-                  prepare=memory_budget(budget, offload=True, autocast=torch.bfloat16),
+                  prepare=memory_budget(budget, offload=True, precision=BF16),
                   forward=decided_autocast) for budget in BUDGETS),
         *(Variant(f'budget-{budget}-lossy', prepare=memory_budget(budget, lossy=True),
                   forward=decided_autocast) for budget in BUDGETS),

@@ -25,6 +25,7 @@ from torch import nn
 from ..checkpoint import CheckpointPlan
 from ..microbatch import SplitDecision, micro_batch_sizes
 from ..planner import BudgetOutcome
+from ..precision import MixedPrecisionConfig
 
 
 @dataclass
@@ -49,8 +50,8 @@ class Workload:
         budget_outcomes: Memory-budget decisions made for this workload, by variant name.
         offloaded: The modules chosen to hold each share of the saved bytes (activation
             offload), by share.
-        autocast_dtype: Autocast dtype of the forward passes when a budget decision turned it
-            on (``None``: off).
+        switched_precision: The autocast of the forward passes when a budget decision turned
+            it on (``None``: off).
         graph_breaks: Graph breaks ``torch.compile`` made in each variant's measured steps, by
             variant name (a compiled run only).
     """
@@ -67,7 +68,7 @@ class Workload:
     split_decisions: dict[float | int, SplitDecision] = field(default_factory=dict)
     budget_outcomes: dict[str, BudgetOutcome] = field(default_factory=dict)
     offloaded: dict[float, tuple[str, ...]] = field(default_factory=dict)
-    autocast_dtype: torch.dtype | None = None
+    switched_precision: MixedPrecisionConfig | None = None
     graph_breaks: dict[str, int] = field(default_factory=dict)
 
     def compile(self, **options) -> None:

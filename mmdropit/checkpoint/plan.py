@@ -5,7 +5,8 @@ Example::
     import mmdropit
     plan = mmdropit.plan_checkpoints(model, lambda: criterion(model(x), y), budget=0.5)
     print(plan)           # which modules are checkpointed, predicted memory and time
-    plan.apply(model)     # train as usual; plan.remove(model) undoes it
+    plan.apply(model)     # train as usual; plan.remove(model), or the returned handle's
+                          # remove(), undoes it
     plan.save('plan.json'); plan = CheckpointPlan.load('plan.json')
 
 A budget is ``None`` (the least memory any plan reaches, within 1/32, and among those plans
@@ -18,12 +19,14 @@ import json
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import ClassVar
 from pathlib import Path
 
 from torch import nn
 
 from ..common.budget import Budget, parse_budget, resolve_budget
+from ..common.technique import Applied
 from ..common.units import mib
 from ..errors import ConfigError
 from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
@@ -33,7 +36,8 @@ from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
 from .nested import with_nested
 from .record import record_step
 from .solver import least_ogc_cost, least_peak, least_time
-from .targets import ModuleTarget, RunTarget, Target, targets_from_json, targets_to_json, walk
+from .targets import (ModuleTarget, RunTarget, SiblingsTarget, Target, targets_from_json,
+                      targets_to_json, walk)
 
 BISECTION_STEPS = 6
 """Steps from the additive model's limit to the exact budget (the last one is within 1/64)."""
@@ -51,22 +55,41 @@ LEAST_MEMORY_TOLERANCE = 32
 time, a single-level plan at the same measured peak 1.26x)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointPlan:
-    """Which modules to checkpoint, and what the cost model expects of it.
+    """Which modules to checkpoint, and what the cost model expects of it: the checkpoint
+    plan's configuration, checked when it is made, put on a model by :meth:`apply`.
 
     Attributes:
         targets: The checkpoints (:mod:`.targets`): a module (every call of it is one
             checkpoint), a run of children of an ``nn.Sequential``, or a run of siblings that
             their parent calls one after another, each maybe selective
             (:mod:`.selective`); checkpoints nested in one are in its ``inner``. The JSON form
-            (:meth:`to_dict`) is the flat list of earlier versions.
+            (:meth:`to_json`) is the flat list of earlier versions.
         budget: The budget asked for (``None``: least memory).
         baseline: Prediction for the step without checkpoints.
         planned: Prediction for the step with this plan.
         forward_seconds: Forward time of the recorded step.
         planning_seconds: Time spent recording and searching.
+
+    Raises:
+        ConfigError: A target that is not a ``ModuleTarget`` / ``RunTarget`` /
+            ``SiblingsTarget``, or a malformed budget.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 4))
+        >>> with CheckpointPlan([RunTarget('', 0, 1)]).apply(net) as applied:
+        ...     applied.summary
+        'checkpoint plan of 1 checkpoint'
+        >>> CheckpointPlan(['0'])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        mmdropit.errors.ConfigError: a checkpoint plan's targets are ModuleTarget, ...; got '0'
     """
+
+    name: ClassVar[str] = 'checkpoint_plan'
+    lossy: ClassVar[bool] = False
 
     targets: list[Target] = field(default_factory=list)
     budget: Budget = None
@@ -75,13 +98,26 @@ class CheckpointPlan:
     forward_seconds: float = 0.0
     planning_seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        for target in self.targets:
+            if not isinstance(target, (ModuleTarget, RunTarget, SiblingsTarget)):
+                raise ConfigError("a checkpoint plan's targets are ModuleTarget, RunTarget or "
+                                  f'SiblingsTarget; got {target!r}')
+        object.__setattr__(self, 'targets', list(self.targets))
+        object.__setattr__(self, 'budget', parse_budget(self.budget, BUDGET_HELP))
+
     @property
     def activation_share(self) -> float:
         """The planned activation peak as a share of the unplanned one (both predicted)."""
         return self.planned.activation_peak / max(self.baseline.activation_peak, 1)
 
-    def apply(self, model: nn.Module) -> nn.Module:
-        """Checkpoint the planned modules of ``model`` in place; returns ``model``."""
+    def apply(self, model: nn.Module) -> Applied:
+        """Checkpoint the planned modules of ``model`` in place; the handle's ``remove()``
+        is :meth:`remove`.
+
+        Raises:
+            ConfigError: The plan names modules ``model`` does not have.
+        """
         modules = dict(model.named_modules())
         targets = [target for _, target in walk(self.targets)]
         missing = [name for t in targets for name in t.occupies if name not in modules]
@@ -96,7 +132,9 @@ class CheckpointPlan:
                                target.selective)
             else:
                 checkpoint_siblings(modules[target.parent], target.children, target.selective)
-        return model
+        count = len(targets)
+        return Applied(lambda: self.remove(model),
+                       f'checkpoint plan of {count} checkpoint{"" if count == 1 else "s"}')
 
     def remove(self, model: nn.Module) -> nn.Module:
         """Undo :meth:`apply` (every checkpoint this package put on ``model``)."""
@@ -124,14 +162,14 @@ class CheckpointPlan:
                          f'pass); planned in {self.planning_seconds:.1f} s')
         return '\n'.join(lines)
 
-    def to_dict(self) -> dict:
-        """A JSON-ready dict (:meth:`from_dict` reads it back); ``targets`` in the flat list
+    def to_json(self) -> dict:
+        """A JSON-ready dict (:meth:`from_json` reads it back); ``targets`` in the flat list
         form of :func:`~.targets.targets_to_json`."""
         return {**asdict(self), 'targets': targets_to_json(self.targets)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> CheckpointPlan:
-        """Read a dict written by :meth:`to_dict` (or by an earlier version).
+    def from_json(cls, data: dict) -> CheckpointPlan:
+        """Read a dict written by :meth:`to_json` (or by an earlier version).
 
         Raises:
             ConfigError: If a target is not one this version reads.
@@ -146,12 +184,12 @@ class CheckpointPlan:
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        Path(path).write_text(json.dumps(self.to_json(), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> CheckpointPlan:
         """Read a plan written by :meth:`save` (or by an earlier version)."""
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return cls.from_json(json.loads(Path(path).read_text()))
 
 
 class _SearchSpace:
@@ -242,9 +280,8 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
         ogc = {id(cost) for cost in least_ogc_cost(flat_costs)}
         chosen = [segment for segment, cost in zip(chain.segments, flat_costs.segments)
                   if id(cost) in ogc]
-        plan.targets = [segment.plan_target for segment in chosen]
-        plan.planned = predict(chain, chosen)
-        return plan
+        return replace(plan, targets=[segment.plan_target for segment in chosen],
+                       planned=predict(chain, chosen))
     target = resolve_budget(budget, baseline.activation_peak)
     if target is not None and baseline.activation_peak <= target:
         chosen = []
@@ -266,9 +303,8 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
             if space.lowest.activation_peak > target:
                 space = deepest
         chosen = space.fastest_fitting(target)
-    plan.targets = [segment.plan_target for segment in chosen]
-    plan.planned = predict(chain, chosen)
-    return plan
+    return replace(plan, targets=[segment.plan_target for segment in chosen],
+                   planned=predict(chain, chosen))
 
 
 def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budget | str = None,
@@ -309,5 +345,4 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
                           'plan.remove(model) before planning again')
     chain = build_chain(record_step(model, step), model, granularity)
     plan = plan_for_chain(chain, budget, objective, nested)
-    plan.planning_seconds = time.perf_counter() - started
-    return plan
+    return replace(plan, planning_seconds=time.perf_counter() - started)

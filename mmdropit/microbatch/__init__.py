@@ -10,6 +10,8 @@ Example:
     >>> micro_batch_sizes(10, 4)
     [3, 3, 2, 2]
 """
+from .config import MicroBatchConfig
 from .split import BUDGET_HELP, SplitDecision, micro_batch_sizes, search_split, smallest_split
 
-__all__ = ['BUDGET_HELP', 'SplitDecision', 'micro_batch_sizes', 'search_split', 'smallest_split']
+__all__ = ['BUDGET_HELP', 'MicroBatchConfig', 'SplitDecision', 'micro_batch_sizes',
+           'search_split', 'smallest_split']

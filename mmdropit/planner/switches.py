@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from ..codecs import CompressionConfig
 from ..common.technique import Applied, TechniqueConfig
 from ..dropit import DropITConfig
 from ..offload import OffloadConfig
+from ..precision import MixedPrecisionConfig
 
 DROPIT_GAMMAS = (0.5, 0.7, 0.9)
 """The gammas DropIT is tried at when lossy techniques are allowed (the leanest last)."""
@@ -103,8 +103,9 @@ def offload_switch(model: nn.Module, forward: Callable[[], object],
 
 
 def bf16_switch(holder: object) -> Switch:
-    """bfloat16 autocast, switched by setting ``holder.autocast_dtype`` (an optim wrapper with
+    """bfloat16 autocast (:class:`~mmdropit.precision.MixedPrecisionConfig`), switched by
+    setting ``holder.switched_precision`` (an optim wrapper with
     :class:`~mmdropit.engine.optim.AutocastSwitch`, a benchmark workload)."""
-    return Switch('bf16', (torch.bfloat16,), lambda dtype: 'bf16 autocast',
-                  lambda dtype: setattr(holder, 'autocast_dtype', dtype),
-                  lambda: setattr(holder, 'autocast_dtype', None))
+    return Switch('bf16', (MixedPrecisionConfig('bfloat16'),), lambda config: 'bf16 autocast',
+                  lambda config: setattr(holder, 'switched_precision', config),
+                  lambda: setattr(holder, 'switched_precision', None))

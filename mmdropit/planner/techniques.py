@@ -24,7 +24,7 @@ from torch import nn
 
 from ..checkpoint import CheckpointPlan, plan_for_chain
 from ..checkpoint.chain import Chain
-from ..common.technique import TechniqueConfig
+from ..common.technique import Applied
 from ..errors import ConfigError
 from ..microbatch import micro_batch_sizes
 from .estimate import Choice, Effect, Estimate
@@ -187,6 +187,7 @@ class CheckpointPlans(Technique):
         self._chain: Chain | None = None
         self._plans: list[_SearchedPlan] = []
         self._least_plan: CheckpointPlan | None = None
+        self._applied: list[Applied] = []
 
     @property
     def chain(self) -> Chain:
@@ -238,13 +239,14 @@ class CheckpointPlans(Technique):
         yield replace(planned, freeable_bytes=estimate.lossy.constant_bytes)
 
     def apply(self, setting: object, target: Target) -> None:
-        setting.apply(target.model)
+        self._applied.append(setting.apply(target.model))
 
     def remove(self, target: Target) -> None:
-        CheckpointPlan().remove(target.model)
+        while self._applied:
+            self._applied.pop().remove()
 
     def encode(self, setting: object) -> object:
-        return setting.to_dict()
+        return setting.to_json()
 
     def decode(self, value: object) -> object:
         """The saved plan.
@@ -254,7 +256,7 @@ class CheckpointPlans(Technique):
         """
         if not isinstance(value, dict):
             raise ConfigError(f'a checkpoint plan is saved as a dict, not {value!r}')
-        return CheckpointPlan.from_dict(value)
+        return CheckpointPlan.from_json(value)
 
 
 class MeasuredSettings(Technique):
@@ -314,9 +316,9 @@ class MeasuredSettings(Technique):
         self._remove()
 
     def encode(self, setting: object) -> object:
-        """A technique configuration as its JSON (any other setting, bf16's dtype, as its
-        position among the settings)."""
-        if isinstance(setting, TechniqueConfig):
+        """A configuration (DropIT's, bf16's, ...) as its JSON; any other setting as its
+        position among the settings."""
+        if hasattr(setting, 'to_json'):
             return setting.to_json()
         return self.settings.index(setting)
 
@@ -328,8 +330,7 @@ class MeasuredSettings(Technique):
             ConfigError: No setting of this run has that configuration or position.
         """
         if isinstance(value, dict):
-            found = [s for s in self.settings
-                     if isinstance(s, TechniqueConfig) and s.to_json() == value]
+            found = [s for s in self.settings if hasattr(s, 'to_json') and s.to_json() == value]
         else:
             found = [self.settings[value]] if isinstance(value, int) and \
                 0 <= value < len(self.settings) else []

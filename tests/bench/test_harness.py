@@ -70,7 +70,7 @@ def test_the_budget_planner_fits_its_measured_step(variant):
     assert outcome.decision.measured_bytes <= outcome.decision.budget_bytes
     # the whole measured training step (optimizer step included) fits the budget too
     assert planned.peak.peak_bytes <= outcome.decision.budget_bytes < base.peak.peak_bytes
-    assert work.micro_batches == 1 and work.autocast_dtype is None  # undone after the step
+    assert work.micro_batches == 1 and work.switched_precision is None  # undone after the step
 
 
 def test_a_budget_for_a_bf16_model_is_decided_and_run_under_bf16():
@@ -85,7 +85,7 @@ def test_a_budget_for_a_bf16_model_is_decided_and_run_under_bf16():
     assert bf16.unplanned_peak < fp32.unplanned_peak
     planned = next(m for m in measured if m.variant == 'budget-0.5+bf16')
     assert planned.peak.peak_bytes <= bf16.decision.budget_bytes
-    assert work.autocast_dtype is None  # undone after the step
+    assert work.switched_precision is None  # undone after the step
 
 
 def test_codec_variants_save_less_the_fewer_the_bits():

@@ -61,7 +61,7 @@ def test_a_plan_file_written_before_typed_targets_loads_prints_and_trains_the_sa
     assert plan.targets[3] == ModuleTarget('blocks.6', selective=True)
     assert len(plan.targets) == 5 and len(_all_targets(plan)) == 10
     assert str(plan) == BEFORE_PRINTED
-    assert plan.to_dict() == json.loads(BEFORE.read_text())  # written back as it was read
+    assert plan.to_json() == json.loads(BEFORE.read_text())  # written back as it was read
 
     torch.manual_seed(0)
     model, x = _Blocks(), torch.randn(16, 8)

@@ -96,7 +96,8 @@ def test_lossy_techniques_are_measured_and_the_choice_is_applied(tmp_path):
             if isinstance(module, CompressedActivations)}
     quantized = _setting(decision, 'quantize')
     assert bits == (set() if quantized is None else {(8, 4)[quantized]})
-    assert (runner.optim_wrapper.autocast_dtype == torch.bfloat16) == \
+    switched = runner.optim_wrapper.switched_precision
+    assert (switched is not None and switched.dtype_on('cpu') == torch.bfloat16) == \
         (_setting(decision, 'bf16') is not None)
 
 

@@ -33,6 +33,7 @@ from ...common.files import atomic_write
 from ...common.parameters import is_sharded, model_device
 from ...dropit import dropit_layers
 from ...errors import ConfigError
+from ...microbatch import MicroBatchConfig
 from ...planner import (PART_SAMPLES, BudgetOutcome, StepProbe, bf16_switch, dropit_switch,
                         offload_switch, plan_within_budget, put_in_effect, quantize_switch,
                         remove_all)
@@ -63,7 +64,7 @@ class _RunnerTarget:
         self.wrapper = wrapper
 
     def set_micro_batches(self, count: int) -> None:
-        self.wrapper.micro_batches = count
+        self.wrapper.micro_batch_config = MicroBatchConfig(count)
 
 
 def _prepared(wrapper: OptimWrapper, autocast: bool) -> MicroBatching:
@@ -80,7 +81,7 @@ def _prepared(wrapper: OptimWrapper, autocast: bool) -> MicroBatching:
                    if wanted and not isinstance(wrapper, mixin))
     if mixins:
         _WRAPPER_SWAP.swap_in(wrapper, *mixins)
-    wrapper.configure_micro_batching(micro_batches=1)
+    wrapper.configure_micro_batching(MicroBatchConfig(1))
     return wrapper
 
 

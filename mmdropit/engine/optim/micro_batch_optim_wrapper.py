@@ -14,6 +14,7 @@ from __future__ import annotations
 from mmengine.optim import OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 
+from ...microbatch import MicroBatchConfig
 from .micro_batching import MicroBatching
 
 
@@ -37,4 +38,4 @@ class MicroBatchOptimWrapper(MicroBatching, OptimWrapper):
     def __init__(self, micro_batches: int | None = None, memory_budget: object = None,
                  **kwargs) -> None:
         super().__init__(**kwargs)
-        self.configure_micro_batching(micro_batches, memory_budget)
+        self.configure_micro_batching(MicroBatchConfig(micro_batches, memory_budget))

@@ -25,10 +25,9 @@ from mmengine.dist import all_reduce
 from mmengine.logging import MMLogger, print_log
 from torch import nn
 
-from ...common.budget import Budget, parse_budget
+from ...common.budget import Budget
 from ...common.parameters import is_sharded, optimizer_params
-from ...errors import ConfigError
-from ...microbatch import BUDGET_HELP, SplitDecision, micro_batch_sizes, search_split
+from ...microbatch import MicroBatchConfig, SplitDecision, micro_batch_sizes, search_split
 from ..runner_model import unwrap
 from .batch_split import batch_size_of, first_samples, merge_log_vars, split_batch
 
@@ -59,35 +58,32 @@ class MicroBatching:
     share of the batch.
     """
 
-    micro_batches: int | None
-    memory_budget: Budget
+    micro_batch_config: MicroBatchConfig
     split_decision: SplitDecision | None
 
-    def configure_micro_batching(self, micro_batches: int | None = None,
-                                 memory_budget: object = None) -> None:
-        """Set the split: a fixed number of micro-batches, or a memory budget, or neither (off).
-
-        Raises:
-            ConfigError: Both are given, ``micro_batches`` is not a positive integer, or
-                ``memory_budget`` is neither a fraction nor a size.
-        """
-        if micro_batches is not None and memory_budget is not None:
-            raise ConfigError('give either micro_batches or memory_budget, not both')
-        if micro_batches is not None and (isinstance(micro_batches, bool)
-                                          or not isinstance(micro_batches, int)
-                                          or micro_batches < 1):
-            raise ConfigError(f'micro_batches must be a positive integer, got {micro_batches!r}')
-        self.micro_batches = micro_batches
-        self.memory_budget = parse_budget(memory_budget, BUDGET_HELP)  # a typo fails now
+    def configure_micro_batching(self, config: MicroBatchConfig) -> None:
+        """Split batches as ``config`` says (a fixed number of micro-batches, a memory budget,
+        or neither: off)."""
+        self.micro_batch_config = config
         self.split_decision = None
         self._window_restored = False
         self._partial_pass = False
         self._loss_weight = 1.0
 
     @property
+    def micro_batches(self) -> int | None:
+        """The configured number of micro-batches (``None``: searched, or off)."""
+        return self.micro_batch_config.micro_batches
+
+    @property
+    def memory_budget(self) -> Budget:
+        """The configured memory budget of the search (``None``: a fixed number, or off)."""
+        return self.micro_batch_config.memory_budget
+
+    @property
     def micro_batching(self) -> bool:
         """Whether batches are split (a number or a budget was configured)."""
-        return self.micro_batches is not None or self.memory_budget is not None
+        return self.micro_batch_config.enabled
 
     @contextlib.contextmanager
     def micro_batch(self, weight: float, last: bool) -> Iterator[None]:
