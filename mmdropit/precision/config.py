@@ -13,6 +13,8 @@ Example:
     torch.bfloat16
     >>> MixedPrecisionConfig().dtype_on('cpu'), MixedPrecisionConfig().dtype_on('cuda')
     (torch.bfloat16, torch.float16)
+    >>> MixedPrecisionConfig().describe('cuda')
+    'float16 autocast on cuda with dynamic loss scaling'
     >>> MixedPrecisionConfig('half')
     Traceback (most recent call last):
     ...
@@ -121,6 +123,15 @@ class MixedPrecisionConfig:
             options = dict(init_scale=float(self.loss_scale))
         enabled = self.dtype_on(device_type) is torch.float16
         return scaler_type(device_type, enabled=enabled, **options)
+
+    def describe(self, device_type: str) -> str:
+        """What the configuration does on ``device_type``, for logs (e.g. ``'bfloat16
+        autocast on cpu, no loss scaling'``)."""
+        dtype = str(self.dtype_on(device_type)).removeprefix('torch.')
+        if dtype == 'bfloat16':
+            return f'{dtype} autocast on {device_type}, no loss scaling'
+        scale = 'dynamic' if self.fixed_scale is None else 'fixed'
+        return f'{dtype} autocast on {device_type} with {scale} loss scaling'
 
     @property
     def fixed_scale(self) -> float | None:

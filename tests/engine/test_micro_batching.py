@@ -1,8 +1,10 @@
 """Micro-batching optim wrappers on real MMEngine models: gradients, counts, budgets, errors."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -26,6 +28,20 @@ class _Regressor(BaseModel):
     def forward(self, inputs, targets=None, mode='loss'):
         out = self.body(torch.stack(inputs) if isinstance(inputs, list) else inputs)
         return dict(loss=(out.squeeze(1) - targets).square().mean())
+
+
+@contextlib.contextmanager
+def _logged() -> Iterator[list[logging.LogRecord]]:
+    """The records MMEngine's current logger emits inside the block."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
 
 
 def _batch(size: int = 12, seed: int = 0) -> dict:
@@ -140,18 +156,11 @@ def test_bad_options_are_clear_errors(options, message):
 
 
 def test_batch_norm_models_get_a_warning_naming_the_layers():
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
+    with _logged() as records:
         model = _Regressor(norm=nn.BatchNorm1d)
         wrapper = MicroBatchOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                                          micro_batches=2)
         _train(model, wrapper, [_batch()])
-    finally:
-        logger.removeHandler(handler)
     warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     assert any('body.1' in text and 'SyncBN' in text for text in warnings), warnings
 
@@ -159,9 +168,12 @@ def test_batch_norm_models_get_a_warning_naming_the_layers():
 def test_bf16_mixed_precision_on_cpu_with_micro_batches_trains():
     torch.manual_seed(0)
     model = _Regressor()
-    wrapper = MixedPrecisionOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                                         micro_batches=2)
+    with _logged() as records:
+        wrapper = MixedPrecisionOptimWrapper(
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1), micro_batches=2)
     assert wrapper.cast_dtype is torch.bfloat16 and not wrapper.loss_scaler.is_enabled()
+    assert [r.getMessage() for r in records] == [
+        'mixed precision: bfloat16 autocast on cpu, no loss scaling']
     outputs = []
     model.body.register_forward_hook(lambda module, args, out: outputs.append(out.dtype))
     before = [param.clone() for param in model.parameters()]

@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from mmengine.logging import print_log
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 from torch import nn
@@ -68,6 +69,8 @@ class MixedPrecisionOptimWrapper(MicroBatching, AmpOptimWrapper):
         self.loss_scaler = self.precision.loss_scaler(self.device_type, use_fsdp)
         self._scale_update_param = self.precision.fixed_scale if \
             self.loss_scaler.is_enabled() else None
+        print_log(f'mixed precision: {self.precision.describe(self.device_type)}',
+                  logger='current')
 
     def step(self, **kwargs) -> None:
         """The loss-scaled update of ``AmpOptimWrapper``; with float16, the scale it leaves is
