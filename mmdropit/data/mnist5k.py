@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import DataNotFoundError
 
 SPLITS = ('train', 'test')
+ORDERS = ('class', 'interleaved')
 TEST_PER_CLASS = 50
 
 
@@ -33,7 +34,34 @@ def _read_all() -> tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
-def load_mnist5k(split: str = 'train') -> tuple[np.ndarray, np.ndarray]:
+def _rank_in_class(labels: np.ndarray) -> np.ndarray:
+    """For each sample, how many samples of its class come before it."""
+    rank = np.zeros_like(labels)
+    for digit in np.unique(labels):
+        members = np.flatnonzero(labels == digit)
+        rank[members] = np.arange(len(members))
+    return rank
+
+
+def interleave_classes(labels: np.ndarray) -> np.ndarray:
+    """The order that takes the classes in turn: the i-th sample of every class, then the next.
+
+    Deterministic (no random numbers): with ``n`` classes of equal size, sample ``i`` of class
+    ``c`` goes to position ``i * n + c``; a class that runs out is skipped. Any prefix of the
+    result holds the classes as evenly as possible, so MMEngine's ``indices=N`` (the first N
+    samples) keeps every class once ``N`` reaches the number of classes.
+
+    Args:
+        labels: int array ``[N]``.
+
+    Returns:
+        A permutation of ``range(N)``: ``labels[order]`` is ``0, 1, ..., 9, 0, 1, ...``.
+    """
+    labels = np.asarray(labels)
+    return np.lexsort((labels, _rank_in_class(labels)))
+
+
+def load_mnist5k(split: str = 'train', order: str = 'class') -> tuple[np.ndarray, np.ndarray]:
     """Load one split of the MNIST-5k digits.
 
     The split is fixed: the last 50 digits of every class form ``'test'`` (500 images),
@@ -41,6 +69,10 @@ def load_mnist5k(split: str = 'train') -> tuple[np.ndarray, np.ndarray]:
 
     Args:
         split: ``'train'`` or ``'test'``.
+        order: ``'class'`` (the file's order: all 0s, then all 1s, ...; positions that the
+            offline detection set records) or ``'interleaved'`` (the same images, the classes
+            taken in turn, see :func:`interleave_classes`: what ``MNIST5kDataset`` uses, so
+            that its first N samples hold every class).
 
     Returns:
         ``(images, labels)``: uint8 array ``[N, 28, 28]`` (white strokes on black) and int64
@@ -53,12 +85,12 @@ def load_mnist5k(split: str = 'train') -> tuple[np.ndarray, np.ndarray]:
     """
     if split not in SPLITS:
         raise ValueError(f'unknown MNIST-5k split {split!r}; use one of {SPLITS}')
+    if order not in ORDERS:
+        raise ValueError(f'unknown MNIST-5k order {order!r}; use one of {ORDERS}')
     images, labels = _read_all()
-    rank_in_class = np.zeros_like(labels)
-    for digit in np.unique(labels):
-        members = np.flatnonzero(labels == digit)
-        rank_in_class[members] = np.arange(len(members))
     per_class = np.bincount(labels)[labels]
-    is_test = rank_in_class >= per_class - TEST_PER_CLASS
-    keep = is_test if split == 'test' else ~is_test
+    is_test = _rank_in_class(labels) >= per_class - TEST_PER_CLASS
+    keep = np.flatnonzero(is_test if split == 'test' else ~is_test)
+    if order == 'interleaved':
+        keep = keep[interleave_classes(labels[keep])]
     return images[keep], labels[keep]

@@ -22,7 +22,9 @@ class MNIST5kDataset(BaseDataset):
 
     ``'train'`` has 4,500 images, ``'test'`` 500 (50 per class); see
     :func:`mmdropit.data.mnist5k.load_mnist5k`. Each item has ``img``
-    (uint8 ``[28, 28, 1]``) and ``gt_label``.
+    (uint8 ``[28, 28, 1]``) and ``gt_label``. The classes are stored interleaved
+    (``0, 1, ..., 9, 0, 1, ...``, the same order every time), so ``indices=N`` -- MMEngine
+    keeps the first N samples -- gives a subset with every class once N >= 10.
 
     Args:
         split: ``'train'`` or ``'test'``.
@@ -37,6 +39,6 @@ class MNIST5kDataset(BaseDataset):
         super().__init__(**kwargs)
 
     def load_data_list(self) -> list[dict]:
-        images, labels = load_mnist5k(self.split)
+        images, labels = load_mnist5k(self.split, order='interleaved')
         return [dict(img=image[..., None], gt_label=int(label))
                 for image, label in zip(images, labels)]
