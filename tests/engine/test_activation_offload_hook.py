@@ -25,6 +25,10 @@ def test_the_hook_offloads_its_modules_and_the_run_trains(tmp_path, hook, chosen
     method = hook.get('method', 'prefetch')
     assert re.search(rf'Activation offload \({method}\) of \d+ modules: {re.escape(chosen)}'
                      r'.* \(the model is on cpu: nothing moves\)', log), log[-3000:]
+    summary, = re.findall(r'mmdropit: ActivationOffloadHook: .*', log)
+    assert re.fullmatch(rf'mmdropit: ActivationOffloadHook: activation offload \({method}\) of '
+                        rf'\d+ modules: {re.escape(chosen)}.* \(the model is on cpu: nothing '
+                        r'moves\)', summary), summary
     losses = [float(v) for v in re.findall(r'Epoch\(train\).*?\bloss: ([0-9.]+)', log)]
     assert len(losses) == 2 and all(loss < 10 for loss in losses)
     assert not any(module._forward_pre_hooks for module in runner.model.modules())

@@ -27,7 +27,14 @@ def test_hook_plans_logs_writes_and_applies_with_dropit(tmp_path):
     assert checkpointed and all(name.startswith('model.blocks') for name in checkpointed)
     log = log_text(tmp_path)
     assert 'Checkpoint plan (' in log and 'predicted activation peak' in log
-    assert 'for inputs 32x1x128x128' in log
+    # the 28x28 digits' plan is named after their shape bucket, 32x1x128x128
+    assert 'for inputs 32x1x28x28 (shape bucket 32x1x128x128); written to ' in log
+    summary, = re.findall(r'mmdropit: CheckpointPlanHook: .*', log)
+    assert re.fullmatch(
+        r'mmdropit: CheckpointPlanHook: inputs 32x1x28x28 \(shape bucket 32x1x128x128\): '
+        r'checkpoint plan of \d+ checkpoints for the least memory: predicted activation peak '
+        r'[0-9.]+ MiB, 0\.\d\d of the unplanned [0-9.]+ MiB; written to '
+        r'\S+/checkpoint_plan_32x1x128x128\.json', summary), summary
     plan = json.loads((tmp_path / 'checkpoint_plan_32x1x128x128.json').read_text())
     assert plan['targets'] and plan['planned']['activation_peak'] < \
         plan['baseline']['activation_peak']
@@ -56,8 +63,12 @@ def test_a_model_that_cannot_be_planned_warns_and_trains(tmp_path, monkeypatch):
     runner = Runner.from_cfg(cfg)
     runner.train()
     assert runner.iter == 2
-    assert 'cannot be planned for inputs 32x1x128x128 (RuntimeError: cannot record this ' \
-           'forward); training continues without a checkpoint plan' in log_text(tmp_path)
+    log = log_text(tmp_path)
+    assert 'cannot be planned for inputs 32x1x28x28 (shape bucket 32x1x128x128): RuntimeError: ' \
+           'cannot record this forward; training continues without a checkpoint plan' in log
+    assert re.findall(r'mmdropit: CheckpointPlanHook: .*', log) == [
+        'mmdropit: CheckpointPlanHook: inputs 32x1x28x28 (shape bucket 32x1x128x128): trains '
+        'without a checkpoint plan (the warning above says why)']
     assert not any(is_checkpointed(m) for m in runner.model.modules())
 
 
@@ -87,6 +98,11 @@ def test_ddp_two_gloo_processes_share_one_plan_and_stay_in_sync(tmp_path, runner
     log = train_on_two_ranks(tmp_path, "dict(type='DropITHook', gamma=0.9), "
                              "dict(type='CheckpointPlanHook', budget=0.6)", runner)
     assert 'Distributed training: True' in log and 'Checkpoint plan (' in log
+    # the output of both ranks: rank 0 alone logs each hook's summary line
+    for hook in ('DropITHook', 'CheckpointPlanHook'):
+        assert len(re.findall(rf'mmdropit: {hook}: ', log)) == 1, hook
+    assert 'mmdropit: CheckpointPlanHook: inputs 16x1x28x28 (shape bucket 16x1x128x128): ' \
+        'checkpoint plan of ' in log
     assert_ranks_identical(tmp_path)
     assert len(list(tmp_path.glob('checkpoint_plan_*.json'))) == 1
 

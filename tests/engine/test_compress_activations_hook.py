@@ -26,6 +26,9 @@ def test_the_hook_converts_and_the_run_trains(tmp_path):
     assert len(converted) == 4 * 4 + 1  # per block: two norms, attention, GELU; the last norm
     log = log_text(tmp_path)
     assert 'Compressed activations (8-bit) in 17 modules: model.blocks.0.norm1' in log
+    assert re.findall(r'mmdropit: CompressActivationsHook: .*', log) == [
+        'mmdropit: CompressActivationsHook: compressed activations in 17 modules (8-bit)']
+    assert len(re.findall(r'mmdropit: DropITHook: DropIT on 16 layers', log)) == 1
     audit = log.split('Compressed activations audit')[1]
     assert re.search(r'\| model\.blocks\.0\.mlp\.act \| 8-bit \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \|',
                      audit), audit[:3000]
@@ -52,6 +55,10 @@ def test_adaptive_bits_choose_widths_on_the_first_batch_and_again_at_the_interva
     assert codes <= configured
     assert re.search(r'Adaptive bits re-measured at iteration 1: (\d+ slots at \d bits(, )?)+',
                      log)
+    summary, = re.findall(r'mmdropit: CompressActivationsHook: .*', log)
+    assert re.fullmatch(r'mmdropit: CompressActivationsHook: compressed activations in 17 modules '
+                        r'\(4-bit\); adaptive bits chose (\d+ slots at [248] bits(, |$))+',
+                        summary), summary
     widths = {m.compression.bits for m in runner.model.modules()
               if isinstance(m, CompressedActivations)}
     assert widths <= {2, 4, 8} and widths != {4}

@@ -30,6 +30,10 @@ def test_hook_converts_logs_and_audits_in_a_runner(tmp_path):
     ratios = [float(v) for v in re.findall(r'dropit_keep_ratio: ([0-9.]+)', log)]
     assert len(ratios) == 2 and all(abs(r - 0.1) < 0.01 for r in ratios)
     assert 'DropIT audit' in log and 'model.blocks.0.mlp.fc2' in log
+    assert re.findall(r'mmdropit: DropITHook: .*', log) == [
+        "mmdropit: DropITHook: DropIT on 16 layers, 0 lean activations; left exact: 2 excluded, "
+        f"0 frozen (gamma 0.9, strategy 'mink'); the first iteration kept {ratios[0]:.3f} of "
+        "the saved inputs"]
     checkpoint = torch.load(tmp_path / 'epoch_1.pth', weights_only=False)
     assert checkpoint['meta']['dropit'] == dict(gamma=0.9, strategy='mink', layers=16)
 

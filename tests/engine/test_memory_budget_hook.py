@@ -4,6 +4,7 @@ and bad input."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.codecs import CompressedActivations
+from mmdropit.common.units import mib
 from mmdropit.dropit import dropit_layers
 from mmdropit.engine.hooks import MemoryBudgetHook, MemoryReportHook
 from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, assert_ranks_identical,
@@ -63,7 +65,7 @@ def test_tiny_vit_fits_fractional_budgets(tmp_path, budget):
     # (a fresh CI run measured 4 micro-batches at 0.79x)
     assert decision['chosen'] != 'nothing' and decision['predicted_time_ratio'] > 0
     log = log_text(tmp_path)
-    assert 'MemoryBudgetHook for inputs 32x1x128x128: budget' in log
+    assert 'MemoryBudgetHook for inputs 32x1x28x28 (shape bucket 32x1x128x128): budget' in log
     assert '| combination | predicted peak MiB' in log
     assert runner.iter == 2
 
@@ -78,8 +80,8 @@ def test_no_budget_trains_at_the_least_peak_the_techniques_reach(tmp_path):
     # lower than what the 0.45 budget above needs, with micro-batches and a plan
     assert decision['measured_peak_bytes'] <= 0.45 * decision['unplanned_peak_bytes']
     assert _setting(decision, 'micro-batches') and _setting(decision, 'checkpoint-plan')
-    assert 'MemoryBudgetHook for inputs 32x1x128x128: the least peak the techniques reach' \
-        in log_text(tmp_path)
+    assert 'MemoryBudgetHook for inputs 32x1x28x28 (shape bucket 32x1x128x128): the least ' \
+        'peak the techniques reach' in log_text(tmp_path)
 
 
 @pytest.mark.slow
@@ -119,8 +121,16 @@ def test_resnet18_fits_and_warns_about_batch_norm(tmp_path):
     _, scalars, decision = _measured_run(cfg)
     _assert_fits(scalars, decision)
     assert decision['chosen'] != 'nothing'
+    log = log_text(tmp_path)
     if _setting(decision, 'micro-batches'):
-        assert 'BatchNorm layer(s) in training mode' in log_text(tmp_path)
+        assert 'BatchNorm layer(s) in training mode' in log
+    summary, = re.findall(r'mmdropit: MemoryBudgetHook: .*', log)
+    assert summary.startswith(
+        f"mmdropit: MemoryBudgetHook: inputs 256x1x28x28 (shape bucket 256x1x128x128): chose "
+        f"{decision['chosen']}: measured peak {mib(decision['measured_peak_bytes'])}, within "
+        f"budget {mib(decision['budget_bytes'])} (nothing applied: "
+        f"{mib(decision['unplanned_peak_bytes'])}); "), summary
+    assert re.search(r"; [0-9.]+x the plain step's time \((predicted|measured)\)$", summary)
 
 
 @pytest.mark.slow
@@ -191,7 +201,7 @@ def test_an_edited_or_truncated_plan_file_is_one_line_and_the_step_is_searched_a
     path = tmp_path / 'memory_plan.json'
     edits = [
         ('micro-batches', 1000, "1000 micro-batches: this batch of 32 splits into 1, 2, 4"),
-        ('checkpoint-plan', 'seven', "holds a decision for inputs 32x1x128x128 that this run "
+        ('checkpoint-plan', 'seven', "holds a decision for shape bucket 32x1x128x128 that this run "
                                      "cannot read"),
         (None, None, 'is not readable'),
     ]
@@ -218,7 +228,7 @@ def test_an_edited_or_truncated_plan_file_is_one_line_and_the_step_is_searched_a
 def test_two_gloo_ranks_take_one_decision_and_stay_in_sync(tmp_path):
     log = train_on_two_ranks(tmp_path, "dict(type='MemoryBudgetHook', budget=0.75)")
     assert 'Distributed training: True' in log
-    assert 'MemoryBudgetHook for inputs 16x1x128x128: budget' in log
+    assert 'MemoryBudgetHook for inputs 16x1x28x28 (shape bucket 16x1x128x128): budget' in log
     assert_ranks_identical(tmp_path)
     assert (tmp_path / 'memory_plan.json').is_file()
 

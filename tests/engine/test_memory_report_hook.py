@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from mmengine.runner import Runner
 
 import mmdropit  # noqa: F401
 from mmdropit.memory import SavedTensorMeter
-from tests.conftest import TINY_VIT
+from tests.conftest import TINY_VIT, log_text
 
 
 def _runner(tmp_path, interval: int) -> Runner:
@@ -51,8 +52,12 @@ def test_logs_the_saved_bytes_that_the_meter_measures(tmp_path):
 def test_unmeasured_iterations_are_left_alone(tmp_path):
     runner = _runner(tmp_path, interval=100)
     runner.train()
-    steps = [row['step'] for row in _scalars(runner) if 'memory/step_peak_mib' in row]
-    assert steps == [1]
+    rows = [row for row in _scalars(runner) if 'memory/step_peak_mib' in row]
+    assert [row['step'] for row in rows] == [1]
+    assert re.findall(r'mmdropit: MemoryReportHook: .*', log_text(tmp_path)) == [
+        f"mmdropit: MemoryReportHook: iteration 1: step peak {rows[0]['memory/step_peak_mib']:.1f} "
+        f"MiB, saved activations {rows[0]['memory/saved_activation_mib']:.1f} MiB (measured again "
+        'every 100 iterations)']
 
 
 def test_interval_must_be_positive():

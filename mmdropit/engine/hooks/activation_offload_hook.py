@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mmengine.dist import broadcast_object_list
-from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...common.parameters import model_device
@@ -24,16 +23,19 @@ from ...common.units import mib
 from ...offload import OffloadConfig
 from ...offload.config import AppliedOffload
 from ..runner_model import batch_loss, unwrap
+from .summary import SummaryHook
 
 
 @HOOKS.register_module()
-class ActivationOffloadHook(Hook):
+class ActivationOffloadHook(SummaryHook):
     """Offload the saved tensors of chosen modules with
     :func:`mmdropit.offload.offload_activations`.
 
     Tensors are copied to pinned host memory on a side stream during the forward pass and
     prefetched back one module ahead during backward; gradients are unchanged. On CPU nothing
     moves (a line in the log says so). A module inside a checkpointed segment steps aside.
+    After the first iteration one line starting ``mmdropit: ActivationOffloadHook:`` names the
+    modules and, with ``'prefetch'`` on a GPU, what that iteration moved.
 
     Args:
         names: Name patterns of the modules to offload (of the unwrapped model, e.g.
@@ -51,7 +53,6 @@ class ActivationOffloadHook(Hook):
                  method: str = 'prefetch') -> None:
         self.config = OffloadConfig(names, share, method, where='ActivationOffloadHook')
         self._applied: AppliedOffload | None = None
-        self._reported = False
 
     def before_run(self, runner) -> None:
         if self.config.names is not None:
@@ -67,22 +68,25 @@ class ActivationOffloadHook(Hook):
         self._put_on(runner, OffloadConfig(chosen[0], method=self.config.method))
 
     def _put_on(self, runner, config: OffloadConfig) -> None:
-        model = unwrap(runner.model)
-        self._applied = config.apply(model)
-        where = model_device(model)
-        runner.logger.info(
-            self._applied.summary[0].upper() + self._applied.summary[1:]
-            + ('' if where.type == 'cuda' else f' (the model is on {where.type}: nothing moves)'))
+        self._applied = config.apply(unwrap(runner.model))
+        applied = self._applied_text(runner)
+        runner.logger.info(applied[0].upper() + applied[1:])
 
-    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if self._reported or self._applied is None or self.config.method != 'prefetch':
-            return
-        stats = self._applied.offload.copies.stats
-        runner.logger.info(f'Activation offload, first step: {mib(stats.bytes_moved)} '
-                           f'in {stats.tensors_moved} tensors to host memory, '
-                           f'{stats.prefetched} prefetched back, {stats.fetched_on_demand} '
-                           'fetched when asked for')
-        self._reported = True
+    def _applied_text(self, runner) -> str:
+        """What is offloaded, and whether anything moves."""
+        where = model_device(unwrap(runner.model))
+        return self._applied.summary + (
+            '' if where.type == 'cuda' else f' (the model is on {where.type}: nothing moves)')
+
+    def summary(self, runner) -> str | None:
+        if self._applied is None:
+            return None
+        stats = self._applied.offload.copies.stats  # nothing moved: save_on_cpu, or no GPU
+        moved = (f'; the first step moved {mib(stats.bytes_moved)} in {stats.tensors_moved} '
+                 f'tensors to host memory, {stats.prefetched} prefetched back, '
+                 f'{stats.fetched_on_demand} fetched when asked for' if stats.tensors_moved
+                 else '')
+        return self._applied_text(runner) + moved
 
     def after_run(self, runner) -> None:
         if self._applied is not None:

@@ -18,10 +18,22 @@ from mmengine.registry import HOOKS
 
 from ...checkpoint import (BUDGET_HELP, DEFAULT_GRANULARITY, CheckpointPlan,
                            plan_checkpoints)
-from ...common.budget import parse_budget
+from ...common.budget import Budget, parse_budget
+from ...common.technique import Applied
+from ...common.units import mib
 from ...errors import ConfigError
 from ..runner_model import batch_loss, compiles_model, unwrap
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
+
+
+def _budget_text(budget: Budget) -> str:
+    """A checkpoint plan's budget in words, e.g. ``'budget 0.5 of the unplanned peak'``."""
+    if budget is None:
+        return 'the least memory'
+    if isinstance(budget, float):
+        return f'budget {budget} of the unplanned peak'
+    return f'budget {mib(budget)}'
+
 
 @HOOKS.register_module()
 class CheckpointPlanHook(ShapeBucketHook):
@@ -30,10 +42,13 @@ class CheckpointPlanHook(ShapeBucketHook):
     Before the first iteration of each new input-shape bucket (multi-scale detection gives
     several), the hook runs the forward pass of ``train_step`` once on that batch (buffers and
     RNG restored afterwards, no gradient kept), searches the plan for ``budget``, logs it,
-    writes it to ``{work_dir}/checkpoint_plan_{shape}.json`` and applies it in place; a known
-    bucket reuses its plan. DropIT layers (converted earlier by ``DropITHook``) are planned with
-    the bytes they really keep. Under DDP every rank records (collectives such as SyncBN stay
-    matched) and rank 0's plan is used by all. Works under Runner and FlexibleRunner.
+    writes it to ``{work_dir}/checkpoint_plan_{bucket}.json`` (e.g.
+    ``checkpoint_plan_32x1x128x128.json`` for 28x28 images and ``bucket=128``) and applies it
+    in place; a known bucket reuses its plan. After the first iteration one line starting
+    ``mmdropit: CheckpointPlanHook:`` sums up the plan it trained with. DropIT layers
+    (converted earlier by ``DropITHook``) are planned with the bytes they really keep. Under
+    DDP every rank records (collectives such as SyncBN stay matched) and rank 0's plan is used
+    by all. Works under Runner and FlexibleRunner.
 
     Under ``torch.compile`` (``compile=True`` in the config) plans are single-level: the
     compiled backward recomputes a checkpoint nested in another together with the outer one, so
@@ -61,6 +76,7 @@ class CheckpointPlanHook(ShapeBucketHook):
                               f'got {granularity!r}')
         super().__init__(bucket)
         self.granularity = granularity
+        self._applied: Applied | None = None
 
     @property
     def plans(self) -> dict[ShapeKey, CheckpointPlan | None]:
@@ -71,17 +87,31 @@ class CheckpointPlanHook(ShapeBucketHook):
         return self._plan(runner, unwrap(runner.model), data_batch, key)
 
     def enter(self, runner, plan: CheckpointPlan | None) -> None:
-        if plan is not None:
-            plan.apply(unwrap(runner.model))
+        # plans are made, and applied, on the plain model
+        self._applied = None if plan is None else plan.apply(unwrap(runner.model))
 
     def leave(self, runner, plan: CheckpointPlan | None) -> None:
-        if plan is not None:
-            plan.remove(unwrap(runner.model))  # plans are made, and applied, on the plain model
+        if self._applied is not None:
+            self._applied.remove()
+
+    def decision_summary(self, runner, key: ShapeKey, plan: CheckpointPlan | None) -> str:
+        if plan is None:
+            return 'trains without a checkpoint plan (the warning above says why)'
+        return (f'{self._applied.summary} for {_budget_text(plan.budget)}: predicted '
+                f'activation peak {mib(plan.planned.activation_peak)}, '
+                f'{plan.activation_share:.2f} of the unplanned '
+                f'{mib(plan.baseline.activation_peak)}; written to '
+                f'{self._plan_file(runner, key)}')
+
+    @staticmethod
+    def _plan_file(runner, key: ShapeKey) -> str:
+        """Where the plan of the bucket ``key`` is written (named after the bucket)."""
+        return osp.join(runner.work_dir, f'checkpoint_plan_{shape_text(key)}.json')
 
     def _plan(self, runner, model: torch.nn.Module, data_batch: dict,
               key: ShapeKey) -> CheckpointPlan | None:
         step = batch_loss(model, data_batch, lambda: runner.optim_wrapper.optim_context(model))
-        where = shape_text(key)
+        where = self.described[key]
         try:
             plan = plan_checkpoints(model, step, self.budget, self.granularity,
                                     nested=not compiles_model(runner))
@@ -90,8 +120,8 @@ class CheckpointPlanHook(ShapeBucketHook):
         except Exception as exc:  # noqa: BLE001 - any failure of planning leaves training as is
             plan = None
             runner.logger.warning(
-                f'CheckpointPlanHook: the model cannot be planned for inputs {where} '
-                f'({type(exc).__name__}: {exc}); training continues without a checkpoint plan.')
+                f'CheckpointPlanHook: the model cannot be planned for {where}: '
+                f'{type(exc).__name__}: {exc}; training continues without a checkpoint plan.')
         if is_distributed():
             shared = [plan]
             broadcast_object_list(shared, src=0)
@@ -99,10 +129,11 @@ class CheckpointPlanHook(ShapeBucketHook):
         if plan is None:
             return None
         if not plan.targets:
-            runner.logger.warning(f'CheckpointPlanHook: no useful checkpoint for inputs {where}; '
+            runner.logger.warning(f'CheckpointPlanHook: no useful checkpoint for {where}; '
                                   'training continues without one.')
             return None
-        runner.logger.info(f'{plan}\n(for inputs {where})')
+        path = self._plan_file(runner, key)
+        runner.logger.info(f'{plan}\n(for {where}; written to {path})')
         if get_rank() == 0:
-            plan.save(osp.join(runner.work_dir, f'checkpoint_plan_{where}.json'))
+            plan.save(path)
         return plan

@@ -21,18 +21,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mmengine.dist import broadcast_object_list
-from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-from ...codecs import CompressionConfig
+from ...codecs import AppliedCompression, CompressionConfig
 from ...dropit import audit
 from ...dropit.adaptive_bits import adapt_bits, set_bits
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
+from .summary import SummaryHook
+
+
+def _widths_text(bits: dict[str, int]) -> str:
+    """How many places store codes at each width (``bits``: the width of each place), e.g.
+    ``'3 slots at 2 bits, 5 slots at 4 bits'``."""
+    widths = sorted(bits.values())
+    return ', '.join(f'{widths.count(b)} slots at {b} bits' for b in sorted(set(widths)))
 
 
 @HOOKS.register_module()
-class CompressActivationsHook(Hook):
+class CompressActivationsHook(SummaryHook):
     """Convert the model's chosen modules with :func:`mmdropit.codecs.compress_activations`
     before training starts.
 
@@ -82,9 +89,12 @@ class CompressActivationsHook(Hook):
         self.adapt_interval = adapt_interval
         self._adapted = False
         self._configured: dict[str, int] = {}
+        self._chosen: dict[str, int] = {}
+        self._applied: AppliedCompression | None = None
 
     def before_run(self, runner) -> None:
-        converted = self.config.apply(unwrap(runner.model)).converted
+        self._applied = self.config.apply(unwrap(runner.model))
+        converted = self._applied.converted
         runner.logger.info(f'Compressed activations ({self.config.bits}-bit) in {len(converted)} '
                            f'modules: {", ".join(converted[:6])}'
                            + (', ...' if len(converted) > 6 else ''))
@@ -110,14 +120,18 @@ class CompressActivationsHook(Hook):
             model, data_batch, lambda: runner.optim_wrapper.optim_context(model)))
         chosen = [allocation.chosen]
         broadcast_object_list(chosen, src=0)
-        set_bits(model, chosen[0])
+        self._chosen = chosen[0]
+        set_bits(model, self._chosen)
         if not self._adapted:
             self._configured = {slot.name: slot.configured_bits for slot in allocation.slots}
             runner.logger.info(f'Adaptive bits, measured on the first batch:\n'
                                f'{allocation.table()}')
         else:
-            widths = sorted(chosen[0].values())
             runner.logger.info(f'Adaptive bits re-measured at iteration {runner.iter}: '
-                               + ', '.join(f'{widths.count(b)} slots at {b} bits'
-                                           for b in sorted(set(widths))))
+                               f'{_widths_text(self._chosen)}')
         self._adapted = True
+
+    def summary(self, runner) -> str:
+        adapted = (f'; adaptive bits chose {_widths_text(self._chosen)}' if self._chosen
+                   else '')
+        return f'{self._applied.summary} ({self.config.bits}-bit){adapted}'

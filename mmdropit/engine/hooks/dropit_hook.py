@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 from torch import nn
 
@@ -20,10 +19,11 @@ from ...common.random_source import reseed
 from ...dropit import ConversionReport, DropITConfig, audit, keep_ratio, set_gamma_scale
 from ...errors import ConfigError
 from ..runner_model import batch_loss, unwrap
+from .summary import SummaryHook
 
 
 @HOOKS.register_module()
-class DropITHook(Hook):
+class DropITHook(SummaryHook):
     """Convert the model's Linear / Conv layers to DropIT layers before training starts.
 
     The conversion happens in ``before_run``, in place: Parameters, buffers and ``state_dict``
@@ -33,8 +33,9 @@ class DropITHook(Hook):
     in its own ``before_run``) copies the converted model. Under Runner or FlexibleRunner,
     wrapped (DDP) or not.
 
-    Logged: the conversion (how many layers, which were left exact), and at every iteration
-    ``dropit_keep_ratio``, the share of saved-input elements the DropIT layers kept.
+    Logged: the conversion (how many layers, which were left exact), at every iteration
+    ``dropit_keep_ratio``, the share of saved-input elements the DropIT layers kept, and after
+    the first iteration both in one line starting ``mmdropit: DropITHook:``.
 
     Args:
         gamma: Share of each saved input to drop, in ``[0, 1)``, or ``{pattern: gamma}``.
@@ -49,6 +50,10 @@ class DropITHook(Hook):
             input's dtype.
         audit: Before training, run one forward pass on the first training batch and log, per
             DropIT layer, the bytes it really freed and what keeps a dense input alive.
+
+    Attributes:
+        converted: The names of the converted layers.
+        keep_ratio: ``dropit_keep_ratio`` of the last iteration (``None`` before the first).
     """
 
     priority = 'VERY_HIGH'
@@ -65,6 +70,8 @@ class DropITHook(Hook):
         self.warmup_iters = warmup_iters
         self.audit = audit
         self.converted: list[str] = []
+        self.keep_ratio: float | None = None
+        self._report: ConversionReport | None = None
 
     @property
     def gamma(self) -> float | Mapping[str, float]:
@@ -80,14 +87,14 @@ class DropITHook(Hook):
         """Convert ``model`` (unwrapped first) with this hook's configuration."""
         report = self.config.apply(unwrap(model)).report
         self.converted = report.layers
+        self._report = report
         return report
 
     def before_run(self, runner) -> None:
         reseed()  # DropIT's generator: seeded from this run's seed at its first use
         report = self.apply(runner.model)
-        runner.logger.info(
-            f'{report} (gamma {self.gamma}, strategy {self.strategy!r}). Left exact: '
-            f'{", ".join(report.excluded + report.frozen) or "none"}')
+        runner.logger.info(f'{self._conversion()}. Left exact: '
+                           f'{", ".join(report.excluded + report.frozen) or "none"}')
 
     def before_train(self, runner) -> None:
         if not self.audit:
@@ -104,9 +111,19 @@ class DropITHook(Hook):
             set_gamma_scale(unwrap(runner.model), scale)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        ratio = keep_ratio(unwrap(runner.model), reset=True)
-        if ratio is not None:
-            runner.message_hub.update_scalar('train/dropit_keep_ratio', ratio)
+        self.keep_ratio = keep_ratio(unwrap(runner.model), reset=True)
+        if self.keep_ratio is not None:
+            runner.message_hub.update_scalar('train/dropit_keep_ratio', self.keep_ratio)
+        super().after_train_iter(runner, batch_idx, data_batch, outputs)
+
+    def summary(self, runner) -> str:
+        kept = ('' if self.keep_ratio is None
+                else f'; the first iteration kept {self.keep_ratio:.3f} of the saved inputs')
+        return self._conversion() + kept
+
+    def _conversion(self) -> str:
+        """What :meth:`apply` converted, and with which settings."""
+        return f'{self._report} (gamma {self.gamma}, strategy {self.strategy!r})'
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint.setdefault('meta', {})['dropit'] = dict(

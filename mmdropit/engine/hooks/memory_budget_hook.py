@@ -31,6 +31,7 @@ from ...common.budget import parse_budget
 from ...common.class_swap import ClassSwap
 from ...common.files import atomic_write
 from ...common.parameters import is_sharded, model_device
+from ...common.units import mib
 from ...dropit import dropit_layers
 from ...errors import ConfigError
 from ...microbatch import MicroBatchConfig
@@ -114,11 +115,12 @@ class MemoryBudgetHook(ShapeBucketHook):
     is within the budget less 5%, applies it, and measures one micro-batch pass with it. If
     the measured peak is over the budget, later predictions' activations are corrected by how
     far that one's measured above its own, and the search runs again (at most three measured
-    combinations). The decision table is logged and
-    written to ``{work_dir}/memory_plan.json``. A later run in the same work dir (``--resume``)
-    whose budget, allowed techniques, batch shape, processes, parameters and optimizer are the
-    same puts the saved decision in effect and measures it once instead; it is kept if it
-    still fits.
+    combinations). The decision table is logged and written to ``{work_dir}/memory_plan.json``
+    (under the bucket's name, e.g. ``'32x1x128x128'``), and after the first iteration one line
+    starting ``mmdropit: MemoryBudgetHook:`` says what was chosen, its measured peak and its
+    time. A later run in the same work dir (``--resume``) whose budget, allowed techniques,
+    batch shape, processes, parameters and optimizer are the same puts the saved decision in
+    effect and measures it once instead; it is kept if it still fits.
 
     Techniques: micro-batches (1, 2, 4, ... and one per sample) and the fastest checkpoint
     plan that fits what they leave, which keep the gradients of the whole batch (BatchNorm
@@ -209,6 +211,18 @@ class MemoryBudgetHook(ShapeBucketHook):
     def leave(self, runner, outcome: BudgetOutcome) -> None:
         remove_all(outcome.techniques, self._target)
 
+    def decision_summary(self, runner, key: ShapeKey, outcome: BudgetOutcome) -> str:
+        decision = outcome.decision
+        chosen = decision.chosen
+        verb = "kept the earlier run's decision" if outcome.reused else 'chose'
+        fit = ('the least the techniques reach' if outcome.least
+               else f'within budget {mib(decision.budget_bytes)}')
+        timed = decision.timed.get(chosen.summary)
+        time = (f'{chosen.time_ratio:.2f}x the plain step\'s time (predicted)' if timed is None
+                else f'{timed:.2f}x the plain step\'s time (measured)')
+        return (f'{verb} {chosen.summary}: measured peak {mib(decision.measured_bytes)}, {fit} '
+                f'(nothing applied: {mib(outcome.unplanned_peak)}); {time}')
+
     def decide(self, runner, data: dict, key: ShapeKey) -> BudgetOutcome:
         target, model = self._target, self._target.model
         wrapper = target.wrapper
@@ -232,20 +246,20 @@ class MemoryBudgetHook(ShapeBucketHook):
         lower = ('lossy techniques (lossy=True), or ' if not self._every_lossy else '') \
             + (f'sharding over more than {get_world_size()} processes'
                if is_sharded(model.parameters()) else LOWER)
-        where = shape_text(key)
+        name, where = shape_text(key), self.described[key]
         fingerprint = self._fingerprint(model, wrapper, key)
-        saved = self._saved(runner).get(where)
+        saved = self._saved(runner).get(name)
         reuse = saved if isinstance(saved, dict) and saved.get('fingerprint') == fingerprint \
             else None
         outcome = plan_within_budget(probe, self.budget, target, switches, lower, reuse)
         if outcome.unused_saved:
             runner.logger.warning(
                 f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '
-                f'decision for inputs {where} that this run cannot read '
+                f'decision for shape bucket {name} that this run cannot read '
                 f'({outcome.unused_saved}): searched again, and written anew')
-        runner.logger.info(f'MemoryBudgetHook for inputs {where}: {outcome}')
+        runner.logger.info(f'MemoryBudgetHook for {where}: {outcome}')
         if get_rank() == 0:
-            self._write(runner, where, dict(outcome.to_json(), fingerprint=fingerprint))
+            self._write(runner, name, dict(outcome.to_json(), fingerprint=fingerprint))
         return outcome
 
     def _fingerprint(self, model: nn.Module, wrapper: MicroBatching, key: ShapeKey) -> str:

@@ -6,17 +6,16 @@ Example config::
 """
 from __future__ import annotations
 
-from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ...common.units import MIB
 from ...errors import ConfigError
 from ...memory import SavedTensorMeter, StepPeak, StepPeakMeter
-
+from .summary import SummaryHook
 
 
 @HOOKS.register_module()
-class MemoryReportHook(Hook):
+class MemoryReportHook(SummaryHook):
     """Measure the first training iteration and then every ``interval`` iterations.
 
     A measured iteration (the whole ``train_step``: forward, backward, optimizer step) runs
@@ -30,6 +29,9 @@ class MemoryReportHook(Hook):
     - on CUDA ``max_reserved_mib``. The CUDA peak counters are read, never reset, so
       LoggerHook's own ``memory`` figure (which resets them) is left intact; on CUDA the
       step peak is therefore the peak since LoggerHook's last log line.
+
+    The first measured iteration is also summed up in one line starting
+    ``mmdropit: MemoryReportHook:`` (its step peak and saved activations).
 
     On CPU the measurement runs under PyTorch's MemTracker (a dispatch mode), which slows
     the measured iteration; ``time`` in that iteration's log line includes it.
@@ -64,8 +66,21 @@ class MemoryReportHook(Hook):
         self._meters = (saved, peak)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if self._meters is None:
-            return
+        if self._meters is not None:
+            self._report(runner)
+        super().after_train_iter(runner, batch_idx, data_batch, outputs)
+
+    def summary(self, runner) -> str | None:
+        if not self.last_scalars:
+            return None
+        every = 'iteration' if self.interval == 1 else f'{self.interval} iterations'
+        return (f'iteration {runner.iter + 1}: step peak '
+                f'{self.last_scalars["step_peak_mib"]:.1f} MiB, saved activations '
+                f'{self.last_scalars["saved_activation_mib"]:.1f} MiB (measured again every '
+                f'{every})')
+
+    def _report(self, runner) -> None:
+        """Stop the meters of this iteration and log and add their figures."""
         saved_meter, peak_meter = self._meters
         self._meters = None
         saved = saved_meter.stop()

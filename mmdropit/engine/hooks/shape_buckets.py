@@ -3,7 +3,9 @@
 Multi-scale detection loads batches of several shapes; a plan made for one shape does not fit
 another. :class:`ShapeBucketHook` keys its decisions by :func:`shape_key` (batch size, channels,
 spatial sizes rounded up to ``bucket``), decides before the first iteration of each new bucket,
-and switches decisions when the bucket of the batch changes.
+and switches decisions when the bucket of the batch changes. Logs name both the real shape of
+the batch a decision was made on and its bucket (:func:`bucket_text`); files and saved
+decisions are named after the bucket alone (:func:`shape_text`).
 """
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import math
 from collections.abc import Sequence
 
 import torch
-from mmengine.hooks import Hook
 
 from ...errors import ConfigError
+from .summary import SummaryHook
 
 ShapeKey = tuple[int, ...]
 
@@ -42,11 +44,27 @@ def shape_text(key: ShapeKey) -> str:
     return 'x'.join(map(str, key)) or 'any'
 
 
-class ShapeBucketHook(Hook):
+def bucket_text(key: ShapeKey, inputs: object) -> str:
+    """How logs name the batch ``inputs`` of the bucket ``key``: its real shape (batch size,
+    channels and, for a list of images, the largest spatial sizes), then the bucket.
+
+    Example:
+        >>> batch = torch.zeros(32, 1, 28, 28)
+        >>> bucket_text(shape_key(batch, bucket=128), batch)
+        'inputs 32x1x28x28 (shape bucket 32x1x128x128)'
+    """
+    if not key:
+        return 'inputs of any shape'
+    return f'inputs {shape_text(shape_key(inputs, bucket=1))} (shape bucket {shape_text(key)})'
+
+
+class ShapeBucketHook(SummaryHook):
     """A hook that makes one decision per input-shape bucket and trains with it.
 
     Subclasses implement :meth:`decide` (made before the first iteration of a new bucket),
-    :meth:`enter` and :meth:`leave` (put a decision in effect and take it away).
+    :meth:`enter` and :meth:`leave` (put a decision in effect and take it away), and
+    :meth:`decision_summary` (the decision of the first iteration's bucket, in the hook's
+    summary line after that iteration).
 
     Args:
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
@@ -56,6 +74,8 @@ class ShapeBucketHook(Hook):
 
     Attributes:
         decisions: The decision of each bucket seen so far.
+        described: Each bucket as logs name it (:func:`bucket_text` of the batch it was
+            decided on).
         current: The bucket of the last batch (``None`` before the first).
     """
 
@@ -64,11 +84,23 @@ class ShapeBucketHook(Hook):
             raise ConfigError(f'{type(self).__name__} bucket must be an int >= 1, got {bucket!r}')
         self.bucket = bucket
         self.decisions: dict[ShapeKey, object] = {}
+        self.described: dict[ShapeKey, str] = {}
         self.current: ShapeKey | None = None
 
     def decide(self, runner, data_batch: dict, key: ShapeKey) -> object:
-        """The decision for the bucket ``key``, made on ``data_batch``."""
+        """The decision for the bucket ``key``, made on ``data_batch`` (its logs name the
+        bucket ``self.described[key]``)."""
         raise NotImplementedError
+
+    def decision_summary(self, runner, key: ShapeKey, decision: object) -> str:
+        """``decision``, the bucket ``key``'s, in a few words, for the summary line."""
+        raise NotImplementedError
+
+    def summary(self, runner) -> str | None:
+        if self.current is None:
+            return None
+        key = self.current
+        return f'{self.described[key]}: {self.decision_summary(runner, key, self.decisions[key])}'
 
     def enter(self, runner, decision: object) -> None:
         """Put ``decision`` in effect."""
@@ -81,12 +113,14 @@ class ShapeBucketHook(Hook):
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         if not isinstance(data_batch, dict):
             return
-        key = shape_key(data_batch.get('inputs'), self.bucket)
+        inputs = data_batch.get('inputs')
+        key = shape_key(inputs, self.bucket)
         if key == self.current:
             return
         if self.current is not None:
             self.leave(runner, self.decisions[self.current])
         if key not in self.decisions:
+            self.described[key] = bucket_text(key, inputs)
             self.decisions[key] = self.decide(runner, data_batch, key)
         self.enter(runner, self.decisions[key])
         self.current = key
