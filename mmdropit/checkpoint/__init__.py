@@ -12,7 +12,8 @@ Pure PyTorch (no mmengine). The pieces, in the order they run:
 - :mod:`.targets`: what a checkpoint is put on (a module, a run of an ``nn.Sequential``'s
   children, or a run of siblings that pass a tensor on), and its plan-file form;
 - :mod:`.apply` and :mod:`.plan`: the plan object, applied in place; :mod:`.first_pass`: what
-  a recomputation starts from.
+  a recomputation starts from; :mod:`.per_block`: the plan of every repeated block, to compare
+  searched plans with.
 
 Example::
 
@@ -20,10 +21,11 @@ Example::
     plan.apply(model)
 """
 from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
-                    uncheckpoint)
+                    uncheckpoint, uncheckpoint_all)
 from .chain import DEFAULT_GRANULARITY, Chain, Item, Segment, build_chain
 from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
 from .nested import with_nested
+from .per_block import per_block_plan
 from .plan import BUDGET_HELP, CheckpointPlan, plan_checkpoints, plan_for_chain
 from .record import record_step
 from .step_record import ModuleCall, StepRecord
@@ -37,6 +39,7 @@ __all__ = [
     'Item', 'ModuleCall', 'ModuleTarget', 'Prediction', 'RunTarget', 'Segment', 'SegmentCost',
     'SiblingsTarget', 'StepRecord', 'Target', 'build_chain', 'chain_costs', 'checkpoint_module',
     'checkpoint_run', 'checkpoint_siblings', 'fits', 'is_checkpointed', 'least_peak',
-    'least_time', 'plan_checkpoints', 'plan_for_chain', 'predict', 'record_step',
-    'selective_contexts', 'targets_from_json', 'targets_to_json', 'uncheckpoint', 'with_nested',
+    'least_time', 'per_block_plan', 'plan_checkpoints', 'plan_for_chain', 'predict',
+    'record_step', 'selective_contexts', 'targets_from_json', 'targets_to_json', 'uncheckpoint',
+    'uncheckpoint_all', 'with_nested',
 ]

@@ -327,3 +327,10 @@ def uncheckpoint(module: nn.Module) -> None:
         for key in ('_mmdropit_runs', '_mmdropit_parts', '_mmdropit_selective',
                     '_mmdropit_region', '_mmdropit_siblings', '_mmdropit_sibling_position'):
             module.__dict__.pop(key, None)
+
+
+def uncheckpoint_all(model: nn.Module) -> None:
+    """Take every checkpoint this package put on ``model`` (or its submodules) off."""
+    for module in model.modules():
+        if is_checkpointed(module):
+            uncheckpoint(module)

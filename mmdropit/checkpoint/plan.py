@@ -30,7 +30,7 @@ from ..common.technique import Applied
 from ..common.units import mib
 from ..errors import ConfigError
 from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
-                    uncheckpoint)
+                    uncheckpoint_all)
 from .chain import DEFAULT_GRANULARITY, Chain, Segment, build_chain
 from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
 from .nested import with_nested
@@ -138,9 +138,7 @@ class CheckpointPlan:
 
     def remove(self, model: nn.Module) -> nn.Module:
         """Undo :meth:`apply` (every checkpoint this package put on ``model``)."""
-        for module in model.modules():
-            if is_checkpointed(module):
-                uncheckpoint(module)
+        uncheckpoint_all(model)
         return model
 
     def __str__(self) -> str:

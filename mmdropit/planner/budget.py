@@ -27,7 +27,6 @@ Example:
 """
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -42,17 +41,10 @@ from .measurements import Measurements
 from .outcome import BudgetOutcome, decode_choices
 from .probe import StepProbe
 from .search import LOWER, decide
+from .shortlist import choose_measured
 from .switches import Switch
 from .techniques import Target
 from .trials import Trials
-
-NOTHING_PREFERENCE = 1.10
-"""Where the step fits the budget with nothing applied, a combination is applied only if its
-measured step time is below the plain step's by more than this factor (this CPU's timing noise
-is 10-30% between runs; a combination chosen on noise made three fresh runs of one config apply
-4, 4 and 2 micro-batches where nothing was needed)."""
-NOTHING_ROUNDS = 3
-"""Alternated timings of the plain step and the combination behind that comparison."""
 
 
 def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
@@ -63,9 +55,11 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
 
     Techniques, in the order they are applied: the ``switches`` (lossy ones), micro-batches,
     and the fastest checkpoint plan that fits what they leave (searched on the step recorded
-    with nothing applied). A lossy decision is timed beside the fastest exact combination that
-    fits, which is taken unless the lossy one is more than 5% faster (see
-    :func:`~.search.decide`).
+    with nothing applied), or per-block checkpointing. The search's choice
+    (:func:`~.search.decide`) is measured beside a shortlist of others predicted to fit (the
+    fastest exact one, per-block checkpointing, nothing where nothing is needed), and the
+    fastest measured to fit is taken (:func:`~.shortlist.choose_measured`; a lossy one only
+    if more than 5% faster than the fastest exact one).
 
     Args:
         probe: How to measure the step.
@@ -161,34 +155,14 @@ def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
 
 
 def _search(start: Estimate, trials: Trials, lower: str, unplanned: int) -> Decision:
-    """The decision for :attr:`Trials.budget_bytes` (:func:`~.search.decide`), or for the
-    least peak (:func:`~.least.decide_least`); its combination is in effect. When the step
-    fits with nothing applied (``unplanned`` within the budget), see :func:`_nothing_unless`."""
+    """The decision for :attr:`Trials.budget_bytes`: the search's choice
+    (:func:`~.search.decide`) measured beside a shortlist of others, the fastest measured to
+    fit taken (:func:`~.shortlist.choose_measured`); or the decision for the least peak
+    (:func:`~.least.decide_least`). Its combination is in effect."""
     if trials.budget_bytes is None:
         decision = decide_least(start, trials.techniques, trials.peak)
         put_in_effect(decision.chosen, trials.techniques, trials.target)
         return decision
     decision = decide(start, trials.techniques, trials.budget_bytes, trials.peak, lower,
                       trials.seconds)
-    if decision.chosen.choices and unplanned <= trials.budget_bytes:
-        return _nothing_unless(decision, start, trials, unplanned)
-    return decision
-
-
-def _nothing_unless(decision: Decision, start: Estimate, trials: Trials,
-                    unplanned: int) -> Decision:
-    """``decision`` if its combination measures faster than the step with nothing applied by
-    :data:`NOTHING_PREFERENCE` (medians of :data:`NOTHING_ROUNDS` alternated timings; the
-    search's predicted times are noisy where nothing is needed), else nothing applied; the
-    choice is in effect on return."""
-    rounds = [(trials.seconds(start), trials.seconds(decision.chosen))
-              for _ in range(NOTHING_ROUNDS)]
-    nothing_time = statistics.median(plain for plain, _ in rounds)
-    chosen_time = statistics.median(timed for _, timed in rounds)
-    decision.measured[start.summary] = unplanned
-    decision.timed.update({start.summary: nothing_time, decision.chosen.summary: chosen_time})
-    decision.considered = [start, *decision.considered]
-    if chosen_time * NOTHING_PREFERENCE < nothing_time:
-        return decision  # in effect: timed last
-    put_in_effect(start, trials.techniques, trials.target)
-    return replace(decision, chosen=start, measured_bytes=unplanned)
+    return choose_measured(decision, trials, start, unplanned)

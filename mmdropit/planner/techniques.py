@@ -7,8 +7,9 @@ technique is a new entry; the search (:mod:`.search`) does not change.
 
 - :class:`MicroBatches`: the batch as ``m`` micro-batches; activations scale with the largest
   part, time with the measured time of its passes.
-- :class:`CheckpointPlans`: the fastest checkpoint plan whose predicted activations fit what the
-  budget leaves, from a recorded step (:mod:`mmdropit.checkpoint`);
+- :class:`~.checkpoint_plans.CheckpointPlans` (its own module): the fastest checkpoint plan
+  whose predicted activations fit what the budget leaves, from a recorded step
+  (:mod:`mmdropit.checkpoint`), and per-block checkpointing;
 - :class:`MeasuredSettings`: a technique whose few settings were each measured on the step
   (bf16 autocast, DropIT at a few gammas): activations and time scale by the measured ratios.
 """
@@ -17,14 +18,11 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from torch import nn
 
-from ..checkpoint import CheckpointPlan, plan_for_chain
-from ..checkpoint.chain import Chain
-from ..common.technique import Applied
 from ..errors import ConfigError
 from ..microbatch import micro_batch_sizes
 from .estimate import Choice, Effect, Estimate
@@ -143,120 +141,6 @@ class MicroBatches(Technique):
             raise ConfigError(f'{value!r} micro-batches: this batch of {self.batch_size} '
                               f'splits into {", ".join(map(str, self.counts()))}')
         return value
-
-
-@dataclass(frozen=True)
-class _SearchedPlan:
-    """A plan, and the shares of the unplanned activations it is the answer for: from the
-    share it reaches (0 for the least-memory plan given to shares no plan reaches) to the
-    share it was searched for."""
-
-    low: float
-    high: float
-    plan: CheckpointPlan
-
-
-class CheckpointPlans(Technique):
-    """The fastest checkpoint plan whose predicted activations fit what the budget leaves.
-
-    The cost model's activation peak is relative: a plan predicted at a share ``r`` of the
-    recorded step's activation peak is predicted to leave ``r`` of the estimate's activations,
-    counted at their exact size: what a plan keeps is mostly the tensors at its checkpoints'
-    boundaries (a transformer's fp32 residual stream), which lossy techniques leave as they are
-    (bf16 autocast keeps the residuals in fp32, DropIT and quantized activations compress what
-    the layers inside save), so their saving is not multiplied with the plan's (see
-    :attr:`~.estimate.Estimate.lossy`). The lossy settings' constant bytes are still counted,
-    though the plan may free some of them (:attr:`~.estimate.Estimate.freeable_bytes`). Its
-    recompute time adds ``recompute_seconds / step_seconds`` to the time ratio, times the lossy
-    settings' time ratio (the recomputed forward runs under them: bf16 halves it on this CPU).
-
-    Args:
-        record: Records the step, or a part of its batch
-            (:func:`~mmdropit.checkpoint.chain.build_chain`); called once, when plans are first
-            searched.
-        step_seconds: The measured time of the forward and backward pass of what ``record``
-            records (called by need, like ``record``): recompute time is a share of it.
-    """
-
-    name = 'checkpoint-plan'
-    slows_only = True
-
-    def __init__(self, record: Callable[[], Chain], step_seconds: Callable[[], float]) -> None:
-        self._record = record
-        self.step_seconds = step_seconds
-        self._chain: Chain | None = None
-        self._plans: list[_SearchedPlan] = []
-        self._least_plan: CheckpointPlan | None = None
-        self._applied: list[Applied] = []
-
-    @property
-    def chain(self) -> Chain:
-        """The recorded step (recorded on first use)."""
-        if self._chain is None:
-            self._chain = self._record()
-        return self._chain
-
-    def _plan(self, share: float) -> CheckpointPlan:
-        """The fastest plan within ``share`` of the unplanned activations, or the least-memory
-        plan when no plan reaches that share. Shares are rounded down to 1/256, and a plan
-        searched for a larger share that also fits this one is that share's plan too (the
-        fastest among more plans is the fastest among fewer that hold it), so near-equal
-        searches are made once."""
-        share = math.floor(share * 256) / 256
-        for searched in self._plans:
-            if searched.low <= share <= searched.high:
-                return searched.plan
-        try:
-            plan = plan_for_chain(self.chain, budget=share) if share > 0 else None
-        except ConfigError:  # below what any plan reaches
-            plan = None
-        if plan is None:  # so is every smaller share
-            self._plans.append(_SearchedPlan(0.0, share, self._least()))
-            return self._least()
-        self._plans.append(_SearchedPlan(plan.activation_share, share, plan))
-        return plan
-
-    def _least(self) -> CheckpointPlan:
-        if self._least_plan is None:
-            self._least_plan = plan_for_chain(self.chain, budget=None)
-        return self._least_plan
-
-    def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
-        yield estimate
-        if estimate.peak_bytes <= budget_bytes or not estimate.activation_bytes:
-            return
-        exact = estimate.activation_bytes / estimate.lossy.activation_ratio
-        plan = self._plan((budget_bytes - estimate.fixed_bytes) / exact)
-        if not plan.targets:
-            return
-        share = plan.activation_share
-        count = len(plan.targets)
-        choice = Choice(self.name, plan, f'checkpoint plan ({count} top-level checkpoint'
-                        f'{"" if count == 1 else "s"}, {share:.2f} of the activations)')
-        recompute = plan.planned.recompute_seconds / max(self.step_seconds(), 1e-9)
-        planned = estimate.choose(choice, int(min(estimate.activation_bytes, exact * share)),
-                                  estimate.time_ratio + recompute * estimate.lossy.time_ratio)
-        yield replace(planned, freeable_bytes=estimate.lossy.constant_bytes)
-
-    def apply(self, setting: object, target: Target) -> None:
-        self._applied.append(setting.apply(target.model))
-
-    def remove(self, target: Target) -> None:
-        while self._applied:
-            self._applied.pop().remove()
-
-    def encode(self, setting: object) -> object:
-        return setting.to_json()
-
-    def decode(self, value: object) -> object:
-        """The saved plan.
-
-        Raises:
-            ConfigError: If ``value`` is not a plan's dict.
-        """
-        if not isinstance(value, dict):
-            raise ConfigError(f'a checkpoint plan is saved as a dict, not {value!r}')
-        return CheckpointPlan.from_json(value)
 
 
 class MeasuredSettings(Technique):

@@ -17,7 +17,8 @@ from .combinations import put_in_effect, remove_all
 from .estimate import Estimate
 from .measurements import Measurements
 from .switches import Switch
-from .techniques import CheckpointPlans, MicroBatches, Target, Technique
+from .checkpoint_plans import CheckpointPlans
+from .techniques import MicroBatches, Target, Technique
 
 
 class Trials:
@@ -31,6 +32,7 @@ class Trials:
 
     Attributes:
         micro_batches: The micro-batches technique.
+        plans: The checkpoint plans technique.
         techniques: The switches', micro-batches and checkpoint plans, in the order they are
             applied.
         budget_bytes: The budget the combinations are measured for (``None``: the least peak).
@@ -40,9 +42,11 @@ class Trials:
                  target: Target) -> None:
         self.measurements, self.target = measurements, target
         self.micro_batches = MicroBatches(measurements.probe.batch_size, measurements.seconds_of)
+        self.plans = CheckpointPlans(self.record_plain_step, measurements.part_seconds,
+                                     measurements.probe.model)
         self.techniques: list[Technique] = [
             *(measurements.technique(switch) for switch in switches), self.micro_batches,
-            CheckpointPlans(self.record_plain_step, measurements.part_seconds)]
+            self.plans]
         self.budget_bytes: int | None = 0
 
     def record_plain_step(self) -> Chain:

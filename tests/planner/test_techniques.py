@@ -8,7 +8,7 @@ from torch import nn
 
 from mmdropit.checkpoint import build_chain, plan_for_chain, record_step
 from mmdropit.errors import ConfigError
-from mmdropit.planner.techniques import CheckpointPlans
+from mmdropit.planner.checkpoint_plans import CheckpointPlans
 
 
 def test_cached_plans_fit_every_share_a_fresh_search_fits():
@@ -20,7 +20,8 @@ def test_cached_plans_fit_every_share_a_fresh_search_fits():
                           for _ in range(8)], nn.Linear(64, 1))
     x = torch.randn(128, 64)
     record = record_step(net, lambda: net(x).sum())
-    plans = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0)
+    plans = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0,
+                            model=net)
     least = plans._plan(0.001).activation_share
     shares = [least * (1 - k / 128) for k in range(1, 4)] + [0.45, 0.3, 0.6, least, 0.34, 0.5]
     fitted = 0

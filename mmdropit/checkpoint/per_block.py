@@ -1,0 +1,40 @@
+"""The per-block plan: every block of a model's repeated block sequences checkpointed, as timm's
+``set_grad_checkpointing()`` and MMEngine's ``activation_checkpointing`` do, predicted on a
+recorded step so that searched plans can be compared with it.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from .chain import build_chain
+    >>> from .record import record_step
+    >>> net = nn.Sequential(nn.Linear(8, 8), nn.Sequential(
+    ...     *[nn.Sequential(nn.Linear(8, 8), nn.GELU()) for _ in range(4)]), nn.Linear(8, 1))
+    >>> x = torch.randn(16, 8)
+    >>> plan = per_block_plan(build_chain(record_step(net, lambda: net(x).sum()), net), net)
+    >>> [target.where for target in plan.targets]
+    ['1.0', '1.1', '1.2', '1.3']
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from ..common.blocks import block_sequences
+from .chain import Chain
+from .cost import predict
+from .plan import CheckpointPlan
+from .targets import ModuleTarget
+
+
+def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
+    """The plan that checkpoints each block of ``model``'s block sequences
+    (:func:`~mmdropit.common.blocks.block_sequences`), predicted on ``chain`` (recorded on
+    ``model``); ``None`` when ``model`` has no block sequence, or a block is not a segment of
+    the chain (called more than once, or the step's last call)."""
+    targets = [ModuleTarget(f'{name}.{index}') for name, blocks in block_sequences(model)
+               for index in range(len(blocks))]
+    by_target = {segment.plan_target: segment for segment in chain.segments}
+    segments = [by_target.get(target) for target in targets]
+    if not targets or None in segments:
+        return None
+    return CheckpointPlan(targets, baseline=predict(chain, []), planned=predict(chain, segments),
+                          forward_seconds=chain.record.calls[0].seconds)

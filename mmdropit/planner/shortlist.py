@@ -1,0 +1,140 @@
+"""Measure, then choose: the combinations predicted to fit a budget make a shortlist, each is put
+in effect and measured (its peak, and its step time over alternated rounds), and the fastest
+one measured to fit is trained with (:func:`choose_measured`).
+
+Predicted times come from passes measured one technique at a time; they miss what a combination
+costs as a whole on the training device (a checkpoint's own host time, a selective region's
+dispatch on every operator, nested recomputation, lossy techniques together). So the search's
+choice is measured beside the fastest exact combination predicted to fit, per-block
+checkpointing of the model's repeated blocks (the simple baseline: timm's
+``set_grad_checkpointing()``), the step with nothing applied where it fits, and the next
+fastest predicted ones: :data:`SHORTLIST` in all.
+
+Example:
+    >>> from .estimate import Choice, Estimate
+    >>> start = Estimate(100, 900)
+    >>> a = start.choose(Choice('micro-batches', 2, '2 micro-batches'), 450, 1.0)
+    >>> b = start.choose(Choice('micro-batches', 4, '4 micro-batches'), 225, 1.1)
+    >>> c = start.choose(Choice('micro-batches', 8, '8 micro-batches'), 112, 1.2)
+    >>> [e.summary for e in shortlist([start, a, b, c], a, budget_bytes=600, count=2)]
+    ['2 micro-batches', '4 micro-batches']
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from .combinations import put_in_effect
+from .decision import Decision
+from .estimate import Estimate
+from .search import EXACT_PREFERENCE
+from .trials import Trials
+
+SHORTLIST = 5
+"""Combinations measured for one decision, the search's choice and the baselines included."""
+ROUNDS = 3
+"""Timed steps of each shortlisted combination, alternated between them (the median counts)."""
+NOTHING_PREFERENCE = 1.10
+"""Where the step fits the budget with nothing applied, a combination is applied only if its
+measured step time is below the plain step's by more than this factor (this CPU's timing noise
+is 10-30% between runs; a combination chosen on noise made three fresh runs of one config apply
+4, 4 and 2 micro-batches where nothing was needed)."""
+
+
+def shortlist(considered: Sequence[Estimate], chosen: Estimate, budget_bytes: int,
+              first: Sequence[Estimate] = (), count: int = SHORTLIST) -> list[Estimate]:
+    """``chosen``, then ``first`` (the baselines), then the fastest other combinations of
+    ``considered`` predicted to fit ``budget_bytes``: ``count`` distinct ones at most."""
+    fitting = sorted((e for e in considered if e.peak_bytes <= budget_bytes),
+                     key=lambda e: (e.time_ratio, e.peak_bytes))
+    listed: dict[str, Estimate] = {}
+    for estimate in (chosen, *first, *fitting):
+        if len(listed) < count:
+            listed.setdefault(estimate.summary, estimate)
+    return list(listed.values())
+
+
+def choose_measured(decision: Decision, trials: Trials, start: Estimate,
+                    unplanned: int) -> Decision:
+    """``decision`` with the fastest shortlisted combination measured to fit its budget (see
+    the module), every measured peak and median time in its table; that combination is in
+    effect on return.
+
+    A lossy combination is taken only if it measures more than
+    :data:`~.search.EXACT_PREFERENCE` faster than the fastest exact one that fits; where the
+    step fits with nothing applied (``unplanned`` within the budget), a combination only if
+    it measures more than :data:`NOTHING_PREFERENCE` faster than nothing.
+    """
+    budget = decision.budget_bytes
+    lossy_names = {technique.name for technique in trials.techniques if technique.lossy}
+
+    def lossy(estimate: Estimate) -> bool:
+        return any(choice.technique in lossy_names for choice in estimate.choices)
+
+    nothing_fits = unplanned <= budget
+    if nothing_fits:
+        decision.measured[start.summary] = unplanned
+    listed = shortlist(decision.considered, decision.chosen, budget,
+                       _baselines(decision.considered, budget, trials, start, nothing_fits,
+                                  lossy))
+    for estimate in listed:
+        if estimate.summary not in decision.measured:
+            decision.measured[estimate.summary] = trials.peak(estimate)
+    fitting = [e for e in listed if decision.measured[e.summary] <= budget]
+    timed = _median_seconds(fitting, trials.seconds)
+    decision.timed.update(timed)
+    shown = {estimate.summary for estimate in decision.considered}
+    decision.considered += [e for e in listed if e.summary not in shown]
+    best = _preferred(fitting, timed, lossy, start if nothing_fits else None)
+    put_in_effect(best, trials.techniques, trials.target)
+    return replace(decision, chosen=best, measured_bytes=decision.measured[best.summary])
+
+
+def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials,
+               start: Estimate, nothing_fits: bool,
+               lossy: Callable[[Estimate], bool]) -> list[Estimate]:
+    """What the search's choice is always measured beside, where predicted to fit: the step
+    with nothing applied, the fastest exact combination, and the fastest with per-block
+    checkpointing."""
+    fitting = sorted((e for e in considered if e.peak_bytes <= budget_bytes),
+                     key=lambda e: (e.time_ratio, e.peak_bytes))
+    per_block = trials.plans.per_block
+    found = [start] if nothing_fits else []
+    for wanted in (lambda e: not lossy(e),
+                   lambda e: per_block is not None and
+                   e.setting('checkpoint-plan') is per_block):
+        found += [e for e in fitting if wanted(e)][:1]
+    return found
+
+
+def _median_seconds(estimates: Sequence[Estimate],
+                    seconds: Callable[[Estimate], float]) -> dict[str, float]:
+    """The median of :data:`ROUNDS` step times of each of ``estimates``, timed in turn (a
+    drift of the machine's speed reaches them all alike); nothing is timed for one alone."""
+    if len(estimates) < 2:
+        return {}
+    rounds = [[seconds(estimate) for estimate in estimates] for _ in range(ROUNDS)]
+    return {estimate.summary: statistics.median(times[index] for times in rounds)
+            for index, estimate in enumerate(estimates)}
+
+
+def _preferred(fitting: Sequence[Estimate], timed: dict[str, float],
+               lossy: Callable[[Estimate], bool], nothing: Estimate | None) -> Estimate:
+    """The combination to train with among those measured to fit (see
+    :func:`choose_measured`)."""
+    if len(fitting) == 1:
+        return fitting[0]
+
+    def fastest(estimates: list[Estimate]) -> Estimate | None:
+        return min(estimates, key=lambda e: timed[e.summary], default=None)
+
+    exact = fastest([e for e in fitting if not lossy(e)])
+    best = fastest([e for e in fitting if lossy(e)])
+    if best is None or (exact is not None and
+                        timed[best.summary] * EXACT_PREFERENCE >= timed[exact.summary]):
+        best = exact
+    if nothing is not None and best.summary != nothing.summary and \
+            timed[best.summary] * NOTHING_PREFERENCE >= timed[nothing.summary]:
+        return next(e for e in fitting if e.summary == nothing.summary)
+    return best

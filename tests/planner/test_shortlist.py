@@ -1,0 +1,87 @@
+"""Measure, then choose: the search's choice is measured beside a shortlist (per-block
+checkpointing, the fastest exact combination, ...), and the fastest measured to fit is taken,
+whatever the predictions said. Step times here are made up on purpose (from which modules are
+checkpointed), so that the predictions are wrong in a known way."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mmdropit.checkpoint import is_checkpointed
+from mmdropit.planner import StepProbe, plan_within_budget
+from mmdropit.planner.outcome import BudgetOutcome
+from tests.helpers.split_target import SplitTarget
+
+BLOCKS = 6
+BATCH = 512
+
+
+def _probe(per_block_factor: float, other_plan_factor: float) -> StepProbe:
+    """Six repeated blocks; a pass takes ``0.3 + its share of the batch`` seconds, times
+    ``per_block_factor`` while exactly the blocks are checkpointed and ``other_plan_factor``
+    under any other checkpoints."""
+    torch.manual_seed(0)
+    blocks = nn.Sequential(*[nn.Sequential(nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 128),
+                                           nn.GELU()) for _ in range(BLOCKS)])
+    net = nn.Sequential(nn.Linear(32, 128), blocks, nn.Linear(128, 10))
+    x, y = torch.randn(BATCH, 32), torch.randint(0, 10, (BATCH,))
+
+    def loss(size: int = BATCH) -> torch.Tensor:
+        return nn.functional.cross_entropy(net(x[:size]), y[:size]) * size / BATCH
+
+    per_block = {f'1.{index}' for index in range(BLOCKS)}
+
+    def seconds(size: int, passes: int = 2) -> float:
+        checkpointed = {name for name, module in net.named_modules() if is_checkpointed(module)}
+        factor = (1.0 if not checkpointed else
+                  per_block_factor if checkpointed == per_block else other_plan_factor)
+        return (0.3 + size / BATCH) * factor
+
+    probe = StepProbe(net, None, BATCH, run_part=lambda size: loss(size).backward(),
+                      forward_part=loss)
+    probe.seconds = seconds
+    return probe
+
+
+def _measured_fitting(outcome: BudgetOutcome) -> dict[str, float]:
+    decision = outcome.decision
+    return {summary: seconds for summary, seconds in decision.timed.items()
+            if decision.measured[summary] <= decision.budget_bytes}
+
+
+def test_a_model_whose_per_block_plan_is_fastest_gets_the_per_block_plan():
+    """Per-block checkpointing measures faster than every other combination that fits: it is
+    trained with, whatever the search predicted first."""
+    probe = _probe(per_block_factor=1.1, other_plan_factor=2.0)
+    outcome = plan_within_budget(probe, 0.75, SplitTarget(probe.model))
+    decision = outcome.decision
+    assert decision.chosen.summary.startswith('per-block checkpointing'), decision.table()
+    assert {name for name, module in probe.model.named_modules() if is_checkpointed(module)} \
+        == {f'1.{index}' for index in range(BLOCKS)}  # in effect
+    timed = _measured_fitting(outcome)
+    assert len(timed) >= 2 and timed[decision.chosen.summary] == min(timed.values())
+
+
+def test_the_fastest_measured_combination_is_chosen_whatever_the_predictions_say():
+    """The searched checkpoint plans measure faster than predicted (than micro-batches alone):
+    one of them is taken because it measures fastest."""
+    probe = _probe(per_block_factor=2.0, other_plan_factor=0.9)
+    outcome = plan_within_budget(probe, 0.5, SplitTarget(probe.model))
+    decision, timed = outcome.decision, _measured_fitting(outcome)
+    assert len(timed) >= 2 and decision.chosen.summary in timed, decision.table()
+    assert timed[decision.chosen.summary] == min(timed.values())
+    assert 'checkpoint plan' in decision.chosen.summary, decision.table()
+    predicted = next(e for e in decision.considered if e.summary == decision.chosen.summary)
+    assert timed[decision.chosen.summary] < predicted.time_ratio
+    assert decision.measured_bytes <= decision.budget_bytes
+
+
+def test_measured_times_are_in_the_decision_table_and_its_json():
+    probe = _probe(per_block_factor=1.1, other_plan_factor=2.0)
+    outcome = plan_within_budget(probe, 0.75, SplitTarget(probe.model))
+    chosen = outcome.decision.chosen.summary
+    timed = outcome.decision.timed[chosen]
+    row = next(line for line in outcome.to_json()['table'] if line.startswith(f'| {chosen} |'))
+    assert f'| {timed:.2f}x | <- |' in row
+    again = plan_within_budget(probe, 0.75, SplitTarget(probe.model), saved=outcome.to_json())
+    assert again.reused and again.decision.chosen.summary == chosen
