@@ -26,6 +26,7 @@ that needs no gradient.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from torch import nn
@@ -88,6 +89,8 @@ class Segment:
         cached: Storage ids of those outputs (kept alive too; empty unless selective).
         inner: Segments checkpointed inside this one (:mod:`.nested`; ``seconds`` then
             includes their recomputation).
+        ops_run: ATen ops the segment's calls run (a selective checkpoint's dispatch mode
+            costs host time on each, :func:`~.overhead.selective_seconds_per_op`).
     """
 
     start: int
@@ -98,6 +101,7 @@ class Segment:
     selective: bool = False
     cached: tuple[int, ...] = ()
     inner: tuple[Segment, ...] = ()
+    ops_run: int = 0
 
     @property
     def plan_target(self) -> Target:
@@ -207,7 +211,7 @@ def build_chain(record: StepRecord, model: nn.Module,
             continue
         if stop < last and not call.inplace_hazard and call.needs_grad:
             segments.append(Segment(start, stop, ModuleTarget(call.name), call.inputs,
-                                    call.seconds))
+                                    call.seconds, ops_run=_ops_run([call])))
         module = modules.get(call.name)
         expanded = stop - start > 1 or items[start].call != index
         if (expanded and isinstance(module, nn.Sequential)
@@ -223,12 +227,18 @@ def build_chain(record: StepRecord, model: nn.Module,
     return Chain(items, segments, record, ranges)
 
 
+def _ops_run(calls: Sequence[ModuleCall]) -> int:
+    """ATen ops ``calls`` ran, each with the calls nested in it."""
+    return sum(call.ended_at - call.started_at for call in calls)
+
+
 def _selective(segment: Segment, items: list[Item], record: StepRecord) -> Segment | None:
     """The selective variant of ``segment``, if it runs costly ops that can be kept."""
     ops = [record.ops[k] for item in items[segment.start:segment.stop] for k in item.ops]
     if not ops or any(op.changed_in_place for op in ops):
         return None
-    seconds = max(segment.seconds - sum(op.seconds for op in ops), 0.0)
+    seconds = max(segment.seconds - sum(op.seconds for op in ops), 0.0) + \
+        segment.ops_run * record.selective_seconds_per_op
     cached = tuple(dict.fromkeys(sid for op in ops for sid in op.outputs))
     return replace(segment, seconds=seconds, selective=True, cached=cached)
 
@@ -248,7 +258,8 @@ def _sequential_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tup
             if first == 0 and final == len(children) - 1 or stop >= last:
                 continue  # the whole Sequential is its module segment; never the last item
             runs.append(Segment(ranges[head.index][0], stop,
-                                RunTarget(call.name, first, final), head.inputs, seconds))
+                                RunTarget(call.name, first, final), head.inputs, seconds,
+                                ops_run=_ops_run(children[first:final + 1])))
     return runs
 
 
@@ -277,7 +288,8 @@ def _sibling_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[
                 names = tuple(c.name[len(call.name) + 1:] if call.name else c.name
                               for c in chained[first:final + 1])
                 runs.append(Segment(start, stop, SiblingsTarget(call.name, names), head.inputs,
-                                    sum(c.seconds for c in chained[first:final + 1])))
+                                    sum(c.seconds for c in chained[first:final + 1]),
+                                    ops_run=_ops_run(chained[first:final + 1])))
     return runs
 
 

@@ -102,6 +102,8 @@ class StepRecord:
             times (0.0 where the recorded pass was within :data:`~.record.NOISE` of the warm-up's).
         checkpoint_seconds: What one checkpoint's machinery costs a step on the model's device
             (:func:`~.overhead.checkpoint_seconds`), charged to every checkpoint of a plan.
+        selective_seconds_per_op: What a selective checkpoint costs a step per ATen op of its
+            region (:func:`~.overhead.selective_seconds_per_op`), charged to selective segments.
     """
 
     calls: list[ModuleCall]
@@ -113,6 +115,7 @@ class StepRecord:
     readers: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     recording_seconds_per_op: float = 0.0
     checkpoint_seconds: float = 0.0
+    selective_seconds_per_op: float = 0.0
 
     @property
     def saved_bytes(self) -> int:

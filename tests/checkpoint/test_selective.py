@@ -2,6 +2,8 @@
 are never kept, and the cost model predicts what a selective plan measures."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import timm
 import torch
@@ -106,3 +108,28 @@ def test_selective_plan_predicted_peak_close_to_measured():
     model.zero_grad(set_to_none=True)
     truth = meter.result.activation_peak_bytes
     assert abs(predicted.activation_peak - truth) <= 0.15 * truth, (predicted, truth)
+
+
+def _deit_record():
+    torch.manual_seed(0)
+    model = timm.create_model('deit_tiny_patch16_224', num_classes=5, img_size=32, depth=4)
+    x = torch.randn(4, 3, 32, 32)
+    return model, record_step(model, lambda: model(x).sum())
+
+
+def test_a_selective_segment_is_charged_its_dispatch_on_every_op_of_its_region():
+    """A selective checkpoint's dispatch mode runs around every ATen op of its region: the
+    cost model charges the measured host time per op (on a GPU it can outweigh what keeping
+    the costly ops' outputs saves), and a search under a high charge keeps no selective
+    checkpoint."""
+    model, record = _deit_record()
+    free = build_chain(dataclasses.replace(record, selective_seconds_per_op=0.0), model)
+    charged = build_chain(dataclasses.replace(record, selective_seconds_per_op=1e-3), model)
+    pairs = [(a, b) for a, b in zip(free.segments, charged.segments) if a.selective]
+    assert pairs and all(a.ops_run > 0 for a, _ in pairs)
+    for a, b in pairs:
+        assert b.seconds == pytest.approx(a.seconds + a.ops_run * 1e-3)
+    expensive = build_chain(dataclasses.replace(record, selective_seconds_per_op=1.0), model)
+    plain = {(s.start, s.stop): s.seconds for s in expensive.segments if not s.selective}
+    assert all(s.seconds > plain[s.start, s.stop] for s in expensive.segments if s.selective)
+    assert not any(target.selective for _, target in walk(plan_for_chain(expensive, 0.5).targets))
