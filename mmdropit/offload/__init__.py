@@ -7,7 +7,8 @@ host memory, copied off the GPU on a side stream and prefetched back one group a
   applied in one call (by name, or by a share of the saved bytes chosen on a forward pass);
 - :func:`offload_activations`, :func:`restore_offload`, :func:`modules_holding_share`,
   :func:`block_patterns` (:mod:`.modules`): put it on a model's modules, take it off, choose
-  the modules that hold a share of a step's saved bytes among the model's blocks.
+  the modules that hold a share of a step's saved bytes among the model's blocks, no more than
+  the host link moves while a forward pass runs (:func:`link_bytes_per_second`, :mod:`.link`).
 
 On a machine without a GPU nothing moves (CPU tensors stay where they are).
 
@@ -21,8 +22,10 @@ import torch  # noqa: F401  (the doctest's namespace)
 
 from .config import OffloadConfig
 from .host_copies import MIN_BYTES, HostCopies, OffloadStats
+from .link import link_bytes_per_second
 from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
                       offload_activations, restore_offload)
 
 __all__ = ['METHODS', 'MIN_BYTES', 'HostCopies', 'Offload', 'OffloadConfig', 'OffloadStats',
-           'block_patterns', 'modules_holding_share', 'offload_activations', 'restore_offload']
+           'block_patterns', 'link_bytes_per_second', 'modules_holding_share',
+           'offload_activations', 'restore_offload']

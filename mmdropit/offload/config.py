@@ -29,8 +29,10 @@ import torch  # noqa: F401  (the doctest's namespace)
 from torch import nn
 
 from ..common.name_patterns import checked_list
+from ..common.parameters import model_device
 from ..common.technique import Applied
 from ..errors import ConfigError
+from .link import link_bytes_per_second
 from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
                       offload_activations, restore_offload)
 
@@ -79,11 +81,12 @@ class OffloadConfig:
 
     def choose(self, model: nn.Module, forward: Callable[[], object]) -> OffloadConfig:
         """This configuration with the modules named: for a share, the earliest blocks whose
-        saved bytes in ``forward()`` reach it (:func:`~.modules.modules_holding_share`)."""
+        saved bytes in ``forward()`` reach it, or what the host link moves while it runs,
+        whichever is less (:func:`~.modules.modules_holding_share`, :mod:`.link`)."""
         if self.names is not None:
             return self
         names = modules_holding_share(model, forward, block_patterns(model) or ['*'],
-                                      self.share)
+                                      self.share, link_bytes_per_second(model_device(model)))
         return OffloadConfig(names=tuple(names), method=self.method)
 
     def apply(self, model: nn.Module) -> AppliedOffload:

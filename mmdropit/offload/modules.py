@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -144,9 +145,11 @@ def block_patterns(model: nn.Module) -> list[str]:
 
 
 def modules_holding_share(model: nn.Module, forward: Callable[[], object],
-                          candidates: Sequence[str], share: float) -> list[str]:
+                          candidates: Sequence[str], share: float,
+                          link_bytes_per_second: float = math.inf) -> list[str]:
     """The earliest ``candidates`` (name patterns) of ``model``, in forward order, whose saved
-    bytes reach ``share`` of what one forward pass saves.
+    bytes reach ``share`` of what one forward pass saves, or the bytes the host link moves in
+    the forward pass's time, whichever is less (at least the first candidate).
 
     Args:
         model: The model.
@@ -154,6 +157,8 @@ def modules_holding_share(model: nn.Module, forward: Callable[[], object],
         candidates: Name patterns of the modules to choose from (``['blocks.*']``); the
             outermost matching calls count.
         share: The share of the step's saved bytes to reach, in ``(0, 1]``.
+        link_bytes_per_second: How fast the host link copies (:mod:`.link`); more than it
+            moves while the forward pass runs would come out of the step's time.
 
     Raises:
         ConfigError: ``share`` outside ``(0, 1]`` or no call matching ``candidates``.
@@ -162,6 +167,7 @@ def modules_holding_share(model: nn.Module, forward: Callable[[], object],
         raise ConfigError(f'offload share must be in (0, 1], got {share!r}')
     record = record_step(model, forward)
     total = record.saved_bytes
+    share = min(share, link_bytes_per_second * record.calls[0].seconds / max(total, 1))
     names = {name for name, _ in model.named_modules() if name}
     chosen: list[str] = []
     held: set[int] = set()

@@ -65,3 +65,11 @@ def test_the_memory_budget_measures_offload_and_keeps_its_choice_within_the_budg
     assert 'offload 0.5 of the saved bytes' in table and 'offload 1.0' in table, table
     assert outcome.decision.measured_bytes <= outcome.decision.budget_bytes
     restore_offload(model)
+
+
+def test_the_host_link_is_measured_once_at_a_plausible_speed():
+    from mmdropit.offload import link_bytes_per_second
+
+    speed = link_bytes_per_second(torch.device('cuda'))
+    assert 1e9 < speed < 1e12, speed  # PCIe / NVLink-C2C: a few to some hundreds of GB/s
+    assert link_bytes_per_second(torch.device('cuda')) == speed

@@ -3,6 +3,7 @@ moves, training is unchanged, and modules are chosen by their share of the saved
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from torch import nn
 from mmdropit.common.recompute_region import recomputed_region
 from mmdropit.errors import ConfigError
 from mmdropit.memory import SavedTensorMeter
-from mmdropit.offload import modules_holding_share, offload_activations, restore_offload
+from mmdropit.offload import (link_bytes_per_second, modules_holding_share,
+                              offload_activations, restore_offload)
 
 
 def _mlp(blocks: int = 8) -> nn.Sequential:
@@ -86,3 +88,16 @@ def test_the_earliest_blocks_holding_the_share_are_chosen():
     assert modules_holding_share(model, forward, ['*'], 0.3) == ['0', '1', '2']
     assert modules_holding_share(model, forward, ['*'], 1.0) == [str(i) for i in range(8)]
     assert modules_holding_share(model, forward, ['5.*'], 0.5) == ['5.0', '5.1', '5.2']
+
+
+def test_no_more_is_offloaded_than_the_host_link_moves_in_a_forward_pass():
+    """The share is capped at the bytes the link copies while the forward pass runs: a link of
+    one byte a second hides nothing (the first block is still taken), a link as fast as the
+    step's saved bytes per forward time hides them all."""
+    model = _mlp()
+    x = torch.randn(32, 64)
+    forward = lambda: model(x).square().mean()
+    assert modules_holding_share(model, forward, ['*'], 0.5, link_bytes_per_second=1.0) == ['0']
+    assert len(modules_holding_share(model, forward, ['*'], 0.5,
+                                     link_bytes_per_second=1e15)) == 5
+    assert link_bytes_per_second(torch.device('cpu')) == math.inf
