@@ -1,4 +1,4 @@
-"""Activation offload on a GPU: gradients bit-identical to keeping everything on the device,
+"""Activation offload on a GPU: gradients those of keeping everything on the device,
 the step peak lower by most of what moved, the backward pass served by prefetches, and the same
 with PyTorch's ``save_on_cpu`` (the baseline it is measured against)."""
 from __future__ import annotations
@@ -30,16 +30,28 @@ def _step(model: nn.Module, x: torch.Tensor) -> tuple[list[torch.Tensor], int]:
     return [p.grad.clone() for p in model.parameters()], torch.cuda.max_memory_allocated() - base
 
 
+def _largest_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max((x - y).abs().max().item() for x, y in zip(a, b))
+
+
 @pytest.mark.parametrize('method', ['prefetch', 'save_on_cpu'])
 def test_offload_keeps_the_gradients_and_lowers_the_peak(method):
+    """The gradients are the plain step's to within what the plain step itself differs by from
+    one run to the next when the allocator's state differs (bit for bit where it does not
+    differ): an H100 run found PyTorch's own ``save_on_cpu`` not bit-equal, so whether cuBLAS
+    reproduces a step at other addresses is measured here rather than assumed."""
     model, x = _mlp(), torch.randn(2048, 1024, device='cuda')
     _step(model, x)  # warm-up: cuBLAS workspaces, the allocator's first segments
     expected, plain_peak = _step(model, x)
+    elsewhere = torch.empty(3 * 2**20 + 512, device='cuda')  # the allocator in another state
+    again, _ = _step(model, x)
+    del elsewhere
+    spread = _largest_difference(expected, again)
     offload = offload_activations(model, [str(i) for i in range(9)], method)
     _step(model, x)
     got, offload_peak = _step(model, x)
     restore_offload(model)
-    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert _largest_difference(got, expected) <= 2 * spread, spread
     moved = 9 * 2048 * (1024 + 2 * 4096) * 4  # each block: its input, GELU's input and output
     assert offload_peak < plain_peak - moved // 2, (offload_peak, plain_peak, moved)
     if method == 'prefetch':
