@@ -32,7 +32,8 @@ from .outcome import BudgetOutcome
 from .probe import StepProbe
 from .search import ATTEMPTS, MARGIN, decide
 from .switches import (ACTIVATION_BITS, DROPIT_GAMMAS, OFFLOAD_SHARES, Switch, bf16_switch,
-                       config_switch, dropit_switch, offload_switch, quantize_switch)
+                       config_switch, dropit_switch, offload_switch, quantize_switch,
+                       quantize_unavailable)
 from .techniques import MeasuredSettings, MicroBatches, Target, Technique
 from .trials import Trials
 
@@ -41,4 +42,4 @@ __all__ = ['ACTIVATION_BITS', 'ATTEMPTS', 'BudgetOutcome', 'CheckpointPlans', 'C
            'MicroBatches', 'OFFLOAD_SHARES', 'PART_SAMPLES', 'StepProbe', 'Switch', 'Target',
            'Technique', 'Trials', 'bf16_switch', 'combinations', 'config_switch', 'decide',
            'dropit_switch', 'fastest_fitting', 'offload_switch', 'plan_within_budget',
-           'put_in_effect', 'quantize_switch', 'remove_all']
+           'put_in_effect', 'quantize_switch', 'quantize_unavailable', 'remove_all']

@@ -97,3 +97,10 @@ def test_the_memory_snapshot_script_writes_a_timeline(tmp_path):
     for variant in ('baseline', 'ckpt-plan-min'):
         assert (tmp_path / f'snapshot_deit_tiny_{variant}.html').stat().st_size > 1000
     assert (tmp_path / 'snapshot_deit_tiny.png').stat().st_size > 1000
+
+
+def test_quantized_activations_are_not_offered_on_a_gpu_until_their_codecs_have_kernels():
+    from mmdropit.planner import quantize_unavailable
+
+    assert 'no GPU kernels' in quantize_unavailable(nn.Linear(2, 2).cuda())
+    assert quantize_unavailable(nn.Linear(2, 2)) is None

@@ -12,7 +12,7 @@ from torch import nn
 
 from mmdropit.dropit import DropITConfig
 from mmdropit.planner import StepProbe, plan_within_budget
-from mmdropit.planner.switches import dropit_switch, quantize_switch
+from mmdropit.planner.switches import dropit_switch, quantize_switch, quantize_unavailable
 from tests.helpers.split_target import SplitTarget
 
 
@@ -130,3 +130,8 @@ def test_where_nothing_is_needed_a_combination_must_measure_clearly_faster(split
     assert bool(chosen.choices) is applied, outcome.decision.table()
     assert outcome.decision.timed['nothing'] == pytest.approx(1.0)
     assert outcome.decision.measured_bytes <= outcome.decision.budget_bytes
+
+
+def test_quantized_activations_are_offered_on_a_cpu():
+    """(On a GPU they are not until their codecs have kernels: tests/cuda/test_cuda_paths.py.)"""
+    assert quantize_unavailable(nn.Linear(2, 2)) is None

@@ -37,7 +37,7 @@ from ...errors import ConfigError
 from ...microbatch import MicroBatchConfig
 from ...planner import (PART_SAMPLES, BudgetOutcome, StepProbe, bf16_switch, dropit_switch,
                         offload_switch, plan_within_budget, put_in_effect, quantize_switch,
-                        remove_all)
+                        quantize_unavailable, remove_all)
 from ...planner.search import LOWER
 from ..optim.autocast_switch import AutocastSwitch
 from ..optim.batch_split import batch_size_of, first_samples
@@ -238,8 +238,12 @@ class MemoryBudgetHook(ShapeBucketHook):
                           agree_peak=max_over_ranks, agree_seconds=_max_over_ranks_seconds,
                           share_chain=_rank0_chain,
                           accumulates=wrapper._accumulative_counts > 1)
+        unavailable = quantize_unavailable(model) if 'quantize' in self.lossy else None
+        if unavailable:
+            runner.logger.warning(f'MemoryBudgetHook: {unavailable}')
         switches = [*([dropit_switch(model)] if 'dropit' in self.lossy else []),
-                    *([quantize_switch(model)] if 'quantize' in self.lossy else []),
+                    *([quantize_switch(model)] if 'quantize' in self.lossy and not unavailable
+                      else []),
                     *([bf16_switch(wrapper)] if 'bf16' in self.lossy else []),
                     *([offload_switch(model, lambda: probe.forward_part(
                         min(probe.batch_size, PART_SAMPLES)))] if self.offload else [])]
