@@ -27,12 +27,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch._C._functorch import unwrap_if_dead
 
 from ..common.backward_workspace import note_workspace
 from ..common.listeners import Listeners
 from ..common.recompute_region import saved_tensors_dropped
 from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
-from .ops import keep_fixed, keep_sampled, unkeep
+from .ops import SavePlan, keep_fixed, keep_sampled, unkeep, unkeep_rows
 from .quantize import quantize_kept
 from .state import DropITState
 from .strategies import FIXED_COUNT
@@ -48,6 +49,34 @@ def observe_saves(observer: SaveObserver) -> contextlib.AbstractContextManager[N
 
 def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor, ...],
                                                                 CompactLayout]:
+    if not x.is_contiguous() or torch.compiler.is_compiling():
+        return _save_any(x, state)
+    plan = state.save_plan
+    if plan is None or plan.key != SavePlan.key_of(x, state.gamma, state.strategy):
+        plan = state.save_plan = SavePlan(x, state.gamma, state.strategy)
+    if plan.compress:
+        flat = x.view(-1)
+        if plan.fixed:
+            tensors, layout = plan.keep(flat), plan.layout
+        else:
+            tensors, layout = keep_sampled(flat, state.gamma, x.shape, None)
+        state.count(tensors[-1].numel(), plan.numel, x.device)
+        note_workspace(plan.workspace)  # backward rebuilds the dense input
+        if state.value_bits is not None:
+            tensors, layout = quantize_kept(tensors, layout, state.value_bits)
+    else:
+        state.warn_dense_once(str(x.dtype).removeprefix('torch.'))
+        tensors, layout = (x,), plan.layout
+        state.count(plan.numel, plan.numel, x.device)
+    if _SAVES:
+        _SAVES.notify(state, x, layout)
+    return tensors, layout
+
+
+def _save_any(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor, ...],
+                                                             CompactLayout]:
+    """:func:`_save_input` for any input (one that is not contiguous, channels_last or a slice,
+    is read in memory order) and while compiled, deciding at each call."""
     if worth_compressing(state.gamma, x.element_size()):
         flat, order = flatten_in_memory_order(x)
         if state.strategy in FIXED_COUNT:
@@ -102,12 +131,12 @@ class DropITLinearFunction(torch.autograd.Function):
         weight, *saved = ctx.saved_tensors
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
+        matrix = grad_out.dim() == 2  # a batch of rows: no reshaping (views cost host time)
         if need_input:
-            grad_input = grad_out.matmul(weight)
-        flat_grad = grad_out.reshape(-1, grad_out.shape[-1])
+            grad_input = grad_out.mm(weight) if matrix else grad_out.matmul(weight)
+        flat_grad = grad_out if matrix else grad_out.reshape(-1, grad_out.shape[-1])
         if need_weight:
-            x = unkeep(tuple(saved), ctx.layout)
-            grad_weight = flat_grad.t().mm(x.reshape(-1, x.shape[-1]))
+            grad_weight = flat_grad.t().mm(unkeep_rows(tuple(saved), ctx.layout))
         if need_bias:
             grad_bias = flat_grad.sum(0)
         return grad_input, grad_weight, grad_bias, None
@@ -157,6 +186,25 @@ class DropITConvFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None
 
 
+def _unchecked_apply(function: type[torch.autograd.Function]) -> Callable:
+    """``function.apply`` without ``autograd.Function``'s Python wrapper, which binds default
+    arguments for ``setup_context`` (these functions have none) and hands the call to
+    functorch when a transform is active (:func:`_apply` checks that first): ~2 us of host time
+    a call here."""
+    return super(torch.autograd.Function, function).apply
+
+
+def _apply(function: type[torch.autograd.Function], unchecked: Callable, *args):
+    if torch._C._are_functorch_transforms_active():
+        return function.apply(*args)
+    return unchecked(unwrap_if_dead(args[0]), *args[1:])
+
+
+# whether autocast is on for any device: one call, where asking for the input's device is three
+_IS_ANY_AUTOCAST_ENABLED = getattr(torch._C, '_is_any_autocast_enabled', None) or (
+    lambda: any(torch.is_autocast_enabled(device) for device in ('cpu', 'cuda')))
+
+
 def _autocast(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
     """Cast like autocast would (linear and conv run in the autocast dtype) and switch autocast
     off inside, so the saved input is stored in that dtype (fp16 or bf16)."""
@@ -173,9 +221,14 @@ def dropit_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     """``F.linear(x, weight, bias)`` saving only the kept part of ``x`` for backward.
 
     Under autocast the layer computes and saves in the autocast dtype (fp16 or bf16)."""
+    if not _IS_ANY_AUTOCAST_ENABLED():
+        return _apply(DropITLinearFunction, _LINEAR_APPLY, x, weight, bias, state)
     x, weight, bias, autocast_off = _autocast(x, weight, bias)
     with autocast_off:
         return DropITLinearFunction.apply(x, weight, bias, state)
+
+
+_LINEAR_APPLY = _unchecked_apply(DropITLinearFunction)
 
 
 def _tuple(value: int | Sequence[int], spatial: int) -> list[int]:

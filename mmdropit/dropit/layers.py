@@ -111,12 +111,16 @@ class DropITLayerMixin:
                 and self.weight.requires_grad)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._dropit_engaged():
+        # the checks of _dropit_engaged inline, each attribute read once: this runs at every
+        # call of every layer, and a host-bound GPU step pays its host time one for one
+        state, weight = self.dropit, self.weight
+        if not (self.training and state.gamma > 0 and torch.is_grad_enabled()
+                and weight.requires_grad):
             return super().forward(*args, **kwargs)
-        if _plain_linear(type(self)) and len(args) == 1 and not kwargs and args[0].numel():
+        if len(args) == 1 and not kwargs and _plain_linear(type(self)) and args[0].numel():
             # nn.Linear's own forward is one F.linear call: made directly, without the
             # routing mode (a few microseconds of host time a layer, on a host-bound GPU step)
-            return dropit_linear(args[0], self.weight, self.bias, self.dropit)
+            return dropit_linear(args[0], weight, self.bias, state)
         with _RouteOwnCall(self):
             return super().forward(*args, **kwargs)
 

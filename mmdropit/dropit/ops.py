@@ -33,12 +33,13 @@ from __future__ import annotations
 import torch
 from torch.library import custom_op, register_fake
 
-from ..common.custom_operators import operator_or_body
+from ..common.custom_operators import operator_or_body, through_dispatcher
+from ..common.recompute_region import saved_tensors_dropped
 from ..kernels import fused_ops
-from .compact import (CompactLayout, compress, encode, encoded_bytes, index_dtype,
-                      restore_shape, scatter_kept, smaller_encoding)
+from .compact import (CompactLayout, compress, dense_layout, encode, encoded_bytes, index_dtype,
+                      restore_shape, scatter_kept, smaller_encoding, worth_compressing)
 from .quantize import dequantize_kept
-from .strategies import SAMPLE_SIZE, kept_count, sampled_threshold, select
+from .strategies import FIXED_COUNT, SAMPLE_SIZE, kept_count, sampled_threshold, select
 
 
 def _keep(flat: torch.Tensor, gamma: float, strategy: str,
@@ -137,3 +138,76 @@ def unkeep(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torch.Te
     unkeep_op = operator_or_body(torch.ops.mmdropit.unkeep, _unkeep)
     flat = unkeep_op(first, values, layout.shape.numel(), layout.encoding)
     return restore_shape(flat, layout)
+
+
+def unkeep_rows(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> torch.Tensor:
+    """:func:`unkeep` as the matrix a weight gradient reads: one row per position (every
+    dimension but the last), the last dimension across (one view of the rebuilt tensor, where
+    :func:`unkeep` and a reshape would make two)."""
+    if (layout.encoding == 'dense' or layout.memory_order is not None
+            or layout.value_bits is not None or through_dispatcher()):
+        x = unkeep(tensors, layout)
+        return x.reshape(-1, x.shape[-1])
+    first, values = tensors
+    return _unkeep(first, values, layout.shape.numel(), layout.encoding).view(
+        -1, layout.shape[-1])
+
+
+class SavePlan:
+    """How a layer saves a contiguous input of one shape, dtype and device at one gamma and
+    strategy: whether compact storage is smaller, the count kept, the encoding and (for the
+    fixed-count strategies) the layout, worked out once and reused while these stay the same.
+
+    A DropIT layer keeps its plan (:attr:`~.state.DropITState.save_plan`): building these
+    afresh at every call cost a few microseconds of host time a layer, which a host-bound GPU
+    step pays one for one. :meth:`keep` selects and encodes exactly as :func:`keep_fixed` does.
+
+    Example:
+        >>> x = torch.randn(4, 16)
+        >>> plan = SavePlan(x, 0.75, 'mink')
+        >>> plan.kept, plan.encoding, plan.layout.nbytes
+        (16, 'bitmask', 72)
+        >>> tensors = plan.keep(x.view(-1))
+        >>> [tuple(t.shape) for t in tensors]
+        [(8,), (16,)]
+    """
+
+    __slots__ = ('key', 'gamma', 'strategy', 'compress', 'fixed', 'numel', 'kept', 'encoding',
+                 'bitmask', 'layout', 'workspace')
+
+    def __init__(self, x: torch.Tensor, gamma: float, strategy: str) -> None:
+        self.key = self.key_of(x, gamma, strategy)
+        self.gamma, self.strategy = gamma, strategy
+        numel, size = x.numel(), x.element_size()
+        self.compress = worth_compressing(gamma, size)
+        self.fixed = strategy in FIXED_COUNT
+        self.numel = numel
+        self.kept = kept_count(numel, gamma)
+        self.encoding = smaller_encoding(numel, self.kept, size)
+        self.bitmask = self.encoding == 'bitmask'
+        self.workspace = numel * size  # backward rebuilds the dense input
+        if not self.compress:
+            self.layout = dense_layout(x)
+        elif self.fixed:
+            self.layout = CompactLayout(x.shape, x.dtype, self.encoding, None,
+                                        encoded_bytes(numel, self.kept, size)[self.encoding])
+        else:  # mink_approx: the count, hence the layout, depends on the data
+            self.layout = None
+
+    @staticmethod
+    def key_of(x: torch.Tensor, gamma: float, strategy: str) -> tuple:
+        """What a plan depends on; a plan whose key differs is made again."""
+        return x.shape, x.dtype, x.device, gamma, strategy
+
+    def keep(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed-count selection of ``flat`` (the input flattened), encoded: what
+        :func:`keep_fixed` returns, placeholders in a checkpoint's first pass included."""
+        if saved_tensors_dropped():
+            return _keep_shapes(flat, self.gamma, self.strategy, self.encoding)
+        if through_dispatcher():
+            return torch.ops.mmdropit.keep(flat, self.gamma, self.strategy, self.encoding)
+        fused = fused_ops(flat) if self.strategy == 'mink' else None
+        if fused is not None:
+            return fused.keep_topk(flat, self.kept, self.bitmask)
+        keep, scale = select(self.strategy, flat, self.gamma)
+        return encode(flat, keep, scale, self.encoding)

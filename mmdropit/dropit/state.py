@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -27,6 +28,9 @@ class DropITState:
             to the ints instead, where the tensor would cost a GPU step four kernel launches a
             layer (host time, on a host-bound step).
         dense_warned: Whether the "kept dense" warning was given.
+        save_plan: How the last input was saved (:class:`~.ops.SavePlan`: count kept,
+            encoding, layout), reused while inputs keep their shape, dtype and device and
+            gamma and strategy stay the same (``None`` before the first).
 
     Example:
         >>> state = DropITState('blocks.0.mlp.fc1', gamma=0.9, base_gamma=0.9, strategy='mink')
@@ -43,6 +47,7 @@ class DropITState:
     seen_elements: int = field(default=0, repr=False)
     counters: torch.Tensor | None = field(default=None, repr=False)
     dense_warned: bool = field(default=False, repr=False)
+    save_plan: Any = field(default=None, repr=False, compare=False)
 
     def totals(self) -> tuple[int, int]:
         """Elements kept and seen since the counters were last reset, eager and compiled

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _eager_only = False
 
@@ -28,6 +28,20 @@ def eager_only() -> Iterator[None]:
         _eager_only = before
 
 
+def _environment_reader() -> Callable[[], object]:
+    """Reads ``MMDROPIT_FUSED`` afresh at each call (a test may set it at any time), from the
+    dictionary behind ``os.environ`` where there is one: ``os.environ.get`` encodes the name
+    and decodes the value each time, ~1 us of host time, and DropIT asks twice a layer."""
+    data, encode = getattr(os.environ, '_data', None), getattr(os.environ, 'encodekey', None)
+    if not isinstance(data, dict) or encode is None:
+        return lambda: os.environ.get('MMDROPIT_FUSED') == '0'
+    key, off = encode('MMDROPIT_FUSED'), os.environ.encodevalue('0')
+    return lambda: data.get(key) == off
+
+
+_fused_off_by_environment = _environment_reader()
+
+
 def fused_enabled() -> bool:
     """False inside :func:`eager_only` and when ``MMDROPIT_FUSED=0`` asks for the eager path."""
-    return not _eager_only and os.environ.get('MMDROPIT_FUSED', '1') != '0'
+    return not _eager_only and not _fused_off_by_environment()

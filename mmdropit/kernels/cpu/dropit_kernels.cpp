@@ -185,6 +185,10 @@ inline uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// Inputs of at most this many elements select among their keys directly (nth_element): the
+// histograms' 64 KiB of counters cost more to zero than such an input costs to select in.
+constexpr int64_t kSmallInput = 2048;
+
 // Per chunk, how many keys lie above `threshold` and how many equal it.
 template <typename scalar_t>
 void count_around(const scalar_t* data, const Chunks& chunks, int64_t threshold,
@@ -231,11 +235,20 @@ void bracket_chunk(const scalar_t* data, int64_t begin, int64_t end, uint32_t lo
 // above it and equal it. On large inputs the quantiles of a sample bracket it; one pass counts
 // the keys on either side of the bracket and collects those inside (a few percent), where the
 // key is selected. When the bracket misses (the keys below it reach the rank, or those inside
-// do not), and on small inputs, histograms find it and one more pass counts.
+// do not), and on mid-sized inputs, histograms find it and one more pass counts; inputs of at
+// most kSmallInput elements select among their keys.
 template <typename scalar_t>
 int64_t find_threshold(const scalar_t* data, const Chunks& chunks, int64_t rank,
                        std::vector<int64_t>& above, std::vector<int64_t>& equal) {
   const int64_t numel = chunks.numel;
+  if (numel <= kSmallInput) {  // the keys themselves: cheaper than zeroing the histograms
+    std::vector<uint32_t> keys(numel);
+    for (int64_t i = 0; i < numel; ++i) keys[i] = magnitude_key(data[i]);
+    std::nth_element(keys.begin(), keys.begin() + (rank - 1), keys.end());
+    const int64_t threshold = keys[rank - 1];
+    count_around(data, chunks, threshold, above, equal);
+    return threshold;
+  }
   const int64_t sample_lines = std::min(kMaxSampleLines, numel / kElementsPerLine);
   const int64_t sample_size = sample_lines * kLineElements;
   const double quantile = double(rank) / double(numel);

@@ -91,8 +91,10 @@ def load() -> bool:
     return False
 
 
+DTYPES = frozenset((torch.float32, torch.float64, torch.bfloat16, torch.float16))
+"""Input dtypes the kernels take."""
+
+
 def usable(x: torch.Tensor) -> bool:
     """Whether the fused kernels can run on ``x`` (a floating CPU tensor, kernels loaded)."""
-    return (x.device.type == 'cpu' and x.dtype in (torch.float32, torch.float64, torch.bfloat16,
-                                                   torch.float16)
-            and fused_enabled() and load())
+    return x.is_cpu and x.dtype in DTYPES and fused_enabled() and load()

@@ -1,0 +1,97 @@
+"""A DropIT layer's host path stays lean: the operators it runs forward and backward (each one a
+kernel launch on a GPU, host time on a host-bound step) are counted and bounded, and what it
+works out once per input shape is not rebuilt at every call. Correctness only: no timings."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mmdropit import to_dropit
+from mmdropit.bench.host_cost import count_layer_ops
+from mmdropit.kernels import cpu as fused_cpu
+from mmdropit.kernels.switch import eager_only
+
+PLAIN = count_layer_ops(None)
+
+# (strategy, fused): at most these many operators forward / backward, and syncs. The fused
+# mink adds one operator each way to the plain Linear's (keep_topk; scatter_bitmask); the eager
+# paths run the selection and bit packing as separate operators.
+BOUNDS = {
+    ('mink', True): (PLAIN.forward + 1, PLAIN.backward + 1, 0),
+    ('mink', False): (10, 7, 2),
+    ('random', True): (9, PLAIN.backward + 1, 1),
+    ('random', False): (9, 7, 1),
+}
+
+
+def test_the_plain_linear_runs_one_operator_forward_and_three_backward():
+    assert (PLAIN.forward, PLAIN.backward, PLAIN.syncs) == (1, 3, 0)
+    assert PLAIN.forward_names == ('aten::addmm',)
+
+
+@pytest.mark.parametrize(('strategy', 'fused'), list(BOUNDS))
+def test_a_dropit_linear_runs_no_more_operators_than_its_bound(strategy, fused):
+    if fused and not fused_cpu.load():
+        pytest.skip('the fused CPU kernels are not built')
+    counts = count_layer_ops(strategy, fused=fused)
+    forward, backward, syncs = BOUNDS[strategy, fused]
+    assert counts.forward <= forward, counts.forward_names
+    assert counts.backward <= backward, counts.backward_names
+    assert counts.syncs <= syncs
+
+
+def test_the_fused_mink_adds_its_two_kernels_alone():
+    if not fused_cpu.load():
+        pytest.skip('the fused CPU kernels are not built')
+    counts = count_layer_ops('mink', fused=True)
+    assert counts.forward_names == ('mmdropit_cpu::keep_topk', 'aten::addmm')
+    assert counts.backward_names == ('aten::mm', 'mmdropit_cpu::scatter_bitmask', 'aten::mm',
+                                     'aten::sum')
+
+
+def _step(layer: nn.Module, x: torch.Tensor) -> None:
+    layer(x).sum().backward()
+
+
+def test_the_save_plan_is_made_once_per_input_shape_and_gamma():
+    layer = to_dropit(nn.Linear(16, 8), gamma=0.9, exclude=[])
+    x = torch.randn(4, 16, requires_grad=True)
+    _step(layer, x)
+    plan = layer.dropit.save_plan
+    for _ in range(3):
+        _step(layer, x)
+    assert layer.dropit.save_plan is plan  # reused, layout included
+    _step(layer, torch.randn(5, 16))
+    assert layer.dropit.save_plan is not plan and layer.dropit.save_plan.numel == 80
+    layer.dropit.gamma = 0.5
+    _step(layer, torch.randn(5, 16))
+    assert layer.dropit.save_plan.kept == 40
+
+
+@pytest.mark.parametrize('fused', [True, False])
+def test_a_reused_plan_saves_what_a_fresh_one_saves(fused):
+    """Gradients of steps on a cached plan equal those of a layer seeing the shape first."""
+    torch.manual_seed(0)
+    layer = to_dropit(nn.Linear(16, 8), gamma=0.9, exclude=[])
+    fresh = to_dropit(nn.Linear(16, 8), gamma=0.9, exclude=[])
+    fresh.load_state_dict(layer.state_dict())
+    first, second = torch.randn(6, 16), torch.randn(6, 16)
+    with eager_only() if not fused else torch.enable_grad():
+        _step(layer, first)
+        layer.zero_grad()
+        _step(layer, second)  # the plan made for `first`
+        _step(fresh, second)
+    assert torch.equal(layer.weight.grad, fresh.weight.grad)
+    assert torch.equal(layer.bias.grad, fresh.bias.grad)
+
+
+def test_the_host_cost_command_writes_its_table(tmp_path, capsys):
+    from mmdropit.bench.host_cost import main
+    path = tmp_path / 'host_cost.json'
+    main(['--blocks', '2', '--rounds', '2', '--steps', '1', '--warmup', '1',
+          '--strategies', 'mink', '--json', str(path)])
+    assert '| mink-eager |' in capsys.readouterr().out
+    import json
+    rows = {row['variant']: row for row in json.loads(path.read_text())['rows']}
+    assert set(rows) == {'plain', 'mink', 'mink-eager'} and rows['plain']['ratio_min'] == 1.0
