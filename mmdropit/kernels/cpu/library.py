@@ -1,8 +1,9 @@
 """Where the fused CPU kernels are built, whether the built library matches, and loading it.
 
 The library is built into ``$MMDROPIT_KERNELS_DIR`` or, by default, a folder named after the
-torch version under torch's extension root (``$TORCH_EXTENSIONS_DIR``, else
-``$XDG_CACHE_HOME/torch_extensions``, ``~/.cache/torch_extensions``). A stamp beside it records
+torch version and the sources' stamp under torch's extension root (``$TORCH_EXTENSIONS_DIR``,
+else ``$XDG_CACHE_HOME/torch_extensions``, ``~/.cache/torch_extensions``), so that checkouts of
+different sources on one machine never replace each other's build. A stamp beside it records
 a hash of the C++ sources, the compiler flags and the torch version; a library whose stamp
 differs (a source changed, torch was upgraded) is not loaded. :mod:`..switch` turns the kernels
 off for comparisons.
@@ -40,7 +41,8 @@ def build_directory() -> Path:
         return Path(chosen)
     root = os.environ.get('TORCH_EXTENSIONS_DIR') or Path(
         os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache') / 'torch_extensions'
-    return Path(root) / f"{NAME}_torch{torch.__version__.replace('+', '_')}"
+    version = torch.__version__.replace('+', '_')
+    return Path(root) / f'{NAME}_torch{version}_{source_stamp()[:12]}'
 
 
 def library_path() -> Path:
@@ -48,6 +50,7 @@ def library_path() -> Path:
     return build_directory() / f'{NAME}.so'
 
 
+@functools.cache
 def source_stamp() -> str:
     """A hash of what the library is built from: sources, flags and torch version."""
     digest = hashlib.sha256()
