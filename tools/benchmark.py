@@ -17,6 +17,7 @@ Example:
     python tools/benchmark.py --budget --lossy-grid --models deit_small  # ... checked on grids
     python tools/benchmark.py --ogc-table --ogc-scale 8      # plans on the OGC paper's 18 models
     python tools/benchmark.py --compile-budget --models deit_small,resnet50   # vs compile's budget
+    python tools/benchmark.py --frontier --models deit_small --batch-size 64  # vs simple recipe
     python tools/benchmark.py --compile reduce-overhead --device cuda --models deit_small \
         --variants bf16-autocast,dropit-mink+bf16   # compiled, replayed as CUDA graphs
 
@@ -34,27 +35,21 @@ import torch
 from mmdropit.bench import (BASELINE, BUDGET_VARIANTS, CURVE_VARIANTS, DEFAULT_VARIANTS,
                             MICRO_VARIANTS, Measurement, SuiteSettings, catalogue, run_suite,
                             write_results)
+from mmdropit.bench.selection import known_names, run_variants
 from mmdropit.bench.budget_grid import GRID_MICRO_BATCHES, GRID_PLANS, LOSSY_GRID_SETTINGS
 from mmdropit.bench.compile_budget import run_comparison, write_comparison
 from mmdropit.bench.fsdp import FSDP_RANKS, run_fsdp
 from mmdropit.bench.models import DET_IMAGE_SIZE, MODELS, parse_image_size
 from mmdropit.bench.ogc_models import OGC_ROWS
 from mmdropit.bench.ogc_table import run_ogc_table, write_ogc_results
-from mmdropit.bench.variants import budget_run
+from mmdropit.bench.variants import FRONTIER_MODELS
 
 DEFAULT_OUT = 'work_dirs/benchmark'
 COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
 QUICK_MODELS = ('deit_tiny', 'resnet50')
 QUICK_BATCH_SIZE = 4
 QUICK_STEPS = 1
-
-
-def _names(text: str, known: dict, what: str) -> list[str]:
-    names = [name.strip() for name in text.split(',') if name.strip()]
-    unknown = [name for name in names if name not in known]
-    if unknown or not names:
-        raise SystemExit(f'unknown {what} {unknown or text!r}; choose from {", ".join(known)}')
-    return names
+PLOTS = ('checkpoint_curve.png', 'budget_curve.png', 'frontier.png')
 
 
 def _wrote(out: Path, *names: str) -> None:
@@ -70,9 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--config', action='append', default=[],
                         help='also measure the model of this MMEngine config on the first batch '
                         'of its train dataloader (repeatable)')
-    parser.add_argument('--variants', default=','.join(DEFAULT_VARIANTS),
-                        help=f'comma list from {", ".join(variants)} (the baseline is always run; '
-                        f'default: {", ".join(DEFAULT_VARIANTS)})')
+    parser.add_argument('--variants', help=f'comma list from {", ".join(variants)} (the baseline '
+                        f'is always run; default: {", ".join(DEFAULT_VARIANTS)}; with '
+                        '--frontier: narrows its set)')
     parser.add_argument('--curve', action='store_true',
                         help='measure the memory-vs-time curve of checkpointing instead: '
                         f'{", ".join(CURVE_VARIANTS)}; also writes checkpoint_curve.png')
@@ -81,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument('--budget', action='store_true',
                         help='measure the memory-budget planner (MemoryBudgetHook) instead, '
                         'beside each technique alone: ' + ', '.join(BUDGET_VARIANTS))
+    parser.add_argument('--frontier', action='store_true', help='measure the frontier instead: '
+                        'the simple recipe (bf16, per-block checkpointing, 2 / 4 micro-batches, '
+                        'combined; on a GPU torch.compile) beside ours (plans, budgets exact and '
+                        'lossy; on a GPU offload), as peak against time, each point marked '
+                        'dominated or not; also writes frontier.png (default models: '
+                        f'{",".join(FRONTIER_MODELS)})')
     shares = '/'.join(str(p) for p in GRID_PLANS if isinstance(p, float))
     parser.add_argument('--grid', action='store_true', help=f'with --budget: also measure '
                         f'every combination of {"/".join(map(str, GRID_MICRO_BATCHES))} '
@@ -131,25 +132,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise SystemExit('--device cuda: torch sees no CUDA device here; leave --device out')
     if args.ogc_scale < 1:
         raise SystemExit('--ogc-scale must be at least 1')
-    if args.ogc_table:
-        args.models = _names(args.models or ','.join(OGC_ROWS), OGC_ROWS, 'OGC table row')
-    elif args.models or not args.config:
-        args.models = _names(args.models or ','.join(QUICK_MODELS if args.quick else MODELS),
-                             MODELS, 'model')
-    else:
-        args.models = []
     missing = [path for path in args.config if not os.path.isfile(path)]
     if missing:
         raise SystemExit(f'config file(s) not found: {", ".join(missing)}')
-    if args.budget:
-        args.variants = budget_run(args.grid, args.lossy_grid)
-    elif args.grid or args.lossy_grid:
-        raise SystemExit('--grid and --lossy-grid check the memory-budget planner: use them '
-                         'with --budget')
-    elif args.curve or args.micro:
-        args.variants = list(CURVE_VARIANTS if args.curve else MICRO_VARIANTS)
-    else:
-        args.variants = _names(args.variants, variants, 'variant')
+    try:  # the names given, checked; the variants of the run chosen
+        if args.ogc_table:
+            args.models = known_names(args.models or ','.join(OGC_ROWS), OGC_ROWS, 'OGC table row')
+        elif args.models or not args.config:
+            args.models = known_names(args.models or ','.join(
+                QUICK_MODELS if args.quick else FRONTIER_MODELS if args.frontier else MODELS),
+                MODELS, 'model')
+        else:
+            args.models = []
+        args.variants = run_variants(
+            args.variants, budget=args.budget, grid=args.grid, lossy_grid=args.lossy_grid,
+            curve=args.curve, micro=args.micro, frontier=args.frontier, device=args.device,
+            compiled=args.compile is not None)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     batch_size, steps = (QUICK_BATCH_SIZE, QUICK_STEPS) if args.quick else (16, 3)
     args.batch_size = batch_size if args.batch_size is None else args.batch_size
     args.steps = steps if args.steps is None else args.steps
@@ -187,9 +187,9 @@ def main(argv: list[str] | None = None) -> list[Measurement] | list[dict]:
                              None if args.compile in (None, 'default') else args.compile,
                              args.det_image_size)
     results = run_suite(args.models, args.config, chosen, settings)
-    table = write_results(results, settings, out, curve=args.curve)
-    plots = [plot for plot in ('checkpoint_curve.png', 'budget_curve.png')
-             if (out / plot).is_file() and (args.curve or args.budget)]
+    table = write_results(results, settings, out, curve=args.curve, frontier=args.frontier)
+    plots = [plot for plot, run in zip(PLOTS, (args.curve, args.budget or args.frontier,
+                                               args.frontier)) if run and (out / plot).is_file()]
     print(f'\n{table}')
     _wrote(out, 'benchmark.md', 'benchmark.json', 'benchmark.png', *plots)
     return results.measurements

@@ -6,6 +6,9 @@
   undone, and the catalogue of variants built from them;
 - :mod:`.harness`: saved bytes, the step peak and alternated step times of every variant;
 - :mod:`.suite`, :mod:`.report` and :mod:`.plot`: a whole run, its table, JSON and plots;
+  :mod:`.selection`: which variants a run measures;
+- :mod:`.frontier`: every point of a run as (peak, time), dominated or not, ours checked
+  against the simple recipe (bf16, per-block checkpointing, micro-batches, compile);
 - :mod:`.fsdp`: bytes per process under DDP and FSDP2;
 - :mod:`.ogc_table` and :mod:`.compile_budget`: our plans beside the OGC paper's table and
   beside ``torch.compile``'s activation memory budget.

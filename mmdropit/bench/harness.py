@@ -66,10 +66,11 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
 
     Per variant, one step under the saved-tensor meter (it is also the warm-up: the meter does not
     slow the step down, and the optimizer creates its state there) and one under the peak meter.
-    A compiled model (``compiled``) first takes one step per variant without meters, which
-    compiles what the timed steps run; its graph breaks go to ``work.graph_breaks``. Its
-    saved-tensor step runs eagerly (the meter's hooks would break the graph at every saved
-    tensor): *saved* is the eager step's, the peak and the time the compiled one's.
+    A compiled model (``compiled``, or a variant that compiles it: ``variant.compiled``) first
+    takes one step per variant without meters, which compiles what the timed steps run; its
+    graph breaks go to ``work.graph_breaks``. Its saved-tensor step runs eagerly (the meter's
+    hooks would break the graph at every saved tensor): *saved* is the eager step's, the peak
+    and the time the compiled one's.
     Then ``steps`` rounds time every variant once, in order, so each variant's step is timed next
     to a baseline step under the same machine load.
 
@@ -90,9 +91,10 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
     for variant in variants:
         try:
             with variant.prepare(work):
-                if compiled:
+                if compiled or variant.compiled:
                     _compiling_step(work, variant, optimizer)
-                with SavedTensorMeter(work.model) as saved_meter, _eager_if(compiled):
+                with SavedTensorMeter(work.model) as saved_meter, \
+                        _eager_if(compiled or variant.compiled):
                     train_step(work, variant, optimizer)
                 with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
                     train_step(work, variant, optimizer)

@@ -197,3 +197,61 @@ def plot_allocation_timelines(snapshots: dict[str, dict], path: str | Path,
     ax.legend()
     figure.savefig(path, dpi=110)
     return Path(path)
+
+
+_PRECISION_COLOURS = {'fp32': 'tab:blue', 'bf16': 'tab:orange', 'fp16': 'tab:purple',
+                      'lossy': 'tab:green'}
+
+
+def plot_frontier(placed: dict, path: str | Path) -> Path:
+    """Draw each model's frontier: step peak against step time, both as ratios to the fp32
+    plain step, one panel per model. Simple baselines are circles, ours stars, coloured by
+    precision; each precision's frontier (its points and the more exact ones that no point at
+    least as exact dominates) is a staircase in its colour; dominated points are drawn faint.
+
+    Args:
+        placed: Lists of :class:`~.frontier.Placed` by model (:func:`~.frontier.place`).
+        path: The PNG file to write; its folder must exist.
+
+    Example:
+        >>> import tempfile
+        >>> from .frontier import Point, place
+        >>> rows = place([Point('baseline', 10, 1.0), Point('grad-ckpt', 4, 1.3),
+        ...               Point('budget-0.5', 5, 1.1, ours=True)])
+        >>> plot_frontier({'m': rows}, Path(tempfile.mkdtemp()) / 'frontier.png').suffix
+        '.png'
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .frontier import EXACTNESS, dominates
+
+    models = list(placed)
+    figure = Figure(figsize=(6.5 * max(1, len(models)), 5.5), layout='constrained')
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, max(1, len(models)), squeeze=False)[0]
+    for ax, model in zip(axes, models):
+        rows = [p for p in placed[model] if p.peak_vs_fp32 is not None
+                and p.time_vs_fp32 is not None]
+        for precision in dict.fromkeys(p.point.precision for p in rows):
+            arena = [p for p in rows if EXACTNESS[p.point.precision] <= EXACTNESS[precision]]
+            line = sorted((p for p in arena if not any(dominates(q.point, p.point)
+                                                       for q in arena)),
+                          key=lambda p: p.time_vs_fp32)
+            ax.step([p.time_vs_fp32 for p in line], [p.peak_vs_fp32 for p in line], where='post',
+                    color=_PRECISION_COLOURS.get(precision, 'black'), alpha=0.6,
+                    label=f'frontier, {precision} and more exact')
+        for p in rows:
+            ax.plot(p.time_vs_fp32, p.peak_vs_fp32, '*' if p.point.ours else 'o',
+                    markersize=11 if p.point.ours else 7,
+                    color=_PRECISION_COLOURS.get(p.point.precision, 'black'),
+                    alpha=1.0 if p.on_frontier else 0.35)
+            ax.annotate(p.name, (p.time_vs_fp32, p.peak_vs_fp32), textcoords='offset points',
+                        xytext=(5, 3), fontsize=7, alpha=1.0 if p.on_frontier else 0.5)
+        ax.set_title(f'{model} (o simple, * ours; faint: dominated)')
+        ax.set_xlabel('step time (x fp32 plain step)')
+        ax.set_ylabel('step peak (x fp32 plain step)')
+        ax.grid(alpha=0.3)
+        ax.legend(loc='upper right', fontsize=7)
+    figure.savefig(path, dpi=110)
+    return Path(path)

@@ -22,9 +22,10 @@ from ..reporting import progress_bar, provenance, provenance_markdown
 from .budget_grid import GRID_VARIANTS, LOSSY_GRID_VARIANTS, check_against_grid, grid_markdown
 from .harness import benchmark_workload
 from .models import DET_IMAGE_SIZE, DETECTION_MODELS, IMAGE_SIZE, MODELS, config_workload
-from .plot import plot_ratios, plot_tradeoff
+from .frontier import frontier_points, frontier_section, place
+from .plot import plot_frontier, plot_ratios, plot_tradeoff
 from .report import Measurement, compare, markdown_table, progress_line, write_json
-from .variants import BASELINE, BUDGET_VARIANTS, CURVE_BUDGETS, Variant
+from .variants import BASELINE, BUDGET_VARIANTS, CURVE_BUDGETS, Variant, catalogue
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def run_suite(models: list[str], configs: list[str], variants: list[Variant],
                  for budget, decision in work.split_decisions.items()})
             results.budget_outcomes.update(
                 {f'{work.name} / {key}': outcome for key, outcome in work.budget_outcomes.items()})
-            if settings.compile:
+            if work.graph_breaks:  # a compiled run, or variants that compile
                 results.graph_breaks.update(
                     {f'{work.name} / {key}': count for key, count in work.graph_breaks.items()})
             del work
@@ -141,6 +142,11 @@ def _markdown(table: str, meta: dict) -> str:
                 'variant before the metered ones compiles it without the meters); graph breaks '
                 'per model / variant: ' + ', '.join(f'{key} {count}' for key, count
                                                 in meta['graph_breaks'].items()) + '.\n\n')
+    if meta.get('compiled_variant_graph_breaks'):
+        compiled += ('Variants that compile the model (`torch.compile`, inductor, default mode; '
+                     'an untimed step first, the saved tensors metered eagerly); graph breaks: '
+                     + ', '.join(f'{key} {count}' for key, count
+                                 in meta['compiled_variant_graph_breaks'].items()) + '.\n\n')
     return (
         '# Memory benchmark\n\n' + provenance_markdown(meta['provenance']) + '\n'
         f"Device: {meta['device']}. Batch {meta['batch_size']} at {IMAGE_SIZE}x{IMAGE_SIZE} "
@@ -157,10 +163,11 @@ def _markdown(table: str, meta: dict) -> str:
 
 
 def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
-                  curve: bool = False) -> str:
+                  curve: bool = False, frontier: bool = False) -> str:
     """Write ``benchmark.md``, ``benchmark.json`` and ``benchmark.png`` into ``out``, with
     ``curve`` also ``checkpoint_curve.png``, and ``budget_curve.png`` when memory-budget
-    variants ran; return the markdown table."""
+    variants ran; with ``frontier``, each model's frontier (:mod:`.frontier`) in the table,
+    the JSON (``meta['frontier']``) and ``frontier.png``; return the markdown table."""
     table = markdown_table(results.measurements, BASELINE)
     meta = {
         'provenance': provenance(),
@@ -172,6 +179,7 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
         'timed_rounds': settings.steps,
         'seed': settings.seed,
         'graph_breaks': results.graph_breaks if settings.compile else None,
+        'compiled_variant_graph_breaks': None if settings.compile else results.graph_breaks,
         'compile_mode': settings.compile_mode,
         'skipped': results.skipped,
         'micro_batch_decisions': {key: dict(dataclasses.asdict(decision), text=str(decision))
@@ -186,6 +194,14 @@ def write_results(results: SuiteResults, settings: SuiteSettings, out: Path,
                                for check in checks]
         table += ('\nThe planner beside the fastest grid point that fits its budget (measured '
                   'step peak; times as ratios to the baseline):\n\n' + grid_markdown(checks))
+    if frontier:
+        kinds = {name: (variant.precision, variant.simple)
+                 for name, variant in catalogue().items()}
+        placed = {model: place(points) for model, points in frontier_points(
+            compare(results.measurements, BASELINE), kinds, meta['budget_decisions']).items()}
+        meta['frontier'] = {model: [p.to_json() for p in rows] for model, rows in placed.items()}
+        table += frontier_section(placed)
+        plot_frontier(placed, out / 'frontier.png')
     (out / 'benchmark.md').write_text(_markdown(table, meta))
     write_json(results.measurements, out / 'benchmark.json', BASELINE, meta)
     plot_ratios(results.measurements, out / 'benchmark.png', BASELINE)

@@ -55,6 +55,38 @@ def grad_checkpointing(work: Workload) -> Iterator[None]:
         work.set_grad_checkpointing(False)
 
 
+def stacked(*prepares: Prepare | None) -> Prepare:
+    """The preparations given (``None`` skipped), entered in order, left in reverse."""
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for each in prepares:
+                if each is not None:
+                    stack.enter_context(each(work))
+            yield
+    return prepare
+
+
+@contextlib.contextmanager
+def compiled_forward(work: Workload) -> Iterator[None]:
+    """The model's forward compiled (``torch.compile``, inductor's default mode), compiled once
+    per workload (:meth:`Workload.compile`'s way: the loss closures call the model); the
+    forward before it is put back on exit. Dynamo guards on autocast and on the model's
+    checkpointing switch: a variant that changes them compiles again."""
+    model = work.model
+    before = model.__dict__.get('forward')  # an instance attribute, e.g. an earlier compile
+    if work.compiled_forward is None:
+        work.compiled_forward = torch.compile(model.forward)
+    model.forward = work.compiled_forward
+    try:
+        yield
+    finally:
+        if before is None:
+            del model.forward
+        else:
+            model.forward = before
+
+
 BF16 = MixedPrecisionConfig('bfloat16', where='bf16 autocast')
 """bfloat16 autocast (no loss scaling)."""
 FP16 = MixedPrecisionConfig('float16', where='fp16 autocast')

@@ -54,6 +54,8 @@ class Workload:
             it on (``None``: off).
         graph_breaks: Graph breaks ``torch.compile`` made in each variant's measured steps, by
             variant name (a compiled run only).
+        compiled_forward: The model's forward compiled by a compiled variant, kept for the
+            others (``None``: not yet).
     """
 
     name: str
@@ -70,6 +72,7 @@ class Workload:
     offloaded: dict[float, tuple[str, ...]] = field(default_factory=dict)
     switched_precision: MixedPrecisionConfig | None = None
     graph_breaks: dict[str, int] = field(default_factory=dict)
+    compiled_forward: Callable | None = None
 
     def compile(self, **options) -> None:
         """Compile the model's forward in place (``torch.compile(model.forward, **options)``):

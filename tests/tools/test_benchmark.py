@@ -97,6 +97,37 @@ def test_a_bad_detection_image_size_is_one_line():
     assert "'1333' is not WIDTHxHEIGHT (e.g. 1333x800)" in run.stderr
 
 
+@pytest.mark.parametrize('args,message', [
+    (['--frontier', '--budget'], '--frontier is a run of its own'),
+    (['--frontier', '--compile'], '--frontier is a run of its own'),
+    (['--frontier', '--variants', 'micro-3'], "unknown variant ['micro-3']"),
+])
+def test_a_frontier_run_refuses_what_does_not_go_with_it_in_one_line(args, message):
+    run = _benchmark(*args)
+    assert run.returncode != 0 and 'Traceback' not in run.stderr
+    assert run.stderr.strip().startswith(message)
+
+
+@pytest.mark.slow
+def test_a_frontier_run_marks_each_point_and_draws_the_frontier(tmp_path):
+    out = tmp_path / 'frontier'
+    config = ROOT / 'configs' / 'tiny' / 'vit-tiny_mnist5k.py'
+    run = _benchmark('--config', str(config), '--frontier', '--variants',
+                     'grad-ckpt,micro-2+bf16,budget-0.5', '--steps', '1', '--device', 'cpu',
+                     '--out', str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((out / 'benchmark.json').read_text())
+    assert [row['variant'] for row in result['rows']] == [
+        'baseline', 'bf16-autocast', 'grad-ckpt', 'micro-2+bf16', 'budget-0.5']
+    points = {row['name']: row for row in result['meta']['frontier']['vit-tiny_mnist5k']}
+    assert points['micro-2+bf16']['precision'] == 'bf16' and points['budget-0.5']['ours']
+    assert points['bf16-autocast']['peak_ratio'] == 1.0 == points['baseline']['time_ratio']
+    assert points['budget-0.5']['budget_bytes'] > 0
+    assert '## Frontier: peak against time' in (out / 'benchmark.md').read_text()
+    assert (out / 'frontier.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    assert 'frontier.png' in run.stdout
+
+
 def test_unknown_config_is_one_line(tmp_path):
     run = _benchmark('--config', 'no/such.py')
     assert run.returncode != 0 and 'Traceback' not in run.stderr

@@ -111,9 +111,27 @@ def test_the_ogc_stage_runs_the_table_at_the_papers_batch_sizes(tmp_path):
             in result.stdout)
 
 
+def test_the_frontier_stage_runs_each_model_at_its_batch_in_bf16(tmp_path):
+    result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'frontier',
+                   'frontier-resnet50@100')
+    assert result.returncode == 0, result.stderr
+    deit, resnet, limited = result.stdout.splitlines()
+    assert '--device cuda --frontier --models deit_small --batch-size 256 --steps 5 ' in deit
+    assert f'--out {tmp_path}/frontier-deit_small ' in deit
+    assert '--frontier --models resnet50 --batch-size 128 ' in resnet
+    assert limited.startswith('timeout 100 ') and '--models resnet50 --batch-size 128' in limited
+    variants = deit.split('--variants ')[1].split()[0].split(',')
+    assert {'bf16-autocast', 'grad-ckpt+bf16', 'micro-2+bf16', 'micro-4+bf16', 'compile+bf16',
+            'ckpt-plan-0.5+bf16', 'ckpt-plan-min+bf16', 'budget-0.5+bf16', 'budget-least+bf16',
+            'offload-0.5+bf16'} <= set(variants)
+    from mmdropit.bench import catalogue
+    assert set(variants) <= set(catalogue())
+
+
 @pytest.mark.parametrize('args,message', [
     ([], 'usage: bash tools/gpu/on_device.sh'),
     (['/tmp/out', 'benchmark'], "error: unknown stage 'benchmark'"),
+    (['/tmp/out', 'frontier-vgg16'], "error: unknown stage 'frontier-vgg16'"),
     (['/tmp/out', 'bench@5m'], "error: stage 'bench@5m': the limit after @ must be whole seconds"),
 ])
 def test_on_device_refuses_bad_arguments_in_one_line(args, message):
@@ -131,6 +149,24 @@ def test_the_summary_is_one_row_per_variant(tmp_path):
     assert table[2].split() == ['deit_small', 'ckpt-plan-min', '0.50', '0.25', '1.25', '0.96',
                                 '2.00', 'GiB', '(cuda)']
     assert 'host' in table[0].split()
+
+
+def test_the_summary_ends_with_each_frontier(tmp_path):
+    from mmdropit.bench.frontier import Point, place
+
+    placed = place([Point('baseline', 100, 1.0), Point('micro-4+bf16', 20, 0.5, 'bf16'),
+                    Point('bf16-autocast', 60, 0.45, 'bf16'),
+                    Point('budget-0.5+bf16', 30, 0.6, 'bf16', True, 50)])
+    rows = [Measurement('deit_small', p.name, SavedActivations(1), StepPeak('cuda', 1), 1.0)
+            for p in placed]
+    (tmp_path / 'frontier').mkdir()
+    write_json(rows, tmp_path / 'frontier' / 'benchmark.json',
+               meta={'device': 'cuda', 'frontier': {'deit_small': [p.to_json() for p in placed]}})
+    lines = run_tool('tools/gpu/summary.py', str(tmp_path)).stdout.splitlines()
+    assert lines[-5].startswith('frontier deit_small: point')
+    assert lines[-1].split() == ['budget-0.5+bf16', 'ours', '0.50', '0.30', '1.33',
+                                 'micro-4+bf16', 'BEATEN', 'by', 'micro-4+bf16', '(1.20x)',
+                                 'fastest', 'fitting', 'micro-4+bf16', '(1.20x)']
 
 
 def test_the_snapshot_script_says_it_needs_cuda(tmp_path):

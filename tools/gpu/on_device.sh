@@ -35,6 +35,13 @@
 #                    ops; detect/)
 #   ogc              our plans on the OGC paper's 18 models at its own batch sizes (--ogc-table
 #                    --ogc-scale 1), where its GPU figures compare directly (ogc/)
+#   frontier         the frontier (--frontier): DeiT-S at batch 256 and ResNet-50 at batch 128,
+#                    one process each, bf16 autocast as the model's precision (what an
+#                    AmpOptimWrapper would run): the simple recipe (bf16, per-block
+#                    checkpointing, 2 / 4 micro-batches, torch.compile) beside our plans, the
+#                    budget at 0.5 / 0.25 / least and offload, each point dominated or not
+#                    (FRONTIER_VARIANTS, FRONTIER_STEPS timed rounds; frontier-<model>/)
+#   frontier-MODEL   the same for one model (frontier-deit_small, frontier-resnet50)
 #   snapshot         CUDA memory snapshots of a DeiT-S baseline step and a planned one (HTML)
 #   summary          a short table of every benchmark.json under OUT, printed last
 # A stage may end in @SECONDS (kernel-tests@90): its command is stopped after that long, and the
@@ -45,7 +52,8 @@ if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ $# -lt 2 ]]; then
   echo "usage: bash tools/gpu/on_device.sh [--dry-run] OUT STAGE... (stages: setup mmcv" \
        "mmcv-background mmcv-wait mmcv-save mmcv-lite kernel-tests tests bench bench-MODEL" \
-       "compiled detect ogc snapshot summary, each optionally @SECONDS)" >&2
+       "compiled detect ogc frontier frontier-MODEL snapshot summary, each optionally" \
+       "@SECONDS)" >&2
   exit 2
 fi
 OUT=$1; shift
@@ -59,17 +67,23 @@ STEPS=${STEPS:-10}  # timed rounds per benchmark (a GPU step is short: more roun
 export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COMPILED_VARIANTS=${COMPILED_VARIANTS:-bf16-autocast,dropit-mink+bf16}  # inductor: ~2 compiles each
+FRONTIER_STEPS=${FRONTIER_STEPS:-5}  # the frontier's searches and compile take the stage's time
+# the frontier on a GPU, in bf16 (the fp32 plain step runs too: the peaks' reference)
+FRONTIER_VARIANTS=${FRONTIER_VARIANTS:-bf16-autocast,grad-ckpt+bf16,micro-2+bf16,micro-4+bf16,grad-ckpt+micro-2+bf16,compile+bf16,ckpt-plan-0.5+bf16,ckpt-plan-min+bf16,budget-0.5+bf16,budget-0.25+bf16,budget-least+bf16,offload-0.5+bf16}
 VARIANTS=${VARIANTS:-grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5,budget-0.5-offload,offload-0.5,save-on-cpu-0.5,grad-ckpt+bf16,ckpt-plan-min+bf16,ckpt-plan-0.5+bf16,offload-0.5+bf16,budget-0.5+bf16,budget-0.5-offload+bf16}
 
 BENCH_MODELS=(deit_small resnet50)
+declare -A FRONTIER_BATCH=([deit_small]=256 [resnet50]=128)
 for stage in "${STAGES[@]}"; do
   name=${stage%@*}
   if [[ $stage == *@* && ! ${stage##*@} =~ ^[0-9]+$ ]]; then
     echo "error: stage '$stage': the limit after @ must be whole seconds" >&2; exit 2
   fi
   case $name in
-    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|bench|compiled|detect|ogc|snapshot|summary) ;;
+    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|bench|compiled|detect|ogc|frontier|snapshot|summary) ;;
     bench-*) [[ " ${BENCH_MODELS[*]} " == *" ${name#bench-} "* ]] ||
+               { echo "error: unknown stage '$name'" >&2; exit 2; } ;;
+    frontier-*) [[ -n "${FRONTIER_BATCH[${name#frontier-}]:-}" ]] ||
                { echo "error: unknown stage '$name'" >&2; exit 2; } ;;
     *) echo "error: unknown stage '$name'" >&2; exit 2 ;;
   esac
@@ -116,6 +130,12 @@ bench() {  # one model's benchmark, in a process of its own
     --batch-size 64 --steps "$STEPS" --variants "$VARIANTS" --out "$OUT/bench-$1"
 }
 
+frontier() {  # one model's frontier, in a process of its own
+  run frontier.log $PY "$ROOT/tools/benchmark.py" --device cuda --frontier --models "$1" \
+    --batch-size "${FRONTIER_BATCH[$1]}" --steps "$FRONTIER_STEPS" \
+    --variants "$FRONTIER_VARIANTS" --out "$OUT/frontier-$1"
+}
+
 (( DRY )) || mkdir -p "$OUT"
 for stage in "${STAGES[@]}"; do
   LIMIT=()
@@ -156,6 +176,9 @@ for stage in "${STAGES[@]}"; do
     bench)  # one process per model: a model that runs out of time still leaves the one before
       for model in "${BENCH_MODELS[@]}"; do bench "$model"; done ;;
     bench-*) name=${stage%@*}; bench "${name#bench-}" ;;
+    frontier)  # one process per model, as bench
+      for model in "${BENCH_MODELS[@]}"; do frontier "$model"; done ;;
+    frontier-*) name=${stage%@*}; frontier "${name#frontier-}" ;;
     compiled)
       # perf_hints: inductor says so when it skips CUDA graphs for a graph (and why)
       run compiled.log env TORCH_LOGS=perf_hints $PY "$ROOT/tools/benchmark.py" --device cuda \

@@ -15,7 +15,7 @@ from pathlib import Path
 def summary(folder: Path) -> str:
     """The table: per model and variant, the step peak, saved activations and step time as
     ratios to the baseline, the host's share of the step (``host``: near 1, host-bound), and
-    the baseline's peak in GiB."""
+    the baseline's peak in GiB; then each frontier run's points (:func:`frontier_summary`)."""
     lines = [f'{"model":12} {"variant":28} {"peak":>6} {"saved":>6} {"time":>6} {"host":>5}  '
              'baseline peak']
     for path in sorted(folder.rglob('benchmark.json')):
@@ -29,7 +29,38 @@ def summary(folder: Path) -> str:
             lines.append(f'{row["model"]:12} {row["variant"]:28} {row["peak_ratio"]:6.2f} '
                          f'{row["saved_ratio"]:6.2f} {row["time_ratio"]:6.2f} {host_share}  '
                          f'{base_peaks[row["model"]] / 2**30:.2f} GiB ({device})')
-    return '\n'.join(lines) if len(lines) > 1 else f'no benchmark.json under {folder}'
+    if len(lines) == 1:
+        return f'no benchmark.json under {folder}'
+    return '\n'.join(lines + frontier_summary(folder))
+
+
+def _ratio(value: float | None) -> str:
+    return '   n/a' if value is None else f'{value:6.2f}'
+
+
+def frontier_summary(folder: Path) -> list[str]:
+    """The frontier of every frontier run under ``folder`` (``--frontier``): per point its peak
+    and time as ratios to the plain step of its precision, its peak to the fp32 step's, what
+    dominates it, and for ours the checks (a simple point >10% faster at an equal or lower
+    peak; the fastest point that fits a budget, our time over its)."""
+    lines = []
+    for path in sorted(folder.rglob('benchmark.json')):
+        for model, rows in json.loads(path.read_text()).get('meta', {}).get('frontier',
+                                                                            {}).items():
+            lines += ['', f'frontier {model}: {"point":26} {"kind":6} {"peak":>6} {"x fp32":>6} '
+                      f'{"time":>6}  dominated by / checks']
+            for row in rows:
+                checks = ''.join([
+                    f'  BEATEN by {row["beaten_by"]} ({row["beaten_time"]:.2f}x)'
+                    if row['beaten_by'] else '',
+                    f'  fastest fitting {row["fastest_fitting"]} '
+                    f'({row["vs_fastest_fitting"]:.2f}x)' if row['fastest_fitting'] else ''])
+                lines.append(f'{"":>{len(model) + 10}}{row["name"]:26} '
+                             f'{"ours" if row["ours"] else "simple":6} '
+                             f'{_ratio(row["peak_ratio"])} {_ratio(row["peak_vs_fp32"])} '
+                             f'{_ratio(row["time_ratio"])}  '
+                             f'{row["dominated_by"] or "frontier"}{checks}')
+    return lines
 
 
 if __name__ == '__main__':
