@@ -35,7 +35,8 @@ from ..microbatch import MicroBatchConfig, SplitDecision, search_split
 from ..offload import OffloadConfig
 from ..precision import MixedPrecisionConfig
 from ..planner import (PART_SAMPLES, StepProbe, bf16_switch, dropit_switch, offload_switch,
-                       plan_within_budget, put_in_effect, quantize_switch, remove_all)
+                       plan_within_budget, put_in_effect, quantize_switch, quantize_unavailable,
+                       remove_all)
 from .workload import Workload
 
 Prepare = Callable[[Workload], ContextManager[None]]
@@ -294,7 +295,9 @@ def memory_budget(budget: float | None, lossy: bool = False, offload: bool = Fal
                 with decided_autocast(work):
                     return work.part_loss(0, size)
 
-            switches = [dropit_switch(work.model), quantize_switch(work.model),
+            switches = [dropit_switch(work.model),
+                        *([] if quantize_unavailable(work.model) else
+                          [quantize_switch(work.model)]),
                         bf16_switch(work)] if lossy else []
             if offload:
                 switches.append(offload_switch(work.model, lambda: forward_part(
