@@ -92,7 +92,10 @@ def test_selective_plan_predicted_peak_close_to_measured():
     def step():
         return nn.functional.cross_entropy(model(x), y)
 
-    chain = build_chain(record_step(model, step), model)
+    # what selective checkpoints' dispatch costs (measured, noisy under load) is left out: this
+    # test is about their predicted peak, on the plan the time-blind costs choose
+    record = dataclasses.replace(record_step(model, step), selective_seconds_per_op=0.0)
+    chain = build_chain(record, model)
     least = plan_for_chain(chain)
     planned = {t.where for _, t in walk(least.targets)}
     chosen = [s for s in chain.segments if s.selective and s.target.where in planned]
