@@ -46,13 +46,18 @@ def shortlist(considered: Sequence[Estimate], chosen: Estimate, budget_bytes: in
               first: Sequence[Estimate] = (), count: int = SHORTLIST) -> list[Estimate]:
     """``chosen``, then ``first`` (the baselines), then the fastest other combinations of
     ``considered`` predicted to fit ``budget_bytes``: ``count`` distinct ones at most."""
-    fitting = sorted((e for e in considered if e.peak_bytes <= budget_bytes),
-                     key=lambda e: (e.time_ratio, e.peak_bytes))
+    fitting = _predicted_to_fit(considered, budget_bytes)
     listed: dict[str, Estimate] = {}
     for estimate in (chosen, *first, *fitting):
         if len(listed) < count:
             listed.setdefault(estimate.summary, estimate)
     return list(listed.values())
+
+
+def _predicted_to_fit(considered: Sequence[Estimate], budget_bytes: int) -> list[Estimate]:
+    """The combinations of ``considered`` predicted within ``budget_bytes``, fastest first."""
+    return sorted((e for e in considered if e.peak_bytes <= budget_bytes),
+                  key=lambda e: (e.time_ratio, e.peak_bytes))
 
 
 def choose_measured(decision: Decision, trials: Trials, start: Estimate,
@@ -97,8 +102,7 @@ def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials
     """What the search's choice is always measured beside, where predicted to fit: the step
     with nothing applied, the fastest exact combination, and the fastest with per-block
     checkpointing."""
-    fitting = sorted((e for e in considered if e.peak_bytes <= budget_bytes),
-                     key=lambda e: (e.time_ratio, e.peak_bytes))
+    fitting = _predicted_to_fit(considered, budget_bytes)
     per_block = trials.plans.per_block
     found = [start] if nothing_fits else []
     for wanted in (lambda e: not lossy(e),
