@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -48,48 +47,43 @@ def _tiny_chain(device: torch.device) -> tuple[nn.Sequential, torch.Tensor]:
     return chain, torch.randn(2, 8, device=device, requires_grad=True)
 
 
-def _measured(device: torch.device, measure: Callable[[], float]) -> float:
-    """``measure()`` outside any dispatch mode a caller runs (a memory meter would slow the
-    steps it times), with gradients on and the RNG state kept (0.0 on the meta device)."""
+@functools.cache
+def _overheads(device: torch.device) -> tuple[float, float]:
+    """What :func:`checkpoint_seconds` and :func:`selective_seconds_per_op` return, measured
+    together once per device: the chain of tiny modules stepped plain, with each module
+    checkpointed, and with each checkpoint selective (the fastest of a few steps each), outside
+    any dispatch mode a caller runs (a memory meter would slow the steps it times), with the RNG
+    state kept; ``(0.0, 0.0)`` on the meta device."""
     if device.type == 'meta':
-        return 0.0
+        return 0.0, 0.0
     with _disable_current_modes(), torch.enable_grad(), \
             torch.random.fork_rng(devices=[device] if device.type == 'cuda' else []):
-        return measure()
-
-
-@functools.cache
-def checkpoint_seconds(device: torch.device) -> float:
-    """Host seconds one checkpoint adds to a training step on ``device`` (forward, backward and
-    the machinery of its recomputation), measured once per device: a chain of tiny modules
-    stepped plain and with each module checkpointed, the fastest of a few steps each."""
-    def measure() -> float:
         chain, x = _tiny_chain(device)
+        with _OpCounter() as counter:
+            chain(x)
         plain = _fastest_step(chain, x)
         for module in chain:
             checkpoint_module(module)
-        return max(_fastest_step(chain, x) - plain, 0.0) / _MODULES
+        checkpointed = _fastest_step(chain, x)
+        for module in chain:
+            module._mmdropit_selective = True
+        selective = _fastest_step(chain, x)
+    return (max(checkpointed - plain, 0.0) / _MODULES,
+            max(selective - checkpointed, 0.0) / max(counter.ops, 1))
 
-    return _measured(device, measure)
+
+def checkpoint_seconds(device: torch.device) -> float:
+    """Host seconds one checkpoint adds to a training step on ``device`` (forward, backward and
+    the machinery of its recomputation), measured once per device: a chain of tiny modules
+    stepped plain and with each module checkpointed."""
+    return _overheads(device)[0]
 
 
-@functools.cache
 def selective_seconds_per_op(device: torch.device) -> float:
     """Host seconds a selective checkpoint adds to a training step on ``device`` for each ATen
     op its region runs (its dispatch mode, in the forward pass and the recomputation), measured
     once per device: the chain of tiny modules each checkpointed, plainly and selectively."""
-    def measure() -> float:
-        chain, x = _tiny_chain(device)
-        with _OpCounter() as counter:
-            chain(x)
-        for module in chain:
-            checkpoint_module(module)
-        plain = _fastest_step(chain, x)
-        for module in chain:
-            module._mmdropit_selective = True
-        return max(_fastest_step(chain, x) - plain, 0.0) / max(counter.ops, 1)
-
-    return _measured(device, measure)
+    return _overheads(device)[1]
 
 
 class _OpCounter(TorchDispatchMode):
