@@ -64,7 +64,9 @@ def _transients(chain: Chain, grads: list[int]) -> list[int]:
     for i, (item, grad) in enumerate(zip(chain.items, grads)):
         made = 0
         for sid in item.grad_inputs:
-            if sid not in item.outputs:  # an in-place op's input is another tensor
+            if sid in item.outputs:  # in place (ReLU(inplace=True)): a new gradient all the same
+                made += chain.record.storage_bytes[sid]
+            else:
                 made += chain.record.storage_bytes[sid] * (2 if i < last_reader.get(sid, i)
                                                           else 1)
         transients.append(pending[i] + (0 if item.glue else made) + item.workspace + grad)
