@@ -243,7 +243,8 @@ def _search_space(chain: Chain, nested: bool) -> _SearchSpace:
     key = ('space', nested)
     if key not in chain.searches:
         costs = _costs(chain)
-        chain.searches[key] = (_SearchSpace(chain, *with_nested(chain.segments, costs))
+        chain.searches[key] = (_SearchSpace(chain, *with_nested(chain.segments, costs,
+                                                                 chain.record.nesting_seconds))
                                if nested else _SearchSpace(chain, chain.segments, costs))
     return chain.searches[key]
 

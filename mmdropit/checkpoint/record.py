@@ -57,7 +57,7 @@ from ..common.backward_workspace import observe_workspace
 from ..common.parameters import local_part, model_device
 from ..common.recompute_region import recomputed_region
 from ..common.training_state import preserved_training_state
-from .overhead import checkpoint_seconds, selective_seconds_per_op
+from .overhead import checkpoint_seconds, nesting_seconds, selective_seconds_per_op
 from .selective import is_costly
 from .step_record import STEP, CostlyOp, ModuleCall, StepRecord
 
@@ -221,7 +221,8 @@ class _Recorder:
         record = StepRecord(self.calls, self.storage_bytes, self.saver,
                             _param_grad_bytes(model), self.times_called, self.ops, self.readers,
                             per_op, checkpoint_seconds(self.device),
-                            selective_seconds_per_op(self.device))
+                            selective_seconds_per_op(self.device),
+                            nesting_seconds(self.device))
         for call in reversed(self.calls):
             call.saved_bytes = sum(self.storage_bytes[sid] for sid in record.saves_in(call.index))
         return record

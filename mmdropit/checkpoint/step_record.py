@@ -104,6 +104,8 @@ class StepRecord:
             (:func:`~.overhead.checkpoint_seconds`), charged to every checkpoint of a plan.
         selective_seconds_per_op: What a selective checkpoint costs a step per ATen op of its
             region (:func:`~.overhead.selective_seconds_per_op`), charged to selective segments.
+        nesting_seconds: What a checkpoint nested in another costs a step beyond its own
+            machinery (:func:`~.overhead.nesting_seconds`), charged to each inner checkpoint.
     """
 
     calls: list[ModuleCall]
@@ -116,6 +118,7 @@ class StepRecord:
     recording_seconds_per_op: float = 0.0
     checkpoint_seconds: float = 0.0
     selective_seconds_per_op: float = 0.0
+    nesting_seconds: float = 0.0
 
     @property
     def saved_bytes(self) -> int:

@@ -2,6 +2,8 @@
 is below single-level plans and predicted close to the measured peak."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import timm
 import torch
@@ -9,7 +11,8 @@ from torch import nn
 
 from mmdropit import ConfigError
 from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, build_chain,
-                                 chain_costs, least_peak, plan_for_chain, record_step)
+                                 chain_costs, least_peak, plan_for_chain, record_step,
+                                 with_nested)
 from tests.checkpoint.test_plan import _assert_predicted_then_same_step, _assert_same_step
 
 
@@ -78,3 +81,26 @@ def test_single_level_plans_for_compiled_models_never_nest_and_say_so_below_thei
     assert plan_for_chain(chain, between).planned.activation_peak <= between
     with pytest.raises(ConfigError, match='below what any single-level plan reaches'):
         plan_for_chain(chain, between, nested=False)
+
+
+def test_each_inner_checkpoint_is_charged_its_second_run_in_the_outer_recomputation():
+    """A checkpoint nested in another runs its machinery again when the outer one recomputes:
+    the record carries that host time, and every nested variant pays it once per inner
+    checkpoint on top of the outer and inner recomputations."""
+    torch.manual_seed(0)
+    net = nn.Sequential(*[nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.GELU())
+                                          for _ in range(3)]) for _ in range(3)])
+    x = torch.randn(4, 8)
+    record = record_step(net, lambda: net(x).sum())
+    assert record.nesting_seconds >= 0
+    for nesting in (0.0, 1.0):
+        chain = build_chain(dataclasses.replace(record, nesting_seconds=nesting), net)
+        costs = chain_costs(chain)
+        segments, _ = with_nested(chain.segments, costs, chain.record.nesting_seconds)
+        nested = [segment for segment in segments if segment.inner]
+        assert nested
+        plain = {segment.plan_target: segment.seconds for segment in chain.segments}
+        for segment in nested:
+            outer = plain[dataclasses.replace(segment.plan_target, inner=())]
+            assert segment.seconds == pytest.approx(
+                outer + sum(inner.seconds + nesting for inner in segment.inner))
