@@ -134,11 +134,28 @@ def index_dtype(numel: int) -> torch.dtype:
     return torch.int32 if numel <= _INT32_LIMIT else torch.int64
 
 
-def encode(flat: torch.Tensor, keep: torch.Tensor, scale: float,
-           encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
+def kept_indices(keep: torch.Tensor, kept: int) -> torch.Tensor:
+    """The positions of the ``kept`` true elements of the flat mask ``keep``, ascending:
+    ``keep.nonzero()`` for a count known beforehand (``nonzero_static``), which reads nothing
+    back from the device (``nonzero`` waits for the GPU to learn its output's size).
+
+    Example:
+        >>> kept_indices(torch.tensor([False, True, True, False, True]), 3)
+        tensor([1, 2, 4])
+    """
+    return torch.nonzero_static(keep, size=kept).view(-1)
+
+
+def encode(flat: torch.Tensor, keep: torch.Tensor, scale: float, encoding: str,
+           kept: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The kept elements of ``flat`` as ``(bitmask, values)`` or ``(indices, values)``, the
-    values in memory order and multiplied by ``scale``."""
-    return _encode_index(flat, keep, keep.nonzero().squeeze(1), scale, encoding)
+    values in memory order and multiplied by ``scale``.
+
+    ``kept``, when given, is the number of true elements of ``keep`` (a fixed-count strategy's):
+    then nothing is read back from the device; without it ``nonzero`` counts them (a host sync
+    on a GPU)."""
+    index = keep.nonzero().squeeze(1) if kept is None else kept_indices(keep, kept)
+    return _encode_index(flat, keep, index, scale, encoding)
 
 
 def _encode_index(flat: torch.Tensor, keep: torch.Tensor, index: torch.Tensor, scale: float,
@@ -166,6 +183,9 @@ def compress(flat: torch.Tensor, keep: torch.Tensor, scale: float, shape: torch.
 
     Returns:
         ``(tensors, layout)``: the tensors to save for backward and how to read them back.
+
+    The count kept is read from ``keep`` (``nonzero``: a host sync on a GPU), as a mask of
+    data-dependent count (``mink_approx``) needs; :func:`encode` takes a known count instead.
     """
     index = keep.nonzero().squeeze(1)
     encoding = smaller_encoding(flat.numel(), index.numel(), flat.element_size())

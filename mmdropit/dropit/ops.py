@@ -12,7 +12,9 @@ functions directly (:func:`~mmdropit.common.custom_operators.operator_or_body`: 
 costs ~100 us a call), so both select the same elements.
 
 ``mink_approx`` keeps a data-dependent count: it is not an operator (a graph break per layer
-under ``torch.compile``); :func:`keep_sampled` selects and encodes it.
+under ``torch.compile``); :func:`keep_sampled` selects and encodes it, reading the count back
+(one host sync per layer on a GPU, fused or eager). The fixed-count strategies' eager path reads
+nothing back (:func:`~.compact.encode` is given the count), as their fused kernels do not.
 
 The operators run DropIT's fused kernels (:mod:`mmdropit.kernels`: the C++ extension on the
 CPU when it is built, Triton kernels on a GPU): a few parallel passes instead of the eager
@@ -44,11 +46,12 @@ from .strategies import FIXED_COUNT, SAMPLE_SIZE, kept_count, sampled_threshold,
 
 def _keep(flat: torch.Tensor, gamma: float, strategy: str,
           encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    kept = kept_count(flat.numel(), gamma)
     fused = fused_ops(flat) if strategy == 'mink' else None
     if fused is not None:
-        return fused.keep_topk(flat, kept_count(flat.numel(), gamma), encoding == 'bitmask')
+        return fused.keep_topk(flat, kept, encoding == 'bitmask')
     keep, scale = select(strategy, flat, gamma)
-    return encode(flat, keep, scale, encoding)
+    return encode(flat, keep, scale, encoding, kept)
 
 
 custom_op('mmdropit::keep', _keep, mutates_args=())
@@ -210,4 +213,4 @@ class SavePlan:
         if fused is not None:
             return fused.keep_topk(flat, self.kept, self.bitmask)
         keep, scale = select(self.strategy, flat, self.gamma)
-        return encode(flat, keep, scale, self.encoding)
+        return encode(flat, keep, scale, self.encoding, self.kept)

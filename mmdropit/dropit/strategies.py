@@ -6,17 +6,22 @@ the rule of DropIT (Chen et al., "DropIT: Dropping Intermediate Tensors for Memo
 Training", ICLR 2023): they contribute least to the weight gradient.
 
 - ``mink``: exact. Keeps exactly ``kept_count(numel, gamma)`` elements, those of largest
-  magnitude; among elements equal to the threshold, the first in memory order. On large tensors a
-  random sample brackets the threshold and ``torch.kthvalue`` runs only on the ~1% of elements
-  inside the bracket (a full selection is 4-5x slower on CPU); the result is checked and is the
-  same exact threshold.
+  magnitude; among elements equal to the threshold (the ``kept``-th largest magnitude), the first
+  in memory order. On the CPU, for large tensors, a random sample brackets the threshold and
+  ``torch.kthvalue`` runs only on the ~1% of elements inside the bracket (a full selection is
+  4-5x slower there); the result is checked and is the same exact threshold. That check reads
+  counts back, free on the CPU but a host sync on a GPU, so other devices select with
+  ``torch.topk`` on the device instead (the same threshold, hence the same elements; and, like
+  the fused kernels, draw no sample). The ties are filled with a cumulative sum on the device,
+  without reading their count back.
 - ``mink_approx``: the threshold is the ``gamma``-quantile of a random sample of ``|x|``
   (:data:`SAMPLE_SIZE` elements), which needs no full selection pass. The realised keep ratio
   differs from ``1 - gamma`` by well under a point (standard error below 0.2 points), so the
-  kept count depends on the data.
+  kept count depends on the data: storing the kept elements needs that count on the host (one
+  host sync per layer on a GPU, eager or fused), which no rewrite can avoid.
 - ``random``: keeps ``kept_count(numel, gamma)`` elements drawn uniformly without replacement and
   scales them by ``numel / kept``, so the weight gradient is an unbiased estimate of the exact
-  one.
+  one. No host sync.
 
 ``mink`` and ``random`` (:data:`FIXED_COUNT`) keep a number of elements fixed by the shape and
 gamma, so what a layer saves has static shapes (``torch.compile`` traces it whole, see
@@ -60,19 +65,25 @@ def kept_count(numel: int, gamma: float) -> int:
     return numel - int(round(gamma * numel))
 
 
-def _threshold_mask(magnitude: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    return magnitude > threshold
-
-
 def _sample(flat: torch.Tensor) -> torch.Tensor:
     index = torch.randint(0, flat.numel(), (SAMPLE_SIZE,), device=flat.device,
                           generator=generator(flat.device))
     return flat.take(index)
 
 
-def _kth_smallest(magnitude: torch.Tensor, rank: int) -> torch.Tensor:
-    """The ``rank``-th smallest element (1-based), exactly; bracketed by a sample when large."""
+def _host_reads_are_free(device: torch.device) -> bool:
+    """Whether reading a value back from ``device`` costs no wait (the CPU): only there does the
+    exact threshold use the sampled bracket, whose check reads counts."""
+    return device.type == 'cpu'
+
+
+def _kth_largest(magnitude: torch.Tensor, kept: int) -> torch.Tensor:
+    """The ``kept``-th largest element (``kept >= 1``), exactly, as a 0-d tensor; bracketed by
+    a sample when large and on the CPU, selected on the device without a host sync elsewhere."""
+    if not _host_reads_are_free(magnitude.device):
+        return magnitude.topk(kept, sorted=False).values.min()
     numel = magnitude.numel()
+    rank = numel - kept + 1  # the same element counted from the smallest
     if numel <= 8 * SAMPLE_SIZE:
         return magnitude.kthvalue(rank).values
     quantile = rank / numel
@@ -92,18 +103,18 @@ def _kth_smallest(magnitude: torch.Tensor, rank: int) -> torch.Tensor:
 
 def mink(flat: torch.Tensor, gamma: float) -> Selection:
     """Keep exactly the ``kept_count`` largest-magnitude elements of ``flat`` (ties: the first
-    in memory order)."""
+    in memory order), without a host sync except on the CPU (see the module docstring)."""
     magnitude = flat.abs()
-    kept = kept_count(flat.numel(), gamma)
-    if kept == flat.numel():
-        return torch.ones_like(flat, dtype=torch.bool), 1.0
-    threshold = _kth_smallest(magnitude, flat.numel() - kept)
-    keep = _threshold_mask(magnitude, threshold)
-    missing = kept - int(torch.count_nonzero(keep))
-    if missing:  # elements equal to the threshold fill the count, in memory order
-        ties = (magnitude == threshold).nonzero().squeeze(1)[:missing]
-        keep[ties] = True
-    return keep, 1.0
+    numel = flat.numel()
+    kept = kept_count(numel, gamma)
+    if kept in (0, numel):
+        return torch.full_like(flat, kept == numel, dtype=torch.bool), 1.0
+    threshold = _kth_largest(magnitude, kept)
+    above = magnitude > threshold
+    ties = magnitude == threshold
+    missing = kept - above.sum()  # on the device: filled by the first ties in memory order
+    tie_order = ties.cumsum(0, dtype=torch.int32 if numel < 2**31 else torch.int64)
+    return torch.where(ties, tie_order <= missing, above), 1.0
 
 
 def sampled_threshold(flat: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -114,10 +125,13 @@ def sampled_threshold(flat: torch.Tensor, gamma: float) -> torch.Tensor:
 
 
 def mink_approx(flat: torch.Tensor, gamma: float) -> Selection:
-    """Keep the elements above the ``gamma``-quantile of a random sample of ``|flat|``."""
+    """Keep the elements above the ``gamma``-quantile of a random sample of ``|flat|``.
+
+    The selection itself reads nothing back, but the count kept depends on the data: whoever
+    stores the kept elements must read it (one host sync per layer on a GPU, unavoidable)."""
     if flat.numel() <= SAMPLE_SIZE:
         return mink(flat, gamma)
-    return _threshold_mask(flat.abs(), sampled_threshold(flat, gamma)), 1.0
+    return flat.abs() > sampled_threshold(flat, gamma), 1.0
 
 
 def random(flat: torch.Tensor, gamma: float) -> Selection:
@@ -126,8 +140,7 @@ def random(flat: torch.Tensor, gamma: float) -> Selection:
     kept = kept_count(flat.numel(), gamma)
     chosen = torch.randperm(flat.numel(), device=flat.device,
                             generator=generator(flat.device))[:kept]
-    keep = torch.zeros_like(flat, dtype=torch.bool)
-    keep[chosen] = True
+    keep = torch.zeros_like(flat, dtype=torch.bool).index_fill_(0, chosen, True)
     return keep, flat.numel() / max(kept, 1)
 
 
