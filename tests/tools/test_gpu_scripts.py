@@ -128,6 +128,16 @@ def test_the_frontier_stage_runs_each_model_at_its_batch_in_bf16(tmp_path):
     assert set(variants) <= set(catalogue())
 
 
+def test_the_kernels_stage_times_the_kernels_on_cuda_into_its_folder(tmp_path):
+    result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'kernels@60',
+                   'summary')
+    assert result.returncode == 0, result.stderr
+    kernels, summary = result.stdout.splitlines()
+    assert kernels.startswith('timeout 60 python3 -m mmdropit.bench.kernel_speed ')
+    assert f'{tmp_path}/kernels --device cuda' in kernels
+    assert 'tools/gpu/summary.py' in summary  # the kernel table follows once it is written
+
+
 @pytest.mark.parametrize('args,message', [
     ([], 'usage: bash tools/gpu/on_device.sh'),
     (['/tmp/out', 'benchmark'], "error: unknown stage 'benchmark'"),

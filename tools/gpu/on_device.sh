@@ -23,6 +23,10 @@
 #   kernel-tests     DropIT's Triton kernels against the eager path, compiled on CUDA tensors
 #                    (needs no mmcv: runs beside a background build; kernel-tests.log)
 #   tests            pytest -m cuda over the whole suite (needs mmcv; tests.log)
+#   kernels          DropIT's kernels (keep_topk at gamma 0.9 fused and eager, scatter_bitmask,
+#                    the codec kernels when there) on DeiT-S and ResNet-50 layer inputs at batch
+#                    64 and 256, bf16 and fp32: GB/s beside the copy's, time beside the layer's
+#                    GEMM (python -m mmdropit.bench.kernel_speed; needs no mmcv; kernels/)
 #   bench            DeiT-S and ResNet-50, batch 64: baseline, per-block checkpointing, DropIT
 #                    (Triton kernels and eager path, exact and sampled threshold, fp32 and bf16),
 #                    least-memory plan, plan at 0.5, 4 micro-batches, bf16 and fp16 autocast,
@@ -43,7 +47,8 @@
 #                    (FRONTIER_VARIANTS, FRONTIER_STEPS timed rounds; frontier-<model>/)
 #   frontier-MODEL   the same for one model (frontier-deit_small, frontier-resnet50)
 #   snapshot         CUDA memory snapshots of a DeiT-S baseline step and a planned one (HTML)
-#   summary          a short table of every benchmark.json under OUT, printed last
+#   summary          a short table of every benchmark.json under OUT, then the kernel table when
+#                    the kernels stage ran, printed last
 # A stage may end in @SECONDS (kernel-tests@90): its command is stopped after that long, and the
 # stages after it still run (a short lease cannot lose them all to one that hangs).
 set -uo pipefail
@@ -51,9 +56,9 @@ DRY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ $# -lt 2 ]]; then
   echo "usage: bash tools/gpu/on_device.sh [--dry-run] OUT STAGE... (stages: setup mmcv" \
-       "mmcv-background mmcv-wait mmcv-save mmcv-lite kernel-tests tests bench bench-MODEL" \
-       "compiled detect ogc frontier frontier-MODEL snapshot summary, each optionally" \
-       "@SECONDS)" >&2
+       "mmcv-background mmcv-wait mmcv-save mmcv-lite kernel-tests tests kernels bench" \
+       "bench-MODEL compiled detect ogc frontier frontier-MODEL snapshot summary, each" \
+       "optionally @SECONDS)" >&2
   exit 2
 fi
 OUT=$1; shift
@@ -80,7 +85,7 @@ for stage in "${STAGES[@]}"; do
     echo "error: stage '$stage': the limit after @ must be whole seconds" >&2; exit 2
   fi
   case $name in
-    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|bench|compiled|detect|ogc|frontier|snapshot|summary) ;;
+    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|kernels|bench|compiled|detect|ogc|frontier|snapshot|summary) ;;
     bench-*) [[ " ${BENCH_MODELS[*]} " == *" ${name#bench-} "* ]] ||
                { echo "error: unknown stage '$name'" >&2; exit 2; } ;;
     frontier-*) [[ -n "${FRONTIER_BATCH[${name#frontier-}]:-}" ]] ||
@@ -173,6 +178,8 @@ for stage in "${STAGES[@]}"; do
     tests)
       run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests/cuda" \
         "$ROOT/tests/kernels" ;;
+    kernels)  # writes its table after each layer: a stage stopped by its limit keeps those
+      run kernels.log $PY -m mmdropit.bench.kernel_speed "$OUT/kernels" --device cuda ;;
     bench)  # one process per model: a model that runs out of time still leaves the one before
       for model in "${BENCH_MODELS[@]}"; do bench "$model"; done ;;
     bench-*) name=${stage%@*}; bench "${name#bench-}" ;;
@@ -201,6 +208,9 @@ for stage in "${STAGES[@]}"; do
       run snapshot.log $PY "$ROOT/tools/gpu/memory_snapshot.py" --model deit_small \
         --batch-size 64 --variants baseline,ckpt-plan-min --out "$OUT" ;;
     summary)
-      run summary.log $PY "$ROOT/tools/gpu/summary.py" "$OUT" ;;
+      run summary.log $PY "$ROOT/tools/gpu/summary.py" "$OUT"
+      if [[ -f "$OUT/kernels/kernel_speed.md" ]]; then
+        run summary.log cat "$OUT/kernels/kernel_speed.md"
+      fi ;;
   esac
 done

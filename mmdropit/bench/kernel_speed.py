@@ -1,0 +1,295 @@
+"""How fast DropIT's kernels run on real layer inputs, beside the device's copy and the layer's GEMM.
+
+For the inputs of a few DeiT-S and ResNet-50 layers (their shapes taken from the timm models by
+forward hooks at batch 1 on the CPU, then scaled to each batch), in each dtype, this times:
+
+- ``keep_topk``: the fused selection and encoding at gamma 0.9 (the Triton kernels on a GPU,
+  the C++ extension on the CPU when built; the eager path where no fused kernel runs, the
+  ``path`` column says which);
+- ``keep_topk-eager``: the eager path the fused kernels are tested against (on a GPU it runs with
+  no host sync since issue 37);
+- ``scatter_bitmask``: rebuilding the dense input from the bitmask and the values;
+- ``int8-encode`` / ``int8-decode``: the codec kernels of
+  ``mmdropit/kernels/cuda/codec_kernels.py`` (``quantize_int8`` / ``dequantize_int8``) when that
+  module is there (a line says so when it is not);
+- ``copy``: ``torch.empty_like(x).copy_(x)``, the device's copy bandwidth on the same bytes;
+- ``gemm``: the layer's forward Linear / convolution with its real weight shape.
+
+On a GPU each is timed with CUDA events (warm-up, then the median of ``--reps`` >= 8 runs); on the
+CPU with ``time.perf_counter``. ``GB/s`` is the bytes of the tensors a kernel reads and writes
+(its inputs and outputs, each once) over its median time; ``x copy`` that bandwidth over the
+copy's (1.0: as fast as a copy; the selection reads its input more than once, so it lands below);
+``x gemm`` the kernel's time over the layer's GEMM. Inputs of batch 64 in bf16 fit in an H100's
+50 MB L2 cache, so their bandwidths (the copy's too) can exceed the memory's.
+
+Run ``python -m mmdropit.bench.kernel_speed OUT`` (``OUT/kernel_speed.{json,md}``; meant to take
+well under 60 s on an H100, untried there yet); ``--device cpu --quick`` runs batch 1 in fp32 with two timed runs, where the table
+forms but the figures mean little.
+
+Example:
+    >>> LAYERS['deit_small']
+    ['blocks.0.attn.qkv', 'blocks.0.mlp.fc2']
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..dropit.compact import encode, scatter_kept
+from ..dropit.strategies import kept_count, mink
+from ..kernels import fused_ops
+from ..reporting.provenance import provenance, provenance_markdown
+
+GAMMA = 0.9
+DTYPES = {'bf16': torch.bfloat16, 'fp32': torch.float32}
+LAYERS = {
+    'deit_small': ['blocks.0.attn.qkv',  # tokens 197 x dim 384
+                   'blocks.0.mlp.fc2'],  # tokens 197 x MLP hidden 1536
+    'resnet50': ['layer1.0.conv2',  # 64 x 56 x 56, 3x3
+                 'layer2.0.conv3',  # 128 x 28 x 28, 1x1
+                 'layer3.0.conv2',  # 256 x 28 x 28, 3x3 stride 2
+                 'layer4.0.conv1'],  # 1024 x 14 x 14, 1x1
+}
+"""The layers timed per model: the DeiT-S block's two input widths; ResNet-50 convolutions
+from each stage."""
+TIMM_ARCH = {'deit_small': 'deit_small_patch16_224', 'resnet50': 'resnet50'}
+
+
+@dataclass(frozen=True)
+class LayerInput:
+    """A layer's input shape at batch 1 and the forward GEMM it runs."""
+
+    model: str
+    name: str
+    shape: tuple[int, ...]
+    gemm: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    weight_shape: tuple[int, ...]
+
+
+def _gemm_of(module: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    if isinstance(module, nn.Linear):
+        return F.linear
+    return lambda x, weight: F.conv2d(x, weight, None, module.stride, module.padding,
+                                      module.dilation, module.groups)
+
+
+def layer_inputs(model_name: str) -> list[LayerInput]:
+    """The chosen layers of the timm model: input shapes at batch 1 (forward hooks on the CPU)
+    and their GEMMs."""
+    import timm
+
+    model = timm.create_model(TIMM_ARCH[model_name], pretrained=False).eval()
+    modules = dict(model.named_modules())
+    found: dict[str, LayerInput] = {}
+
+    def hook(name: str) -> Callable:
+        def record(module: nn.Module, args: tuple) -> None:
+            found[name] = LayerInput(model_name, name, tuple(args[0].shape), _gemm_of(module),
+                                     tuple(module.weight.shape))
+        return record
+
+    handles = [modules[name].register_forward_pre_hook(hook(name)) for name in LAYERS[model_name]]
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, 3, 224, 224))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [found[name] for name in LAYERS[model_name]]
+
+
+def codec_kernels() -> ModuleType | None:
+    """``mmdropit.kernels.cuda.codec_kernels`` with ``quantize_int8`` / ``dequantize_int8``, or
+    ``None`` when it is absent or lacks them."""
+    try:
+        module = importlib.import_module('mmdropit.kernels.cuda.codec_kernels')
+    except ImportError:
+        return None
+    needed = ('quantize_int8', 'dequantize_int8')
+    return module if all(hasattr(module, name) for name in needed) else None
+
+
+class Timer:
+    """Median time of a function on a device: CUDA events on a GPU, ``perf_counter`` on the
+    CPU, after ``warmup`` untimed runs."""
+
+    def __init__(self, device: torch.device, warmup: int, reps: int) -> None:
+        self.device, self.warmup, self.reps = device, warmup, reps
+
+    def seconds(self, function: Callable[[], object]) -> float:
+        """The median over ``reps`` runs of ``function``, in seconds."""
+        for _ in range(self.warmup):
+            function()
+        if self.device.type != 'cuda':
+            times = []
+            for _ in range(self.reps):
+                started = time.perf_counter()
+                function()
+                times.append(time.perf_counter() - started)
+            return statistics.median(times)
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(self.reps)]
+        torch.cuda.synchronize(self.device)
+        for start, end in events:
+            start.record()
+            function()
+            end.record()
+        torch.cuda.synchronize(self.device)
+        return statistics.median(start.elapsed_time(end) for start, end in events) / 1e3
+
+
+def _bytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass
+class Row:
+    """One kernel on one layer input: its time and bandwidth beside the copy's and the GEMM's."""
+
+    model: str
+    layer: str
+    batch: int
+    dtype: str
+    shape: tuple[int, ...]
+    kernel: str
+    path: str
+    ms: float
+    gbps: float
+    copy_gbps: float
+    gemm_ms: float
+
+    @property
+    def of_copy(self) -> float:
+        """Bandwidth as a share of the copy's."""
+        return self.gbps / self.copy_gbps
+
+    @property
+    def of_gemm(self) -> float:
+        """Time as a multiple of the layer's GEMM."""
+        return self.ms / self.gemm_ms
+
+
+def _kernels(x: torch.Tensor, codec: ModuleType | None) -> list[tuple[str, str, Callable]]:
+    """``(kernel, path, function)`` for each kernel timed on ``x``; each function returns the
+    tensors it read and wrote."""
+    flat = x.view(-1)
+    kept = kept_count(flat.numel(), GAMMA)
+    fused = fused_ops(flat)
+
+    def eager_keep() -> tuple[torch.Tensor, ...]:
+        keep, _ = mink(flat, GAMMA)
+        return (flat, *encode(flat, keep, 1.0, 'bitmask', kept))
+
+    bits, values = eager_keep()[1:]
+    rows = [('keep_topk-eager', 'eager', eager_keep)]
+    if fused is not None:
+        rows.insert(0, ('keep_topk', 'fused',
+                        lambda: (flat, *fused.keep_topk(flat, kept, True))))
+        rows.append(('scatter_bitmask', 'fused',
+                     lambda: (bits, values, fused.scatter_bitmask(bits, values, flat.numel()))))
+    else:
+        rows.append(('scatter_bitmask', 'eager',
+                     lambda: (bits, values, scatter_kept(bits, values, flat.numel(), 'bitmask'))))
+    if codec is not None and x.is_cuda:
+        codes, scales = codec.quantize_int8(flat)
+        rows.append(('int8-encode', 'fused', lambda: (flat, *codec.quantize_int8(flat))))
+        rows.append(('int8-decode', 'fused', lambda: (
+            codes, scales, codec.dequantize_int8(codes, scales, flat.dtype))))
+    return rows
+
+
+def measure(layer: LayerInput, batch: int, dtype_name: str, timer: Timer,
+            codec: ModuleType | None) -> list[Row]:
+    """The rows of one layer input at one batch and dtype."""
+    device, dtype = timer.device, DTYPES[dtype_name]
+    generator = torch.Generator(device).manual_seed(0)
+    shape = (batch, *layer.shape[1:])
+    x = torch.randn(shape, device=device, dtype=dtype, generator=generator)
+    weight = torch.randn(layer.weight_shape, device=device, dtype=dtype, generator=generator)
+    copy_seconds = timer.seconds(lambda: torch.empty_like(x).copy_(x))
+    copy_gbps = 2 * _bytes(x) / copy_seconds / 1e9
+    gemm_ms = timer.seconds(lambda: layer.gemm(x, weight)) * 1e3
+    rows = []
+    for kernel, path, function in _kernels(x, codec):
+        seconds = timer.seconds(function)
+        moved = _bytes(*function())
+        rows.append(Row(layer.model, layer.name, batch, dtype_name, shape, kernel, path,
+                        seconds * 1e3, moved / seconds / 1e9, copy_gbps, gemm_ms))
+    return rows
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The rows as a Markdown table."""
+    lines = ['| model | layer | batch | dtype | input | kernel | path | ms | GB/s | copy GB/s '
+             '| x copy | gemm ms | x gemm |', '|' + '---|' * 13]
+    for row in rows:
+        lines.append(
+            f'| {row.model} | {row.layer} | {row.batch} | {row.dtype} | '
+            f'{"x".join(map(str, row.shape))} | {row.kernel} | {row.path} | {row.ms:.3f} | '
+            f'{row.gbps:.1f} | {row.copy_gbps:.1f} | {row.of_copy:.2f} | {row.gemm_ms:.3f} | '
+            f'{row.of_gemm:.2f} |')
+    return '\n'.join(lines)
+
+
+def write(out: Path, record: dict, device: torch.device, rows: Sequence[Row]) -> None:
+    """``out/kernel_speed.md`` (the run and the table) and ``out/kernel_speed.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / 'kernel_speed.md').write_text(
+        '# DropIT kernel speed\n\n' + provenance_markdown(record) + '\n\n' + table(rows) + '\n')
+    (out / 'kernel_speed.json').write_text(json.dumps(
+        {'run': record, 'device': str(device), 'gamma': GAMMA,
+         'rows': [asdict(row) | {'of_copy': row.of_copy, 'of_gemm': row.of_gemm}
+                  for row in rows]}, indent=1))
+
+
+def main(argv: Sequence[str] | None = None) -> list[Row]:
+    """Command line: time the kernels, print the table, write ``OUT/kernel_speed.{json,md}``
+    (after each layer, so a run stopped by a time limit keeps what it measured)."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('out', type=Path, help='folder for kernel_speed.json and .md')
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--models', nargs='+', default=list(LAYERS), choices=list(LAYERS))
+    parser.add_argument('--batches', nargs='+', type=int, default=[64, 256])
+    parser.add_argument('--dtypes', nargs='+', default=list(DTYPES), choices=list(DTYPES))
+    parser.add_argument('--warmup', type=int, default=3)
+    parser.add_argument('--reps', type=int, default=10, help='timed runs (median), >= 8')
+    parser.add_argument('--quick', action='store_true',
+                        help='batch 1, fp32, one warm-up, two timed runs (a smoke test)')
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batches, args.dtypes, args.warmup, args.reps = [1], ['fp32'], 1, 2
+    elif args.reps < 8:
+        parser.error('--reps must be at least 8 (use --quick for a smoke test)')
+    device = torch.device(args.device)
+    timer = Timer(device, args.warmup, args.reps)
+    codec = codec_kernels() if device.type == 'cuda' else None
+    if device.type == 'cuda' and codec is None:
+        print('codec kernels: mmdropit/kernels/cuda/codec_kernels.py (quantize_int8, '
+              'dequantize_int8) not there: skipped')
+    record = provenance(None if argv is None else
+                        ['-m', 'mmdropit.bench.kernel_speed', *argv])
+    rows: list[Row] = []
+    with torch.no_grad():
+        for model in args.models:
+            for layer in layer_inputs(model):
+                for batch in args.batches:
+                    for dtype_name in args.dtypes:
+                        rows += measure(layer, batch, dtype_name, timer, codec)
+                write(args.out, record, device, rows)  # a run stopped by a limit keeps these
+    print(table(rows))
+    return rows
+
+
+if __name__ == '__main__':
+    main()
