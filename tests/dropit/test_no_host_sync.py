@@ -85,6 +85,7 @@ def test_mink_approx_reads_its_data_dependent_count_back_once(device_path):
     assert _eager_step_reads('mink_approx', LARGE_ROWS) == ['aten.nonzero.default']
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 @pytest.mark.parametrize('strategy', ['mink', 'random'])
 def test_the_eager_path_never_waits_for_the_gpu(strategy):

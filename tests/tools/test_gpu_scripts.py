@@ -93,7 +93,8 @@ def test_a_stage_runs_one_model_under_a_time_limit(tmp_path):
     assert lines[1].startswith('timeout 80 ') and '--models resnet50 --batch-size 64' in lines[1]
     assert f'--out {tmp_path}/bench-resnet50 ' in lines[1]
     assert lines[2].startswith('python3 -m pytest')  # the limit is the stage's own
-    assert lines[2].split()[-4:-2] == [str(ROOT / 'tests' / 'cuda'), str(ROOT / 'tests' / 'kernels')]
+    assert lines[2].split()[-5:-2] == [str(ROOT / 'tests' / 'cuda'), str(ROOT / 'tests' / 'kernels'),
+                                       str(ROOT / 'tests' / 'dropit' / 'test_no_host_sync.py')]
 
 
 def test_the_compiled_stage_replays_deit_small_as_cuda_graphs(tmp_path):

@@ -22,7 +22,8 @@
 #                    unpacks them instead of building (the mmcv stages look there first)
 #   kernel-tests     DropIT's Triton kernels against the eager path, compiled on CUDA tensors
 #                    (needs no mmcv: runs beside a background build; kernel-tests.log)
-#   tests            pytest -m cuda over the whole suite (needs mmcv; tests.log)
+#   tests            pytest -m cuda over the whole suite (needs mmcv; tests.log), the eager DropIT
+#                    path's sync check included
 #   kernels          DropIT's kernels (keep_topk at gamma 0.9 fused and eager, scatter_bitmask,
 #                    the codec kernels when there) on DeiT-S and ResNet-50 layer inputs at batch
 #                    64 and 256, bf16 and fp32: GB/s beside the copy's, time beside the layer's
@@ -177,7 +178,7 @@ for stage in "${STAGES[@]}"; do
         "$ROOT/tests/kernels/test_triton_kernels.py" ;;
     tests)
       run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests/cuda" \
-        "$ROOT/tests/kernels" ;;
+        "$ROOT/tests/kernels" "$ROOT/tests/dropit/test_no_host_sync.py" ;;
     kernels)  # writes its table after each layer: a stage stopped by its limit keeps those
       run kernels.log $PY -m mmdropit.bench.kernel_speed "$OUT/kernels" --device cuda ;;
     bench)  # one process per model: a model that runs out of time still leaves the one before
