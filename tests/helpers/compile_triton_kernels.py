@@ -2,7 +2,8 @@
 
 Triton's interpreter (how the tests run the kernels on a CPU) is plain Python and accepts code
 that Triton's compiler rejects (types that change in a loop, unsupported operations). Here each
-launch of :mod:`mmdropit.kernels.cuda.dropit_kernels`, recorded from the host code on CPU
+launch of :mod:`mmdropit.kernels.cuda.dropit_kernels` and
+:mod:`mmdropit.kernels.cuda.codec_kernels`, recorded from the host code on CPU
 tensors and not run, goes through Triton's compiler and ``ptxas`` for ``sm_90``, with the
 argument types it was given. It must run without ``TRITON_INTERPRET``:
 
@@ -18,9 +19,10 @@ import sys
 import torch
 
 _POINTEE = {torch.float32: 'fp32', torch.bfloat16: 'bf16', torch.float16: 'fp16',
-            torch.int32: 'i32', torch.int64: 'i64', torch.uint8: 'u8'}
+            torch.int8: 'i8', torch.int32: 'i32', torch.int64: 'i64', torch.uint8: 'u8'}
 _HOPPER = ('cuda', 90, 32)  # backend, compute capability, warp size
-_LAUNCH_OPTIONS = ('num_warps', 'num_stages', 'num_ctas')  # of the launch, not the kernel
+_LAUNCH_OPTIONS = ('num_warps', 'num_stages', 'num_ctas',  # of the launch, not the kernel
+                   'enable_fp_fusion')
 
 
 def _type(value) -> str:
@@ -46,6 +48,19 @@ def _host_calls(kernels) -> None:
         kernels.scatter_bitmask(torch.zeros(8_751, dtype=torch.uint8), flat[:0], 70_001)
 
 
+def _codec_host_calls(codecs) -> None:
+    """Every host function of the integer codecs' kernels, in each dtype and bit width, on a
+    size that leaves a partial group."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        flat = torch.randn(1_001).to(dtype)
+        codes, scales = codecs.quantize_int8(flat)
+        codecs.dequantize_int8(codes, scales, dtype)
+        for bits in (4, 2):
+            packed, minimums, steps = codecs.quantize_low(flat, bits,
+                                                          torch.zeros(1, dtype=torch.int64))
+            codecs.dequantize_low(packed, minimums, steps, bits, flat.numel(), dtype)
+
+
 def main() -> int:
     if os.environ.get('TRITON_INTERPRET') == '1':
         print('run without TRITON_INTERPRET: the interpreter compiles nothing', file=sys.stderr)
@@ -54,13 +69,15 @@ def main() -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from mmdropit.kernels.cuda import dropit_kernels
+    from mmdropit.kernels.cuda import codec_kernels, dropit_kernels
     from tests.helpers.triton_launches import recorded_launches
 
     with recorded_launches(dropit_kernels, run=False) as launches:
         _host_calls(dropit_kernels)
+    with recorded_launches(codec_kernels, run=False) as codec_launches:
+        _codec_host_calls(codec_kernels)
     built = set()
-    for launch in launches.triton:
+    for launch in launches.triton + codec_launches.triton:
         names = launch.kernel.arg_names
         constants = {name: value for name, value in launch.constants.items()
                      if name not in _LAUNCH_OPTIONS}
