@@ -9,8 +9,9 @@ LayerNorm weight gradients of a small ViT erred by up to 6% (1% with 32), for 0.
 per value.
 
 On the CPU, when the fused kernels are built (:mod:`mmdropit.kernels.cpu`), both ways are one
-pass of ``torch.ops.mmdropit_cpu`` (``quantize_int8``, ``dequantize_int8``), with the same
-results bit for bit; traced (``torch.compile``, fake tensors) or under a dispatch mode (a memory
+pass of ``torch.ops.mmdropit_cpu`` (``quantize_int8``, ``dequantize_int8``), and on a GPU with
+Triton one launch of :mod:`mmdropit.kernels.cuda.codec_kernels`, with the same results bit for
+bit; traced (``torch.compile``, fake tensors) or under a dispatch mode (a memory
 meter) the eager operations run.
 
 Example:

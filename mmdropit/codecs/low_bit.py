@@ -14,10 +14,12 @@ implementation: ``torch.compile`` calls it as an opaque kernel (its draws from a
 its own could not be traced) and keeps the graph whole.
 
 On the CPU, when the fused kernels are built (:mod:`mmdropit.kernels.cpu`), both ways are one
-pass of ``torch.ops.mmdropit_cpu`` (``quantize_low``, ``dequantize_low``): each value's uniform
-number is then a hash of its index keyed by a seed drawn from the plugin's generator, not a
-draw from the generator itself, so the fused and the eager path round differently (both without
-bias); minimums, steps and rebuilt values are the same bit for bit. While ``torch.compile``
+pass of ``torch.ops.mmdropit_cpu`` (``quantize_low``, ``dequantize_low``); on a GPU, with
+Triton, one launch each of :mod:`mmdropit.kernels.cuda.codec_kernels` (and the seed's draw,
+kept on the device). Each value's uniform number is then a hash of its index keyed by a seed
+drawn from the plugin's generator, the same hash on both devices, not a draw from the generator
+itself, so the fused and the eager path round differently (both without bias); minimums, steps
+and rebuilt values are the same bit for bit. While ``torch.compile``
 traces, on fake tensors and under a dispatch mode (a memory meter) the eager operations run (the
 encoding, a custom operator, stays opaque to the compiler and runs fused in a compiled step).
 ``MMDROPIT_FUSED=0`` or :func:`~mmdropit.kernels.switch.eager_only` keeps the eager path.
@@ -82,8 +84,8 @@ def quantize_low(values: torch.Tensor,
     draw = generator(values.device)
     fused = fused_codec_ops(values)
     if fused is not None:
-        seed = int(torch.randint(-2**63, 2**63 - 1, (), generator=draw, device=values.device))
-        return fused.quantize_low(values.contiguous(), bits, seed)
+        seed = torch.randint(-2**63, 2**63 - 1, (1,), generator=draw, device=values.device)
+        return fused.quantize_low(values.contiguous(), bits, seed if values.is_cuda else int(seed))
     numel, levels = values.numel(), 2**bits - 1
     groups = math.ceil(numel / GROUP)
     packed = torch.empty(groups * GROUP * bits // 8, dtype=torch.uint8, device=values.device)

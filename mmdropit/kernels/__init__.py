@@ -13,8 +13,10 @@ input and falls back to the eager PyTorch path otherwise (one warning line says 
 path gives bit-identical saved tensors.
 
 The integer codecs (:mod:`mmdropit.codecs.int8`, :mod:`mmdropit.codecs.low_bit`) take their
-one-pass encoding and decoding from :func:`fused_codec_ops`: on the CPU only (a GPU runs their
-eager path).
+one-pass encoding and decoding from :func:`fused_codec_ops`: the C++ operators on the CPU, the
+Triton kernels of :mod:`.cuda.codec_kernels` on a GPU (the same results bit for bit; the 4- and
+2-bit encoders take their seed as an ``int`` on the CPU and as a one-element int64 tensor on a
+GPU, so that nothing is read back from it).
 
 Example:
     >>> ops = fused_ops(torch.randn(4))
@@ -45,7 +47,13 @@ def fused_ops(x: torch.Tensor) -> Any | None:
 
 def fused_codec_ops(x: torch.Tensor) -> Any | None:
     """The fused codec operations for ``x``'s device (``quantize_int8``, ``dequantize_int8``,
-    ``quantize_low``, ``dequantize_low``), or ``None`` when none can run on it (a GPU, the
-    kernels not built) and while traced or metered (they have no fake implementation, and a
-    compiler fuses the eager operations itself)."""
-    return None if through_dispatcher() or not cpu.usable(x) else torch.ops.mmdropit_cpu
+    ``quantize_low``, ``dequantize_low``), or ``None`` when none can run on it (the CPU kernels
+    not built, Triton missing, a dtype they do not take) and while traced or metered (they have
+    no fake implementation, and a compiler fuses the eager operations itself)."""
+    if through_dispatcher():
+        return None
+    if cpu.usable(x):
+        return torch.ops.mmdropit_cpu
+    if cuda.codecs_usable(x):
+        return cuda.load_codecs()
+    return None

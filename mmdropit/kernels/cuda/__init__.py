@@ -3,7 +3,10 @@
 - ``keep_topk(flat, kept, bitmask)``, ``above_counts(flat, threshold)``,
   ``write_above(flat, threshold, counts, bitmask)``, ``scatter_bitmask(bits, values, numel)``
   in :mod:`.dropit_kernels`, imported by :func:`load` the first time a DropIT layer runs on a
-  GPU (Triton is not imported before).
+  GPU (Triton is not imported before);
+- the integer codecs' ``quantize_int8``, ``dequantize_int8``, ``quantize_low``,
+  ``dequantize_low`` in :mod:`.codec_kernels`, imported by :func:`load_codecs` the first time a
+  codec runs on a GPU.
 
 Example:
     >>> usable(torch.randn(4))
@@ -11,6 +14,6 @@ Example:
 """
 import torch  # noqa: F401  (the doctest's namespace)
 
-from .library import DTYPES, load, usable
+from .library import DTYPES, codecs_usable, load, load_codecs, usable
 
-__all__ = ['DTYPES', 'load', 'usable']
+__all__ = ['DTYPES', 'codecs_usable', 'load', 'load_codecs', 'usable']
