@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from ..codecs import CompressionConfig
 from ..common.parameters import model_device
 from ..common.technique import Applied, TechniqueConfig
 from ..dropit import DropITConfig
+from ..kernels.cuda import codecs_usable
 from ..offload import OffloadConfig
 from ..precision import MixedPrecisionConfig
 
@@ -82,10 +84,14 @@ def dropit_switch(model: nn.Module, gammas: Sequence[float] = DROPIT_GAMMAS) -> 
 
 def quantize_unavailable(model: nn.Module) -> str | None:
     """Why quantized activations are not offered for ``model`` (``None``: they are): on a GPU
-    their codecs run as eager PyTorch, without kernels of their own."""
-    if model_device(model).type == 'cuda':
-        return ('8- and 4-bit activations are not offered on a GPU: their codecs have no GPU '
-                'kernels yet (a DeiT-S step measured 9-10x slower with them on an H100)')
+    only when their codecs' Triton kernels can run there
+    (:func:`~mmdropit.kernels.cuda.codecs_usable`); their eager PyTorch path is too slow to be
+    worth its memory."""
+    device = model_device(model)
+    if device.type == 'cuda' and not codecs_usable(torch.empty(0, device=device)):
+        return ("8- and 4-bit activations are not offered on a GPU without their codecs' Triton "
+                'kernels (Triton missing, or MMDROPIT_FUSED=0): eager, a DeiT-S step measured '
+                '9-10x slower with them on an H100')
     return None
 
 

@@ -133,5 +133,5 @@ def test_where_nothing_is_needed_a_combination_must_measure_clearly_faster(split
 
 
 def test_quantized_activations_are_offered_on_a_cpu():
-    """(On a GPU they are not until their codecs have kernels: tests/cuda/test_cuda_paths.py.)"""
+    """(On a GPU only when their codecs' Triton kernels can run: tests/cuda/test_cuda_paths.py.)"""
     assert quantize_unavailable(nn.Linear(2, 2)) is None
