@@ -19,9 +19,10 @@ back to the host.
   kernel's counter-based hash of the element's index keyed by a 64-bit seed
   (``low_bit_kernels.cpp``, ``uniform_at``), reproduced here in 32-bit unsigned arithmetic: the
   same seed gives the same codes on both devices. The seed is a one-element int64 tensor on the
-  device (drawn there from the plugin's generator), read by the kernel. Two launches: the
-  seed's draw and the kernel; reads the element size per value, writes ``bits / 8 + 8/32``
-  bytes per value.
+  device, read by the kernel. One launch (the codec's entry point,
+  :func:`mmdropit.codecs.low_bit.quantize_low`, adds one: the seed's draw from the plugin's
+  generator, on the device); reads the element size per value, writes ``bits / 8 + 8/32``
+  bytes per value (and reads the seed's 8 bytes once a program).
 - ``dequantize_low``: ``code * step + minimum`` (multiplied, then added: compiled without fused
   multiply-add, as the eager path rounds). One launch; reads ``bits / 8 + 8/32`` bytes per
   value, writes the output's element size.
