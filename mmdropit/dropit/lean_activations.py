@@ -6,8 +6,10 @@ These activations save only where the gradient passes (1 bit per element, packed
 once the next layer compresses its input nothing keeps the dense tensor. They compute the same
 outputs and gradients as PyTorch's (in place or not). On the CPU the mask is packed, and the
 gradient masked, in one fused pass each where the kernels of :mod:`mmdropit.kernels.cpu` are
-built (contiguous tensors; LeakyReLU's gradient stays eager), inside the custom operators
-``mmdropit::pack_passes`` and ``mmdropit::where_passes`` so that ``torch.compile`` traces them.
+built (contiguous tensors; LeakyReLU's gradient stays eager), and on a GPU with Triton in one
+launch each of :mod:`mmdropit.kernels.cuda.codec_kernels` (the same bits and gradients), inside
+the custom operators ``mmdropit::pack_passes`` and ``mmdropit::where_passes`` so that
+``torch.compile`` traces them.
 
 =============  ============================  ===================================
 activation     gradient passes where         gradient there
@@ -31,6 +33,7 @@ from torch.library import custom_op, register_fake
 
 from ..common.custom_operators import operator_or_body
 from ..kernels import cpu as fused_cpu
+from ..kernels import cuda as fused_cuda
 from .compact import pack_bits, unpack_bits
 
 
@@ -39,6 +42,8 @@ def _pack_passes(x: torch.Tensor, low: float, high: float, bounded: bool) -> tor
     order; one fused pass on the CPU where the kernels are built."""
     if x.is_contiguous() and fused_cpu.usable(x):
         return torch.ops.mmdropit_cpu.pack_between(x.view(-1), low, high, bounded)
+    if x.is_contiguous() and fused_cuda.codecs_usable(x):
+        return fused_cuda.load_codecs().pack_between(x.view(-1), low, high, bounded)
     return pack_bits((x > low) & (x < high) if bounded else x > low)
 
 
@@ -54,6 +59,8 @@ def _where_passes(grad: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
     """``grad`` where the packed mask is set, zero elsewhere (contiguous)."""
     if grad.is_contiguous() and fused_cpu.usable(grad):
         return torch.ops.mmdropit_cpu.where_bits(grad.view(-1), packed).view(grad.shape)
+    if grad.is_contiguous() and fused_cuda.codecs_usable(grad):
+        return fused_cuda.load_codecs().where_bits(grad.view(-1), packed).view(grad.shape)
     passes = unpack_bits(packed, grad.numel()).view(grad.shape)
     return torch.where(passes, grad, 0.0).contiguous()
 

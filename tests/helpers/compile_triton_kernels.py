@@ -32,6 +32,8 @@ def _type(value) -> str:
         return 'i1'
     if isinstance(value, int):
         return 'i32' if -2**31 <= value < 2**31 else 'i64'
+    if isinstance(value, float):
+        return 'fp32'
     raise TypeError(f'no Triton type for {value!r}')
 
 
@@ -49,8 +51,8 @@ def _host_calls(kernels) -> None:
 
 
 def _codec_host_calls(codecs) -> None:
-    """Every host function of the integer codecs' kernels, in each dtype and bit width, on a
-    size that leaves a partial group."""
+    """Every host function of the activation codes' kernels, in each dtype, bit width and
+    bounding, on a size that leaves a partial group."""
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         flat = torch.randn(1_001).to(dtype)
         codes, scales = codecs.quantize_int8(flat)
@@ -59,6 +61,8 @@ def _codec_host_calls(codecs) -> None:
             packed, minimums, steps = codecs.quantize_low(flat, bits,
                                                           torch.zeros(1, dtype=torch.int64))
             codecs.dequantize_low(packed, minimums, steps, bits, flat.numel(), dtype)
+        for bounded in (True, False):
+            codecs.where_bits(flat, codecs.pack_between(flat, -1.0, 1.0, bounded))
 
 
 def main() -> int:

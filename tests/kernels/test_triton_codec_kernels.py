@@ -1,6 +1,7 @@
-"""The integer codecs' Triton kernels give the eager path's tensors bit for bit: int8 codes,
+"""The activation codes' Triton kernels give the eager path's tensors bit for bit: int8 codes,
 scales and rebuilt values; 4- and 2-bit minimums, steps and rebuilt values, and the codes of the
-CPU kernel's counter-based random numbers for the same seed. Without a GPU they run in Triton's
+CPU kernel's counter-based random numbers for the same seed; the lean activations' 1-bit masks
+and masked gradients. Without a GPU they run in Triton's
 interpreter on CPU tensors (the root ``conftest.py`` sets ``TRITON_INTERPRET=1``); on a GPU,
 compiled on CUDA tensors, where the CUDA-marked tests also run them through the codecs' entry
 points and check that nothing waits for the GPU."""
@@ -15,6 +16,7 @@ import torch
 from mmdropit.codecs import GROUP
 from mmdropit.codecs.int8 import dequantize, quantize
 from mmdropit.codecs.low_bit import dequantize_low, quantize_low, unpack_codes
+from mmdropit.dropit.compact import pack_bits, unpack_bits
 from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.switch import eager_only
 from tests.helpers.kernel_inputs import KINDS, kernel_input
@@ -129,6 +131,23 @@ def test_each_code_is_a_level_next_to_its_value(kernels, bits):
 
 
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', (1, 9, 1000, 3001))
+@pytest.mark.parametrize('bounds', [(0.0, 0.0, False), (-1.0, 1.0, True), (0.1, 6.0, True)])
+def test_lean_masks_equal_eager(kernels, dtype, numel, bounds):
+    """The 1-bit masks of the lean activations: the bits of ``low < x (< high)``, bounds compared
+    in the input's dtype (0.1 is not a bfloat16 or float16 number), and the gradient where a bit
+    is set."""
+    low, high, bounded = bounds
+    x = kernel_input(numel, dtype, 'normal', DEVICE)
+    x[::5] = low  # on the bound, as PyTorch rounds it to the dtype
+    bits = kernels.pack_between(x, low, high, bounded)
+    assert torch.equal(bits, pack_bits((x > low) & (x < high) if bounded else x > low))
+    grad = kernel_input(numel, dtype, 'scaled', DEVICE)
+    eager = torch.where(unpack_bits(bits, numel), grad, 0.0)
+    assert torch.equal(kernels.where_bits(grad, bits), eager)
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
 def test_each_call_is_one_launch(kernels, dtype):
     values = kernel_input(3001, dtype, 'normal', DEVICE)
     seed = _seed()
@@ -138,8 +157,11 @@ def test_each_call_is_one_launch(kernels, dtype):
     with recorded_launches(kernels) as decoding:
         kernels.dequantize_int8(codes, scales, dtype)
         kernels.dequantize_low(packed, minimums, steps, 4, values.numel(), dtype)
+    with recorded_launches(kernels) as masking:
+        kernels.where_bits(values, kernels.pack_between(values, -1.0, 1.0, True))
     assert encoding.total == 2, (encoding.triton, encoding.torch_ops)
     assert decoding.total == 2, (decoding.triton, decoding.torch_ops)
+    assert masking.total == 2, (masking.triton, masking.torch_ops)
 
 
 @pytest.mark.cuda

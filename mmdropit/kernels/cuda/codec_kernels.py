@@ -1,6 +1,7 @@
-"""The integer codecs' fused GPU kernels, written in Triton: the same operations as the CPU
-extension's (``quantize_int8``, ``dequantize_int8``, ``quantize_low``, ``dequantize_low``),
-giving the same tensors bit for bit.
+"""The activation codes' fused GPU kernels, written in Triton: the same operations as the CPU
+extension's (the integer codecs' ``quantize_int8``, ``dequantize_int8``, ``quantize_low``,
+``dequantize_low``; the lean activations' ``pack_between``, ``where_bits``), giving the same
+tensors bit for bit.
 
 Each Triton program takes :data:`GROUPS` groups of :data:`~mmdropit.codecs.int8.GROUP`
 consecutive values (a ``[GROUPS, GROUP]`` block, loaded contiguously), reduces each group in
@@ -27,6 +28,16 @@ back to the host.
   multiply-add, as the eager path rounds). One launch; reads ``bits / 8 + 8/32`` bytes per
   value, writes the output's element size.
 
+The lean activations' 1-bit masks (:mod:`mmdropit.dropit.lean_activations`), the CPU
+extension's ``pack_between`` and ``where_bits``, :data:`MASK_BLOCK` values a program:
+
+- ``pack_between``: bit ``i`` is ``low < x_i`` (and ``x_i < high`` when bounded), 8 a byte,
+  element ``i`` at bit ``i % 8``; the bounds are rounded to the input's dtype in the kernel,
+  as PyTorch compares a tensor with a number. One launch; reads the element
+  size per value, writes 1/8 byte.
+- ``where_bits``: the gradient where the bit is set, zero elsewhere. One launch; reads the
+  element size and 1/8 byte per value, writes the element size.
+
 These byte and launch counts are a prediction from the code; no GPU has run these kernels yet.
 Divisions are IEEE (``div_rn``) and rounding to the nearest uses the float32 addition of
 ``1.5 * 2**23``, exact for the codes' range. Inputs of 2**31 elements or more and float64
@@ -48,6 +59,8 @@ from ...codecs.int8 import GROUP
 
 GROUPS = 32
 """Groups per Triton program (1024 values)."""
+MASK_BLOCK = 1024
+"""Values per Triton program of the 1-bit masks (a multiple of 8: whole bytes)."""
 _ROUNDING = tl.constexpr(12582912.0)  # 1.5 * 2**23: adding, subtracting it rounds to even
 
 
@@ -84,19 +97,20 @@ def _dequantize_int8_kernel(codes_ptr, scales_ptr, out_ptr, numel,
     inside = offsets < numel
     codes = tl.load(codes_ptr + offsets, mask=inside, other=0).to(tl.float32)
     scales = tl.load(scales_ptr + groups, mask=groups * GROUP < numel, other=0.0)
-    tl.store(out_ptr + offsets, _in_output_dtype(codes * scales, out_ptr), mask=inside)
+    rebuilt = _rounded_to(codes * scales, out_ptr.dtype.element_ty)
+    tl.store(out_ptr + offsets, rebuilt, mask=inside)
 
 
 @triton.jit
-def _in_output_dtype(values, out_ptr):
-    """float32 ``values`` rounded to the output's dtype, to the nearest (ties to even). A
-    bfloat16 is rounded by its bit pattern: Triton's interpreter truncates that conversion,
-    the GPU rounds it to the nearest, and both then agree with PyTorch's."""
-    if out_ptr.dtype.element_ty == tl.bfloat16:
+def _rounded_to(values, DTYPE: tl.constexpr):
+    """float32 ``values`` rounded to ``DTYPE``, to the nearest (ties to even). A bfloat16 is
+    rounded by its bit pattern: Triton's interpreter truncates that conversion, the GPU rounds
+    it to the nearest, and both then agree with PyTorch's."""
+    if DTYPE == tl.bfloat16:
         pattern = values.to(tl.uint32, bitcast=True)
         pattern = (pattern + 0x7FFF + ((pattern >> 16) & 1)) >> 16
         return pattern.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    return values.to(out_ptr.dtype.element_ty)
+    return values.to(DTYPE)
 
 
 @triton.jit
@@ -156,7 +170,38 @@ def _dequantize_low_kernel(packed_ptr, minimums_ptr, steps_ptr, out_ptr, numel,
     steps = tl.load(steps_ptr + groups, mask=in_range, other=0.0)
     minimums = tl.load(minimums_ptr + groups, mask=in_range, other=0.0)
     scaled = codes.to(tl.float32) * steps
-    tl.store(out_ptr + offsets, _in_output_dtype(scaled + minimums, out_ptr), mask=inside)
+    rebuilt = _rounded_to(scaled + minimums, out_ptr.dtype.element_ty)
+    tl.store(out_ptr + offsets, rebuilt, mask=inside)
+
+
+@triton.jit
+def _pack_between_kernel(x_ptr, bits_ptr, numel, low, high, BOUNDED: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    offsets = start + tl.arange(0, BLOCK)
+    inside = offsets < numel
+    values = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+    dtype: tl.constexpr = x_ptr.dtype.element_ty
+    # compared in the input's dtype, as PyTorch compares a tensor with a number
+    low_bound = _rounded_to(tl.full([], low, tl.float32), dtype).to(tl.float32)
+    passes = inside & (values > low_bound)
+    if BOUNDED:
+        high_bound = _rounded_to(tl.full([], high, tl.float32), dtype).to(tl.float32)
+        passes = passes & (values < high_bound)
+    lanes = tl.reshape(passes.to(tl.int32), [BLOCK // 8, 8]) << tl.arange(0, 8)[None, :]
+    packed = tl.sum(lanes, axis=1).to(tl.uint8)  # disjoint bits: the sum is an or
+    byte_offsets = start // 8 + tl.arange(0, BLOCK // 8)
+    tl.store(bits_ptr + byte_offsets, packed, mask=byte_offsets < (numel + 7) // 8)
+
+
+@triton.jit
+def _where_bits_kernel(grad_ptr, bits_ptr, out_ptr, numel, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < numel
+    grad = tl.load(grad_ptr + offsets, mask=inside, other=0.0)
+    packed = tl.load(bits_ptr + offsets // 8, mask=inside, other=0).to(tl.int32)
+    passes = ((packed >> (offsets % 8).to(tl.int32)) & 1) != 0
+    tl.store(out_ptr + offsets, tl.where(passes, grad, tl.zeros_like(grad)), mask=inside)
 
 
 def quantize_int8(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,4 +255,25 @@ def dequantize_low(packed: torch.Tensor, minimums: torch.Tensor, steps: torch.Te
         _dequantize_low_kernel[_grid(minimums.numel())](packed, minimums, steps, out, numel,
                                                         BITS=bits, GROUP=GROUP, GROUPS=GROUPS,
                                                         enable_fp_fusion=False)
+    return out
+
+
+def pack_between(flat: torch.Tensor, low: float, high: float, bounded: bool) -> torch.Tensor:
+    """The packed bits of ``low < flat`` (and ``flat < high`` when ``bounded``) for the
+    contiguous 1-D ``flat``, the bounds compared in its dtype."""
+    numel = flat.numel()
+    bits = torch.empty((numel + 7) // 8, dtype=torch.uint8, device=flat.device)
+    if numel:
+        _pack_between_kernel[(triton.cdiv(numel, MASK_BLOCK),)](
+            flat, bits, numel, low, high, BOUNDED=bounded, BLOCK=MASK_BLOCK)
+    return bits
+
+
+def where_bits(grad: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """The contiguous 1-D ``grad`` where the packed bit is set, zero elsewhere."""
+    numel = grad.numel()
+    out = torch.empty_like(grad)
+    if numel:
+        _where_bits_kernel[(triton.cdiv(numel, MASK_BLOCK),)](grad, bits, out, numel,
+                                                              BLOCK=MASK_BLOCK)
     return out
