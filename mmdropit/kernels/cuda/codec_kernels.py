@@ -41,7 +41,8 @@ extension's ``pack_between`` and ``where_bits``, :data:`MASK_BLOCK` values a pro
 These byte and launch counts are a prediction from the code; no GPU has run these kernels yet.
 Divisions are IEEE (``div_rn``) and rounding to the nearest uses the float32 addition of
 ``1.5 * 2**23``, exact for the codes' range. Inputs of 2**31 elements or more and float64
-inputs stay on the eager path (:func:`~.library.usable`).
+inputs stay on the eager path (:func:`~.library.codecs_usable`); a decoder is chosen by its
+float32 parameters, so it also writes the float64 values of an eagerly encoded input.
 
 Example (on a GPU; with ``TRITON_INTERPRET=1``, as the tests run it, on CPU tensors too):
     >>> device = 'cuda' if torch.cuda.is_available() else 'cpu'
