@@ -51,6 +51,27 @@ def test_keep_topk_equals_eager_mink(kernels, dtype, numel, kind):
             assert torch.equal(fused[1], eager[1]), (gamma, encoding)
 
 
+@pytest.mark.parametrize('inputs', ['ties', 'all_equal'])
+def test_chunked_passes_with_more_blocks_than_programs(kernels, monkeypatch, inputs):
+    """Three programs over 9 blocks (the last one partial): chunks of three blocks, with ties
+    on both sides of every chunk border, kept from one element to all of them."""
+    monkeypatch.setattr(kernels, 'PROGRAMS', 3)
+    numel = 8 * kernels.BLOCK + 5
+    if inputs == 'ties':  # magnitudes 2, 1, 0, 1, 2 repeating: every kept count cuts ties
+        x = (torch.arange(numel, device=DEVICE) % 5 - 2).to(torch.float32)
+    else:
+        x = torch.full((numel,), -0.25, device=DEVICE)
+    for gamma in (0.0, 0.5, 0.7, 1 - 1.5 / numel):  # the last keeps one element
+        kept = kept_count(numel, gamma)
+        keep_eager, _ = mink(x, gamma)
+        bits, values = kernels.keep_topk(x, kept, True)
+        indices, same_values = kernels.keep_topk(x, kept, False)
+        assert int(keep_eager.sum()) == kept, kept
+        assert torch.equal(bits, pack_bits(keep_eager)), kept
+        assert torch.equal(values, x[keep_eager]) and torch.equal(same_values, values), kept
+        assert torch.equal(indices.long(), keep_eager.nonzero().flatten()), kept
+
+
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=str)
 def test_bracketed_threshold_in_half_precision(kernels, dtype):
     x = kernel_input(BRACKETED, dtype, 'scaled', DEVICE)
@@ -97,7 +118,8 @@ def test_half_precision_needs_fewer_radix_passes(kernels, dtype):
 
 # Kernel launches per call: a GPU step of a host-bound model pays every one of them in host time
 # (the first GPU run spent ~24 launches on each DropIT layer's selection)
-SELECT_LAUNCHES = {torch.float32: 8, torch.float16: 7, torch.bfloat16: 6}
+# (now a zeroing, one pass per byte, the count and the write)
+SELECT_LAUNCHES = {torch.float32: 7, torch.float16: 6, torch.bfloat16: 5}
 
 
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
@@ -108,7 +130,7 @@ def test_each_call_launches_few_kernels(kernels, dtype):
     with recorded_launches(kernels) as rebuilding:
         kernels.scatter_bitmask(bits, values, x.numel())
     assert selecting.total <= SELECT_LAUNCHES[dtype], (selecting.triton, selecting.torch_ops)
-    assert rebuilding.total <= 3, (rebuilding.triton, rebuilding.torch_ops)
+    assert rebuilding.total <= 2, (rebuilding.triton, rebuilding.torch_ops)
 
 
 @pytest.mark.cuda
@@ -151,6 +173,20 @@ def test_scatter_bitmask_equals_eager(kernels, dtype, numel):
     fused = kernels.scatter_bitmask(bits, values, numel)
     assert torch.equal(fused, eager)
     assert torch.equal(fused[keep], x[keep]) and not fused[~keep].any()
+
+
+def test_chunked_scatter_with_more_blocks_than_programs(kernels, monkeypatch):
+    """Three programs over 9 blocks (the last one partial): each chunk's first value follows
+    the popcounts of the chunks before it."""
+    monkeypatch.setattr(kernels, 'PROGRAMS', 3)
+    numel = 8 * kernels.BLOCK + 5
+    x = kernel_input(numel, torch.float32, 'normal', DEVICE)
+    for gamma in (0.0, 0.9, 1 - 1.5 / numel):
+        keep, _ = mink(x, gamma)
+        bits, values = encode(x, keep, 1.0, 'bitmask')
+        with eager_only():
+            eager = scatter_kept(bits, values, numel, 'bitmask')
+        assert torch.equal(kernels.scatter_bitmask(bits, values, numel), eager), gamma
 
 
 def _step_gradients(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
