@@ -163,6 +163,5 @@ def _search(start: Estimate, trials: Trials, lower: str, unplanned: int) -> Deci
         decision = decide_least(start, trials.techniques, trials.peak)
         put_in_effect(decision.chosen, trials.techniques, trials.target)
         return decision
-    decision = decide(start, trials.techniques, trials.budget_bytes, trials.peak, lower,
-                      trials.seconds)
+    decision = decide(start, trials.techniques, trials.budget_bytes, trials.peak, lower)
     return choose_measured(decision, trials, start, unplanned)

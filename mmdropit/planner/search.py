@@ -1,7 +1,7 @@
 """Combine techniques under one memory budget: predict every combination, take the fastest that
-fits with a margin, measure it, and tighten when the measurement does not fit. A lossy
-combination is also timed, beside the fastest exact one, and kept only if it is more than
-:data:`EXACT_PREFERENCE` faster.
+fits with a margin, measure it, and tighten when the measurement does not fit. The choice is
+then timed beside a shortlist of others (:mod:`.shortlist`), where a lossy combination is kept
+only if it measures more than :data:`EXACT_PREFERENCE` faster than the fastest exact one.
 
 Example:
     >>> from .techniques import MicroBatches
@@ -34,9 +34,9 @@ ATTEMPTS = 3
 """Measured combinations that did not fit before the search gives up."""
 
 EXACT_PREFERENCE = 1.05
-"""A lossy combination is kept only if the fastest exact one that fits is predicted, or then
-measured, at more than this many times its measured step time (the exact one costs no
-accuracy)."""
+"""A lossy combination is kept only if the fastest exact one measured to fit takes more than
+this many times its measured step time (the exact one costs no accuracy;
+:func:`~.shortlist.choose_measured`)."""
 
 NEAR_MEASUREMENTS = 4
 """Combinations predicted over the budget by no more than the bytes they may not hold (their
@@ -49,7 +49,6 @@ LOWER = 'sharding the model state with FSDP over several processes'
 
 def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
            measure: Callable[[Estimate], int], lower: str = LOWER,
-           seconds: Callable[[Estimate], float] | None = None,
            correction: float = 1.0) -> Decision:
     """The fastest combination whose predicted peak fits ``budget_bytes`` with
     :data:`MARGIN` (without it when none does) and whose measured peak fits it. When a
@@ -59,12 +58,10 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
     lossy one's), and the search runs again.
 
     Lossy techniques' effects are measured one at a time and multiplied, which can be far off
-    for a combination of several (bf16 on micro-batches of one sample, say); so with
-    ``seconds``, a lossy choice is timed, and the fastest exact combination predicted to fit is
-    measured and timed too unless predicted clearly slower; the exact one is taken when it fits
-    and is within :data:`EXACT_PREFERENCE` of the lossy one's time. When the lossy
+    for a combination of several (bf16 on micro-batches of one sample, say): when the lossy
     combinations measured over the budget and no corrected one is predicted to fit, the exact
-    techniques are searched on their own.
+    techniques are searched on their own. (Their times are far off too: the shortlist,
+    :func:`~.shortlist.choose_measured`, times the choice beside the fastest exact one.)
 
     Lossy settings' constant bytes (bf16 autocast's cast copies of the weights) are counted
     whatever the other techniques, but under a checkpoint plan some may not be held (the copies
@@ -79,8 +76,6 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
         budget_bytes: The budget for the whole step's peak.
         measure: Applies a combination and returns its measured peak (it stays applied).
         lower: What would go lower than these techniques, for the error message.
-        seconds: Applies a combination and returns its measured step time as a ratio to the
-            step without techniques (it stays applied).
         correction: How many times their prediction activations measured already (every
             prediction's activations are multiplied by it).
 
@@ -92,7 +87,7 @@ def decide(start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
             peak), or the measured ones did not fit and, corrected by their overshoot, no
             other is predicted to (at most :data:`ATTEMPTS` are measured).
     """
-    search = _Search(start, techniques, budget_bytes, measure, lower, seconds, correction)
+    search = _Search(start, techniques, budget_bytes, measure, lower, correction)
     decision = search.run()
     if decision is None and search.corrections.by_lossy_choices:
         decision = search.exact_alone()
@@ -108,22 +103,19 @@ class _Search:
         corrections: What the measured misses taught.
         exact: The techniques that are not lossy.
         measured: Measured peaks, by summary, of the combinations predicted to fit.
-        timed: Measured step times, by summary, of every check of a lossy choice.
         near_measured: Measured peaks, by summary, of the combinations measured because they
             could fit without the bytes they may not hold (see :meth:`_near_fit`).
     """
 
     def __init__(self, start: Estimate, techniques: Sequence[Technique], budget_bytes: int,
-                 measure: Callable[[Estimate], int], lower: str,
-                 seconds: Callable[[Estimate], float] | None, correction: float) -> None:
+                 measure: Callable[[Estimate], int], lower: str, correction: float) -> None:
         self.start, self.techniques, self.budget_bytes = start, techniques, budget_bytes
-        self.measure, self.lower, self.seconds = measure, lower, seconds
+        self.measure, self.lower = measure, lower
         self.corrections = Corrections(int(budget_bytes * (1 - MARGIN)),
                                        frozenset(t.name for t in techniques if t.lossy),
                                        correction)
         self.exact = [technique for technique in techniques if not technique.lossy]
         self.measured: dict[str, int] = {}
-        self.timed: dict[str, float] = {}
         self.near_measured: dict[str, int] = {}
 
     def run(self) -> Decision | None:
@@ -150,7 +142,8 @@ class _Search:
                 chosen, peak = predicted, self.measure(predicted)
                 self.measured[predicted.summary] = peak
             if peak <= self.budget_bytes:
-                return self._proven(chosen, peak, considered, predicted, near)
+                return Decision(self.budget_bytes, chosen, peak, considered,
+                                {**self.near_measured, **self.measured})
             self.corrections.learn(chosen, peak)
         return None
 
@@ -158,7 +151,7 @@ class _Search:
         """The exact techniques searched on their own, with what exact misses taught (lossy
         predictions can be far off together); ``None`` when that search fails too."""
         search = _Search(self.start, self.exact, self.budget_bytes, self.measure, self.lower,
-                         None, self.corrections.overall)
+                         self.corrections.overall)
         try:
             decision = search.run()
         except ConfigError:
@@ -200,33 +193,6 @@ class _Search:
                     return estimate
         return None
 
-    def _checked(self, estimate: Estimate, peak: int, considered: list[Estimate]) -> Decision:
-        """The decision for ``estimate``, measured within the budget; a lossy one checked
-        against the fastest exact combination (:func:`_check_against_exact`, whose measured
-        peaks join :attr:`measured`; the times of every check go to :attr:`timed`)."""
-        decision = Decision(self.budget_bytes, estimate, peak, considered, self.measured,
-                            self.timed)
-        if self.seconds is not None and self.corrections.lossy_choices(estimate):
-            _check_against_exact(decision, self._predict(self.exact)[0], self.corrections.fits,
-                                 self.measure, self.seconds)
-        return decision
-
-    def _proven(self, chosen: Estimate, peak: int, considered: list[Estimate],
-                predicted: Estimate | None, near: Estimate | None) -> Decision:
-        """The decision for ``chosen``, measured within the budget (:meth:`_checked`). When
-        it is ``near`` (measured near the budget) and gave way to the exact one, the next
-        combination near the budget and faster than ``predicted`` is tried the same way; when
-        none is left, the exact one is put back in effect."""
-        decision = self._checked(chosen, peak, considered)
-        while near is not None and decision.chosen is not near:
-            near = self._near_fit(considered, predicted)
-            if near is None:
-                self.measure(decision.chosen)  # puts the exact one back in effect
-            else:
-                decision = self._checked(near, self.near_measured[near.summary], considered)
-        decision.measured = {**self.near_measured, **self.measured}
-        return decision
-
     def _below_reach(self, considered: Sequence[Estimate]) -> ConfigError:
         """The error for a budget no combination is predicted to fit."""
         least = min(considered, key=lambda e: e.peak_bytes)
@@ -246,32 +212,3 @@ class _Search:
             f'measured above it ({peaks}) and no other is predicted to fit after correcting '
             f'for that; raise the budget, or go lower with {self.lower}')
 
-
-def _check_against_exact(decision: Decision, exact_combinations: list[Estimate],
-                         fits: Callable[[Estimate], bool], measure: Callable[[Estimate], int],
-                         seconds: Callable[[Estimate], float]) -> None:
-    """Time ``decision``'s lossy choice, and take the fastest exact combination predicted to
-    fit instead when it measures within the budget and within :data:`EXACT_PREFERENCE` of
-    that time, the lossy one timed twice by then (a single timed pass can be slow, as the
-    first under bf16 after a metered pass). The decision's combination is in effect on
-    return."""
-    lossy = decision.chosen
-    shown = {estimate.summary for estimate in decision.considered}
-    decision.considered += [e for e in exact_combinations if e.summary not in shown]
-    exact = fastest_fitting(exact_combinations, fits)
-    decision.timed[lossy.summary] = lossy_time = seconds(lossy)
-    if exact is None or exact.time_ratio > lossy_time * EXACT_PREFERENCE:
-        return
-    decision.measured[exact.summary] = peak = measure(exact)
-    if peak <= decision.budget_bytes:
-        decision.timed[exact.summary] = exact_time = seconds(exact)
-        if exact_time <= lossy_time * EXACT_PREFERENCE:
-            decision.timed[lossy.summary] = lossy_time = min(lossy_time, seconds(lossy))
-            if exact_time > lossy_time * EXACT_PREFERENCE:
-                return  # the lossy choice, timed again, is in effect
-            # the exact one stays slower than the lossy one's fastest: put it back in effect
-            decision.timed[exact.summary] = min(exact_time, seconds(exact))
-            decision.chosen, decision.measured_bytes = exact, peak
-            return
-    # the lossy choice stays: put it back in effect, timing it once more
-    decision.timed[lossy.summary] = min(lossy_time, seconds(lossy))

@@ -1,6 +1,6 @@
-"""The memory-budget search: the fastest-first bound on slow techniques, lossy decisions
-checked against the fastest exact combination by measured time, and lossy combinations that
-could fit without their constant bytes measured."""
+"""The memory-budget search: the fastest-first bound on slow techniques, lossy misses corrected
+by technique, and lossy combinations that could fit without their constant bytes measured.
+(Lossy choices against exact ones by measured time: tests/planner/test_shortlist.py.)"""
 from __future__ import annotations
 
 import re
@@ -14,7 +14,7 @@ from mmdropit.planner.combinations import combinations
 from mmdropit.planner.corrections import fits_within
 from mmdropit.planner.estimate import Choice, Effect, Estimate
 from mmdropit.planner.least import LEAST_TOLERANCE, decide_least
-from mmdropit.planner.search import ATTEMPTS, EXACT_PREFERENCE, NEAR_MEASUREMENTS, decide
+from mmdropit.planner.search import ATTEMPTS, NEAR_MEASUREMENTS, decide
 from mmdropit.planner.techniques import MeasuredSettings, MicroBatches, Technique
 
 
@@ -75,89 +75,15 @@ def test_the_bound_skips_no_combination_that_could_be_chosen(budget):
     assert len(bounded[-1].offered) < len(exhaustive[-1].offered) == 6
 
 
-def _decide(budget: int, measured_time: dict[str, float | list[float]],
-            peak_over: dict[str, int] = {}):
+def _decide(budget: int, peak_over: dict[str, int]):
     applied: dict = {}
     techniques = _techniques(applied)
-    log: list[tuple[str, str]] = []
 
     def measure(estimate: Estimate) -> int:
         _in_effect(estimate, techniques, applied)
-        log.append(('peak', estimate.summary))
         return estimate.peak_bytes + peak_over.get(estimate.summary, 0)
 
-    def seconds(estimate: Estimate) -> float:
-        _in_effect(estimate, techniques, applied)
-        log.append(('time', estimate.summary))
-        times = measured_time.get(estimate.summary, estimate.time_ratio)
-        return times.pop(0) if isinstance(times, list) else times
-
-    decision = decide(Estimate(100, 1000), techniques, budget, measure, seconds=seconds)
-    return decision, applied, log
-
-
-def test_a_lossy_choice_slower_than_predicted_gives_way_to_the_exact_one():
-    # predicted: half-precision 0.5x fits 900; exact: two parts 1.1x. Measured: lossy 1.3x.
-    decision, applied, log = _decide(900, {'half-precision': 1.3})
-    assert decision.chosen.summary == 'two parts'
-    assert applied == {'split': 'two parts'}
-    assert log == [('peak', 'half-precision'), ('time', 'half-precision'),
-                   ('peak', 'two parts'), ('time', 'two parts'), ('time', 'half-precision'),
-                   ('time', 'two parts')]
-    assert decision.timed == {'half-precision': 1.3, 'two parts': pytest.approx(1.1)}
-    assert '1.30x' in decision.table()
-
-
-def test_a_lossy_choice_timed_slow_once_is_timed_again_before_it_gives_way():
-    """The lossy choice's first timed pass is slow (2.6x, as a cold pass can be), its second
-    0.5x: it is kept, and it is what is in effect."""
-    decision, applied, log = _decide(900, {'half-precision': [2.6, 0.5]})
-    assert decision.chosen.summary == 'half-precision'
-    assert applied == {'lossy': 'half-precision'}
-    assert decision.timed['half-precision'] == 0.5
-    assert log[-1] == ('time', 'half-precision')
-
-
-def test_a_lossy_choice_as_fast_as_predicted_is_kept_without_measuring_the_exact_one():
-    decision, applied, log = _decide(900, {})
-    assert decision.chosen.summary == 'half-precision'
-    assert applied == {'lossy': 'half-precision'}
-    # the exact one (1.1x) is predicted more than EXACT_PREFERENCE slower than 0.5x
-    assert 1.1 > 0.5 * EXACT_PREFERENCE
-    assert log == [('peak', 'half-precision'), ('time', 'half-precision')]
-
-
-def test_the_lossy_choice_stays_in_effect_when_the_exact_one_does_not_fit():
-    decision, applied, log = _decide(900, {'half-precision': 1.3}, {'two parts': 500})
-    assert decision.chosen.summary == 'half-precision'
-    assert applied == {'lossy': 'half-precision'}
-    assert log[-1] == ('time', 'half-precision')
-    assert decision.measured['two parts'] > 900
-
-
-@pytest.mark.parametrize('lossy', [False, True])
-def test_a_measured_setting_that_keeps_the_gradients_is_an_exact_choice(lossy):
-    """Activation offload is measured on the step like a lossy setting but keeps the gradients
-    exact: chosen, it is not timed against the exact combinations, where a lossy setting timed
-    slow (3x here) gives way to the exact two parts."""
-    applied: dict = {}
-    offload = MeasuredSettings('offload', [0.5], lambda share: Effect(0.5, 1.05), str,
-                               lambda share: applied.__setitem__('offload', share),
-                               lambda: applied.pop('offload', None), lossy=lossy)
-    timed = []
-    decision = decide(Estimate(100, 1000), [offload, *_techniques(applied)[1:]], 900,
-                      lambda e: e.peak_bytes, seconds=lambda e: timed.append(e.summary) or 3.0)
-    assert decision.chosen.summary == ('two parts' if lossy else '0.5')
-    assert bool(timed) == lossy
-
-
-def test_an_exact_decision_is_not_timed():
-    applied: dict = {}
-    techniques = _techniques(applied)[1:]
-    timed = []
-    decision = decide(Estimate(100, 1000), techniques, 900, lambda e: e.peak_bytes,
-                      seconds=lambda e: timed.append(e) or 1.0)
-    assert decision.chosen.summary == 'two parts' and not timed and not decision.timed
+    return decide(Estimate(100, 1000), techniques, budget, measure), applied
 
 
 def test_lossy_combinations_measured_far_over_fall_back_to_the_exact_search():
@@ -166,7 +92,7 @@ def test_lossy_combinations_measured_far_over_fall_back_to_the_exact_search():
     searched on their own and their choice is proved as usual."""
     over = {summary: 10_000 for summary in ('half-precision', 'half-precision + two parts',
                                             'half-precision + four parts')}
-    decision, applied, log = _decide(350, {}, over)
+    decision, applied = _decide(350, over)
     assert 'half-precision' not in decision.chosen.summary
     assert decision.measured_bytes <= 350
     assert applied == {choice.technique: choice.setting for choice in decision.chosen.choices}
@@ -187,8 +113,7 @@ def test_a_lossy_miss_corrects_only_combinations_with_the_same_lossy_techniques(
         _in_effect(estimate, techniques, applied)
         return estimate.peak_bytes + (10_000 if 'coarse' in estimate.summary else 0)
 
-    decision = decide(Estimate(100, 1000), techniques, 700, measure,
-                      seconds=lambda e: e.time_ratio)
+    decision = decide(Estimate(100, 1000), techniques, 700, measure)
     assert decision.chosen.summary == 'fine'
     # 'coarse 2' is as wrong as 'coarse 1' and is not measured; 'coarse 1 + fine' is another set
     assert decision.measured == {'coarse 1': 10_400, 'coarse 1 + fine': 10_250, 'fine': 600}
@@ -297,34 +222,6 @@ def test_combinations_over_the_budget_by_their_constant_bytes_are_measured_a_few
     near = [summary for summary in decision.measured if summary.startswith('setting')]
     assert len(near) == NEAR_MEASUREMENTS < len(settings)
     assert decision.chosen.summary == 'four parts + plan'
-
-
-def test_a_combination_measured_near_that_times_slower_than_the_exact_one_gives_way_to_the_next():
-    """bf16 + two parts + plan measures within the budget but times at 2.0x, slower than the
-    fastest exact combination predicted within the margin, eight parts + plan (1.95x): the next
-    combination near the budget, bf16 + four parts + plan, is measured, timed at its predicted
-    0.85x, and chosen."""
-    applied: dict = {}
-    techniques = _cast_weights(applied)
-    log: list[tuple[str, str]] = []
-
-    def measure(estimate: Estimate) -> int:
-        _in_effect(estimate, techniques, applied)
-        log.append(('peak', estimate.summary))
-        return estimate.peak_bytes - (60 if 'bf16' in applied and 'plan' in applied else 0)
-
-    def seconds(estimate: Estimate) -> float:
-        _in_effect(estimate, techniques, applied)
-        log.append(('time', estimate.summary))
-        return 2.0 if estimate.summary == 'bf16 + two parts + plan' else estimate.time_ratio
-
-    decision = decide(Estimate(100, 1000), techniques, 200, measure, seconds=seconds)
-    assert decision.chosen.summary == 'bf16 + four parts + plan'
-    assert applied == {'bf16': 'bf16', 'split': 'four parts', 'plan': 'plan'}
-    assert decision.timed['bf16 + two parts + plan'] == 2.0
-    assert decision.measured == {'bf16 + two parts + plan': 200, 'eight parts + plan': 150,
-                                 'bf16 + four parts + plan': 150}
-    assert log[-1] == ('time', 'bf16 + four parts + plan')
 
 
 def test_an_unreachable_budget_names_the_least_peak_and_the_state_within_it():

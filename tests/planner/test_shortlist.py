@@ -4,12 +4,16 @@ whatever the predictions said. Step times here are made up on purpose (from whic
 checkpointed), so that the predictions are wrong in a known way."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.planner import StepProbe, plan_within_budget
+from mmdropit.planner.estimate import Choice, Estimate
 from mmdropit.planner.outcome import BudgetOutcome
+from mmdropit.planner.search import EXACT_PREFERENCE
+from mmdropit.planner.shortlist import _median_seconds, _preferred
 from tests.helpers.split_target import SplitTarget
 
 BLOCKS = 6
@@ -85,3 +89,38 @@ def test_measured_times_are_in_the_decision_table_and_its_json():
     assert f'| {timed:.2f}x | <- |' in row
     again = plan_within_budget(probe, 0.75, SplitTarget(probe.model), saved=outcome.to_json())
     assert again.reused and again.decision.chosen.summary == chosen
+
+
+def _estimates(*summaries: str) -> list[Estimate]:
+    start = Estimate(100, 900)
+    return [start.choose(Choice('t', summary, summary), 400, 1.0) for summary in summaries]
+
+
+def _lossy(estimate: Estimate) -> bool:
+    return estimate.summary.startswith('bf16')
+
+
+@pytest.mark.parametrize('lossy_time,taken', [(1.3, 'plan'), (1.0, 'plan'), (0.9, 'bf16')])
+def test_a_lossy_combination_is_taken_only_when_it_measures_clearly_faster_than_the_exact_one(
+        lossy_time, taken):
+    """Measured slower, or within EXACT_PREFERENCE (5%) of the fastest exact combination that
+    fits, the lossy one gives way (the exact one costs no accuracy); 10% faster, it is kept."""
+    fitting = _estimates('bf16', 'plan')
+    timed = {'bf16': lossy_time, 'plan': 1.04}
+    assert 1.04 / 1.0 < EXACT_PREFERENCE < 1.04 / 0.9
+    assert _preferred(fitting, timed, _lossy, None).summary == taken
+
+
+def test_a_lossy_combination_is_taken_when_no_exact_one_measures_within_the_budget():
+    fitting = _estimates('bf16')
+    assert _preferred(fitting, {}, _lossy, None).summary == 'bf16'
+
+
+def test_one_slow_round_of_three_does_not_decide():
+    """The median of the alternated rounds counts: a cold first round (2.6x, as the first step
+    under bf16 after a metered one was seen to take) does not make a lossy choice give way."""
+    fitting = _estimates('bf16', 'plan')
+    times = {'bf16': [2.6, 0.5, 0.5], 'plan': [1.0, 1.0, 1.0]}
+    timed = _median_seconds(fitting, lambda estimate: times[estimate.summary].pop(0))
+    assert timed == {'bf16': 0.5, 'plan': 1.0}
+    assert _preferred(fitting, timed, _lossy, None).summary == 'bf16'
