@@ -3,7 +3,7 @@ extension's (the integer codecs' ``quantize_int8``, ``dequantize_int8``, ``quant
 ``dequantize_low``; the lean activations' ``pack_between``, ``where_bits``), giving the same
 tensors bit for bit.
 
-Each Triton program takes :data:`GROUPS` groups of :data:`~mmdropit.codecs.int8.GROUP`
+Each Triton program takes :data:`GROUPS` groups of :data:`GROUP`
 consecutive values (a ``[GROUPS, GROUP]`` block, loaded contiguously), reduces each group in
 registers and writes its codes and parameters; the last group is partial when the value count
 is not a multiple of the group. Every output size follows from the shape, and nothing is read
@@ -56,8 +56,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ...codecs.int8 import GROUP
-
+GROUP = 32
+"""Values sharing a scale (or a minimum and a step): the codecs' ``GROUP`` and the CPU kernels'
+``kGroup``, which ``kernels`` sits below and does not import (the bit-identity tests against
+the eager codecs fail if they differ)."""
 GROUPS = 32
 """Groups per Triton program (1024 values)."""
 MASK_BLOCK = 1024
