@@ -22,8 +22,9 @@ BATCH = 512
 
 def _probe(per_block_factor: float, other_plan_factor: float) -> StepProbe:
     """Six repeated blocks; a pass takes ``0.3 + its share of the batch`` seconds, times
-    ``per_block_factor`` while exactly the blocks are checkpointed and ``other_plan_factor``
-    under any other checkpoints."""
+    ``per_block_factor`` while exactly the blocks are checkpointed, plainly, and
+    ``other_plan_factor`` under any other checkpoints (the search may checkpoint the same
+    blocks selectively)."""
     torch.manual_seed(0)
     blocks = nn.Sequential(*[nn.Sequential(nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 128),
                                            nn.GELU()) for _ in range(BLOCKS)])
@@ -36,9 +37,11 @@ def _probe(per_block_factor: float, other_plan_factor: float) -> StepProbe:
     per_block = {f'1.{index}' for index in range(BLOCKS)}
 
     def seconds(size: int, passes: int = 2) -> float:
-        checkpointed = {name for name, module in net.named_modules() if is_checkpointed(module)}
+        checkpointed = {name: getattr(module, '_mmdropit_selective', False)
+                        for name, module in net.named_modules() if is_checkpointed(module)}
+        exactly_per_block = set(checkpointed) == per_block and not any(checkpointed.values())
         factor = (1.0 if not checkpointed else
-                  per_block_factor if checkpointed == per_block else other_plan_factor)
+                  per_block_factor if exactly_per_block else other_plan_factor)
         return (0.3 + size / BATCH) * factor
 
     probe = StepProbe(net, None, BATCH, run_part=lambda size: loss(size).backward(),
