@@ -87,7 +87,7 @@ def with_nested(segments: list[Segment], costs: ChainCosts,
         chosen = least_time(sub, floor)
         shifted = {id(cost): j for cost, j in zip(sub.segments, inside)}
         inner = tuple(all_segments[shifted[id(cost)]] for cost in chosen)
-        seconds = outer.seconds + sum(s.seconds + nesting_seconds for s in inner)
+        seconds = outer.seconds + sum(cost.seconds for cost in chosen)  # charged in sub
         all_segments.append(replace(outer, seconds=seconds, inner=inner))
         all_costs.append(replace(outer_cost, seconds=seconds, recompute=floor))
     return all_segments, replace(costs, segments=all_costs)
