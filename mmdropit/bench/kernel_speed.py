@@ -36,7 +36,6 @@ import argparse
 import importlib
 import json
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..common.timing import seconds_of
 from ..dropit.compact import encode, scatter_kept
 from ..dropit.strategies import kept_count, mink
 from ..kernels import fused_ops
@@ -132,12 +132,8 @@ class Timer:
         for _ in range(self.warmup):
             function()
         if self.device.type != 'cuda':
-            times = []
-            for _ in range(self.reps):
-                started = time.perf_counter()
-                function()
-                times.append(time.perf_counter() - started)
-            return statistics.median(times)
+            return statistics.median(seconds_of(function, self.device)
+                                     for _ in range(self.reps))
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(self.reps)]
         torch.cuda.synchronize(self.device)
