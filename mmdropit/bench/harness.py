@@ -107,15 +107,19 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
         working.append(variant)
         saved[variant.name] = saved_meter.result
         peaks[variant.name] = peak_meter.result
+        print(f'  {work.name} / {variant.name}: peak {peak_meter.result.peak_bytes / 2**20:.1f} '
+              f'MiB, saved {saved_meter.result.total_bytes / 2**20:.1f} MiB', flush=True)
 
     times: dict[str, list[float]] = {variant.name: [] for variant in working}
     host_times: dict[str, list[float]] = {variant.name: [] for variant in working}
-    for _ in range(steps):
+    for round_number in range(1, steps + 1):
         for variant in working:
             with variant.prepare(work):
                 seconds, host_seconds = _timed_step(work, variant, optimizer, device)
             times[variant.name].append(seconds)
             host_times[variant.name].append(host_seconds)
+        print(f'  {work.name} round {round_number}/{steps} (ms): ' + ', '.join(
+            f'{name} {values[-1] * 1e3:.1f}' for name, values in times.items()), flush=True)
 
     measurements = []
     for variant in working:
