@@ -30,16 +30,26 @@ def _step(model: nn.Module, x: torch.Tensor) -> tuple[list[torch.Tensor], int]:
     return [p.grad.clone() for p in model.parameters()], torch.cuda.max_memory_allocated() - base
 
 
+REORDERING = 1e-4
+"""What float32 arithmetic done in another order may change, relative to a gradient's largest
+element: an H200 run (2026-11-26) found the offloaded steps' gradients (ours and PyTorch's
+``save_on_cpu``) off by up to 1.1e-13 (2**-43, one float32 step of a value near 1e-6), where
+the plain step repeated at other addresses was bit for bit the same."""
+
+
 def _largest_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return max((x - y).abs().max().item() for x, y in zip(a, b))
+    """The largest difference of two lists of gradients, relative to each gradient's largest
+    element."""
+    return max(((x - y).abs().max() / y.abs().max().clamp_min(1e-30)).item()
+               for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize('method', ['prefetch', 'save_on_cpu'])
 def test_offload_keeps_the_gradients_and_lowers_the_peak(method):
     """The gradients are the plain step's to within what the plain step itself differs by from
-    one run to the next when the allocator's state differs (bit for bit where it does not
-    differ): an H100 run found PyTorch's own ``save_on_cpu`` not bit-equal, so whether cuBLAS
-    reproduces a step at other addresses is measured here rather than assumed."""
+    one run to the next when the allocator's state differs, or float32 reordering
+    (:data:`REORDERING`), whichever is larger: PyTorch's own ``save_on_cpu`` is not bit-equal
+    either (H100 and H200 runs), so the spread is measured here rather than assumed."""
     model, x = _mlp(), torch.randn(2048, 1024, device='cuda')
     _step(model, x)  # warm-up: cuBLAS workspaces, the allocator's first segments
     expected, plain_peak = _step(model, x)
@@ -51,7 +61,7 @@ def test_offload_keeps_the_gradients_and_lowers_the_peak(method):
     _step(model, x)
     got, offload_peak = _step(model, x)
     restore_offload(model)
-    assert _largest_difference(got, expected) <= 2 * spread, spread
+    assert _largest_difference(got, expected) <= max(2 * spread, REORDERING), spread
     moved = 9 * 2048 * (1024 + 2 * 4096) * 4  # each block: its input, GELU's input and output
     assert offload_peak < plain_peak - moved // 2, (offload_peak, plain_peak, moved)
     if method == 'prefetch':
