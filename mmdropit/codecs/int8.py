@@ -1,12 +1,15 @@
 """Per-group int8: one float32 scale per group of values, as Mesa stores activations.
 
-Each value becomes an int8 ``round(v / s)`` with ``s = max|v| / 127`` over its group of
-:data:`GROUP` consecutive values (in memory order), plus one float32 scale per group:
+Each value becomes an int8 ``round(v / s)`` with ``s = max|v| * float32(1 / 127)`` over its
+group of :data:`GROUP` consecutive values (in memory order), plus one float32 scale per group:
 ``numel * (1 + 4 / GROUP)`` bytes instead of ``numel * element_size``. Rounding to the nearest
 step errs by at most half a step, ``max|v| / 254`` of its group. Groups of 32, not Mesa's larger
 ones: a transformer's residual stream has outlier channels, and with groups of 128 the
 LayerNorm weight gradients of a small ViT erred by up to 6% (1% with 32), for 0.09 more bytes
-per value.
+per value. The scale is a product by the float32 reciprocal of 127, not a quotient: PyTorch
+divides a CUDA tensor by a number that way and a CPU tensor exactly, so a product written out
+keeps every path's scales (eager on either device, the CPU and the GPU kernels) the same bit for
+bit; ``v / s`` is a true division everywhere.
 
 On the CPU, when the fused kernels are built (:mod:`mmdropit.kernels.cpu`), both ways are one
 pass of ``torch.ops.mmdropit_cpu`` (``quantize_int8``, ``dequantize_int8``), and on a GPU with
@@ -61,7 +64,8 @@ def quantize(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     for start in range(0, numel, CHUNK):
         part = values[start:start + CHUNK].float()
         groups = F.pad(part, (0, -part.numel() % GROUP)).view(-1, GROUP)
-        part_scales = groups.abs().amax(1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+        # times float32(1 / 127), not divided by 127: the same product on every device
+        part_scales = groups.abs().amax(1).clamp_min(torch.finfo(torch.float32).tiny).mul_(1 / 127)
         scales[start // GROUP:start // GROUP + part_scales.numel()] = part_scales
         part_codes = torch.div(groups, part_scales[:, None]).round_().to(torch.int8)
         codes[start:start + part.numel()] = part_codes.view(-1)[:part.numel()]

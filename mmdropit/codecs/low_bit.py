@@ -1,9 +1,11 @@
 """Per-group 4- and 2-bit codes with stochastic rounding, as ActNN and GACT store activations.
 
 Each group of :data:`~.int8.GROUP` consecutive values (in memory order) is mapped onto
-``2**bits`` levels between its minimum and its maximum: ``step = (max - min) / (2**bits - 1)``,
-and a value ``v`` becomes ``floor((v - min) / step + u)`` with ``u`` uniform in [0, 1), drawn
-from the plugin's own generator (:mod:`mmdropit.common.random_source`). Rounding that way is
+``2**bits`` levels between its minimum and its maximum: ``step = (max - min) * float32(1 / L)``
+with ``L = 2**bits - 1`` (a product by the float32 reciprocal, as the int8 codec's scale: every
+device and kernel computes the same step bit for bit), and a value ``v`` becomes
+``floor((v - min) / step + u)`` with ``u`` uniform in [0, 1), drawn from the plugin's own
+generator (:mod:`mmdropit.common.random_source`). Rounding that way is
 unbiased: over the draws, the rebuilt value's mean is ``v`` itself, so the gradients computed
 from it are unbiased too; a single draw errs by less than one step. The codes are packed
 ``8 / bits`` to a byte, and each group keeps its minimum and step in float32:
@@ -97,7 +99,8 @@ def quantize_low(values: torch.Tensor,
         if part.numel() % GROUP:  # the padding repeats a value of its group: no wider range
             padded[-1, part.numel() % GROUP:] = part[-1]
         low = padded.amin(1)
-        step = (padded.amax(1) - low).clamp_min(torch.finfo(torch.float32).tiny) / levels
+        # times float32(1 / levels), not divided by it: the same product on every device
+        step = (padded.amax(1) - low).clamp_min(torch.finfo(torch.float32).tiny).mul_(1 / levels)
         first = start // GROUP
         minimums[first:first + low.numel()], steps[first:first + low.numel()] = low, step
         noise = torch.rand(padded.shape, generator=draw, device=values.device)

@@ -2,12 +2,15 @@
 // instead of the eager path's chunks of padding, absolute value, maximum, division, rounding and
 // conversion (forward) and of conversion and multiplication (backward):
 //
-//   quantize_int8(flat)                 per group of 32 values: scale = max|v| / 127 (at least
-//                                       the smallest normal float / 127), codes round(v / scale)
-//                                       to the nearest, ties to even
+//   quantize_int8(flat)                 per group of 32 values: scale = max|v| * (1.0f / 127.0f)
+//                                       (max|v| at least the smallest normal float), codes
+//                                       round(v / scale) to the nearest, ties to even
 //   dequantize_int8(codes, scales, dtype)  code * scale, in dtype
 //
-// Every result equals the eager path's bit for bit: the same operations in the same order.
+// Every result equals the eager path's bit for bit: the same operations in the same order. The
+// scale is a product by the float32 reciprocal of 127, not a quotient, as in the eager path and
+// the Triton kernel: PyTorch divides a CUDA tensor by a number that way, so a product keeps
+// every device's scales the same.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -29,8 +32,10 @@ namespace {
 using mmdropit_codecs::kGroup;
 using mmdropit_codecs::kGroupsPerTask;
 
+constexpr float kInverse127 = 1.0f / 127.0f;  // float32(1 / 127), as the eager path's mul
+
 inline float scale_of(float largest) {
-  return std::max(largest, std::numeric_limits<float>::min()) / 127.0f;
+  return std::max(largest, std::numeric_limits<float>::min()) * kInverse127;
 }
 
 template <typename scalar_t>

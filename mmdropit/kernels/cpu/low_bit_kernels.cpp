@@ -4,7 +4,7 @@
 // packed lane (forward), and an unpacking, a float conversion, a multiply and an add (backward):
 //
 //   quantize_low(flat, bits, seed)     per group of 32 values (the last one padded with its last
-//                                      value): minimum, step = range / (2^bits - 1), codes
+//                                      value): minimum, step = range * (1.0f / (2^bits - 1)), codes
 //                                      floor((v - min) / step + u), packed 8 / bits to a byte,
 //                                      the first in the lowest bits
 //   dequantize_low(packed, minimums, steps, bits, numel, dtype)
@@ -14,7 +14,9 @@
 // alone, not on the number of threads, and the caller draws the seed from the plugin's own
 // generator. The eager path draws its numbers from that generator directly, so the two paths
 // round differently, both without bias. Minimums, steps and dequantized values are computed with
-// the eager path's operations in its order (no fused multiply-add), and match it bit for bit.
+// the eager path's operations in its order (no fused multiply-add), and match it bit for bit;
+// the step is a product by the float32 reciprocal of the levels, not a quotient, as in the eager
+// path and the Triton kernel (PyTorch divides a CUDA tensor by a number that way).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -56,6 +58,7 @@ __attribute__((always_inline)) inline void quantize_groups(
     uint32_t key_high, uint8_t* packed, float* minimums, float* steps) {
   constexpr int kPerByte = 8 / kBits;
   constexpr float kLevels = float((1 << kBits) - 1);
+  constexpr float kInverseLevels = 1.0f / kLevels;  // float32(1 / levels), as eager's mul
   for (int64_t group = first; group < last; ++group) {
     const int64_t base = group * kGroup;
     const int64_t count = std::min(kGroup, numel - base);
@@ -67,7 +70,7 @@ __attribute__((always_inline)) inline void quantize_groups(
       low = std::min(low, v[t]);
       high = std::max(high, v[t]);
     }
-    const float step = std::max(high - low, std::numeric_limits<float>::min()) / kLevels;
+    const float step = std::max(high - low, std::numeric_limits<float>::min()) * kInverseLevels;
     minimums[group] = low;
     steps[group] = step;
     uint8_t codes[kGroup];
@@ -118,13 +121,14 @@ MMDROPIT_CODEC_AVX512 void quantize_whole_groups_avx512(const float* x, int64_t 
                                                         uint32_t key_high, uint8_t* packed,
                                                         float* minimums, float* steps) {
   constexpr float kLevels = float((1 << kBits) - 1);
+  constexpr float kInverseLevels = 1.0f / kLevels;  // float32(1 / levels), as eager's mul
   const __m512 levels = _mm512_set1_ps(kLevels);
   for (int64_t group = first; group < last; ++group) {
     const int64_t base = group * kGroup;
     const __m512 a = _mm512_loadu_ps(x + base), b = _mm512_loadu_ps(x + base + 16);
     const float low = _mm512_reduce_min_ps(_mm512_min_ps(a, b));
     const float high = _mm512_reduce_max_ps(_mm512_max_ps(a, b));
-    const float step = std::max(high - low, std::numeric_limits<float>::min()) / kLevels;
+    const float step = std::max(high - low, std::numeric_limits<float>::min()) * kInverseLevels;
     minimums[group] = low;
     steps[group] = step;
     const __m512 lows = _mm512_set1_ps(low), step_size = _mm512_set1_ps(step);

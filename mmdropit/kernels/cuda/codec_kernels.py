@@ -9,15 +9,15 @@ registers and writes its codes and parameters; the last group is partial when th
 is not a multiple of the group. Every output size follows from the shape, and nothing is read
 back to the host.
 
-- ``quantize_int8``: per group ``scale = max(max|v|, tiny) / 127`` and codes ``round(v / scale)``
-  (to the nearest, ties to even), as :func:`mmdropit.codecs.int8.quantize`. One launch; reads
-  the input's element size per value, writes 1 + 4/32 bytes per value.
+- ``quantize_int8``: per group ``scale = max(max|v|, tiny) * float32(1 / 127)`` and codes
+  ``round(v / scale)`` (to the nearest, ties to even), as :func:`mmdropit.codecs.int8.quantize`.
+  One launch; reads the input's element size per value, writes 1 + 4/32 bytes per value.
 - ``dequantize_int8``: ``code * scale`` in the output dtype. One launch; reads 1 + 4/32 bytes,
   writes the output's element size per value.
 - ``quantize_low``: per group (the last padded with its last value) minimum, step
-  ``max(max - min, tiny) / (2**bits - 1)`` and codes ``floor((v - min) / step + u)`` clamped
-  to the levels, packed ``8 / bits`` a byte, the first in the lowest bits. ``u`` is the CPU
-  kernel's counter-based hash of the element's index keyed by a 64-bit seed
+  ``max(max - min, tiny) * float32(1 / (2**bits - 1))`` and codes ``floor((v - min) / step + u)``
+  clamped to the levels, packed ``8 / bits`` a byte, the first in the lowest bits. ``u`` is the
+  CPU kernel's counter-based hash of the element's index keyed by a 64-bit seed
   (``low_bit_kernels.cpp``, ``uniform_at``), reproduced here in 32-bit unsigned arithmetic: the
   same seed gives the same codes on both devices. The seed is a one-element int64 tensor on the
   device, read by the kernel. One launch (the codec's entry point,
@@ -39,10 +39,13 @@ extension's ``pack_between`` and ``where_bits``, :data:`MASK_BLOCK` values a pro
   element size and 1/8 byte per value, writes the element size.
 
 These byte and launch counts are a prediction from the code; no GPU has run these kernels yet.
-Divisions are IEEE (``div_rn``) and rounding to the nearest uses the float32 addition of
-``1.5 * 2**23``, exact for the codes' range. Inputs of 2**31 elements or more and float64
-inputs stay on the eager path (:func:`~.library.codecs_usable`); a decoder is chosen by its
-float32 parameters, so it also writes the float64 values of an eagerly encoded input.
+Scales and steps are products by a float32 reciprocal, as the eager path and the CPU kernels
+compute them (a quotient would match eager on the CPU only: PyTorch divides a CUDA tensor by a
+number with its reciprocal); the divisions by them are IEEE (``div_rn``), and rounding to the
+nearest uses the float32 addition of ``1.5 * 2**23``, exact for the codes' range. Inputs of
+2**31 elements or more and float64 inputs stay on the eager path
+(:func:`~.library.codecs_usable`); a decoder is chosen by its float32 parameters, so it also
+writes the float64 values of an eagerly encoded input.
 
 Example (on a GPU; with ``TRITON_INTERPRET=1``, as the tests run it, on CPU tensors too):
     >>> device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -85,7 +88,8 @@ def _quantize_int8_kernel(x_ptr, codes_ptr, scales_ptr, numel, group_count,
     inside = offsets < numel
     values = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
     largest = tl.max(tl.abs(values), axis=1)
-    scales = tl.div_rn(tl.maximum(largest, 1.1754943508222875e-38), 127.0)
+    # times float32(1 / 127), not divided: the eager path's and the CPU kernel's product
+    scales = tl.maximum(largest, 1.1754943508222875e-38) * tl.full([], 1.0 / 127.0, tl.float32)
     quotients = tl.div_rn(values, scales[:, None])
     rounded = (quotients + _ROUNDING) - _ROUNDING
     tl.store(codes_ptr + offsets, rounded.to(tl.int8), mask=inside)
@@ -142,7 +146,8 @@ def _quantize_low_kernel(x_ptr, seed_ptr, packed_ptr, minimums_ptr, steps_ptr, n
     low = tl.min(values, axis=1)
     high = tl.max(values, axis=1)
     levels: tl.constexpr = (1 << BITS) - 1
-    steps = tl.div_rn(tl.maximum(high - low, 1.1754943508222875e-38), levels * 1.0)
+    # times float32(1 / levels), not divided: the eager path's and the CPU kernel's product
+    steps = tl.maximum(high - low, 1.1754943508222875e-38) * tl.full([], 1.0 / levels, tl.float32)
     seed = tl.load(seed_ptr).to(tl.uint64, bitcast=True)
     key_low = (seed & 0xFFFFFFFF).to(tl.uint32)
     key_high = (seed >> 32).to(tl.uint32)
