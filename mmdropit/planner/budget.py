@@ -36,7 +36,7 @@ from ..errors import ConfigError
 from .combinations import put_in_effect
 from .decision import Decision
 from .estimate import Estimate
-from .least import decide_least
+from .least import LEAST_MAX_SLOWDOWN, decide_least
 from .measurements import Measurements
 from .outcome import BudgetOutcome, decode_choices
 from .probe import StepProbe
@@ -49,7 +49,8 @@ from .trials import Trials
 
 def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
                        switches: Sequence[Switch] = (), lower: str = LOWER,
-                       saved: dict | None = None) -> BudgetOutcome:
+                       saved: dict | None = None,
+                       max_slowdown: float | None = LEAST_MAX_SLOWDOWN) -> BudgetOutcome:
     """Measure the step, and put in effect the fastest combination of techniques whose measured
     peak fits ``budget``.
 
@@ -74,6 +75,9 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
             it is put in effect and measured once, and kept if it still fits its budget (a
             resumed run starts at once); otherwise, or when it cannot be read (the outcome's
             ``unused_saved`` says why), the step is measured and planned anew.
+        max_slowdown: With ``budget=None``, the most predicted time a combination may take,
+            as a multiple of the plain step's (:data:`~.least.LEAST_MAX_SLOWDOWN`; ``None``:
+            no bound).
 
     Raises:
         ConfigError: The batch runs out of memory with nothing applied, or no combination
@@ -91,17 +95,19 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         except (ConfigError, KeyError, TypeError, ValueError, IndexError) as error:
             unused = str(error) or type(error).__name__  # searched again below
         else:
-            outcome = _reuse_saved(saved, chosen, trials, least, started)
+            outcome = _reuse_saved(saved, chosen, trials, max_slowdown if least else None,
+                                   least, started)
             if outcome is not None:
                 return outcome
     unplanned, start = _measure_unplanned(trials, budget)
     try:
-        decision = _search(start, trials, lower, unplanned)
+        decision = _search(start, trials, lower, unplanned, max_slowdown)
     except BaseException:
         trials.remove_all()  # a failed search leaves the model as it was
         raise
     return BudgetOutcome(decision, trials.techniques, unplanned, trials.measurements.fixed,
-                         time.perf_counter() - started, least=least, unused_saved=unused)
+                         time.perf_counter() - started, least=least,
+                         max_slowdown=max_slowdown if least else None, unused_saved=unused)
 
 
 def _saved_choice(saved: dict, trials: Trials) -> Estimate:
@@ -119,8 +125,8 @@ def _saved_choice(saved: dict, trials: Trials) -> Estimate:
                     decode_choices(saved['choices'], trials.techniques))
 
 
-def _reuse_saved(saved: dict, chosen: Estimate, trials: Trials, least: bool,
-                 started: float) -> BudgetOutcome | None:
+def _reuse_saved(saved: dict, chosen: Estimate, trials: Trials, max_slowdown: float | None,
+                 least: bool, started: float) -> BudgetOutcome | None:
     """Put ``chosen``, the ``saved`` decision's combination, in effect and measure it once:
     its outcome when it fits its budget (for the least peak, kept as it measures); ``None``,
     every technique removed, when it does not."""
@@ -133,7 +139,8 @@ def _reuse_saved(saved: dict, chosen: Estimate, trials: Trials, least: bool,
     decision = Decision(peak if least else trials.budget_bytes, chosen, peak, [chosen],
                         {chosen.summary: peak})
     return BudgetOutcome(decision, trials.techniques, saved['unplanned_peak_bytes'], fixed,
-                         time.perf_counter() - started, reused=True, least=least)
+                         time.perf_counter() - started, reused=True, least=least,
+                         max_slowdown=max_slowdown)
 
 
 def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
@@ -154,13 +161,14 @@ def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
     return unplanned, Estimate(held, max(measurements.whole - held, 0))
 
 
-def _search(start: Estimate, trials: Trials, lower: str, unplanned: int) -> Decision:
+def _search(start: Estimate, trials: Trials, lower: str, unplanned: int,
+            max_slowdown: float | None) -> Decision:
     """The decision for :attr:`Trials.budget_bytes`: the search's choice
     (:func:`~.search.decide`) measured beside a shortlist of others, the fastest measured to
     fit taken (:func:`~.shortlist.choose_measured`); or the decision for the least peak
-    (:func:`~.least.decide_least`). Its combination is in effect."""
+    (:func:`~.least.decide_least`, within ``max_slowdown``). Its combination is in effect."""
     if trials.budget_bytes is None:
-        decision = decide_least(start, trials.techniques, trials.peak)
+        decision = decide_least(start, trials.techniques, trials.peak, max_slowdown)
         put_in_effect(decision.chosen, trials.techniques, trials.target)
         return decision
     decision = decide(start, trials.techniques, trials.budget_bytes, trials.peak, lower)

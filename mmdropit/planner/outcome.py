@@ -35,6 +35,8 @@ class BudgetOutcome:
         reused: Whether the decision is an earlier run's, measured again and kept.
         least: Whether the budget was the least peak the techniques reach (the decision's
             budget is then that measured peak).
+        max_slowdown: With ``least``, the most predicted time a combination could take, as a
+            multiple of the plain step's (``None``: no bound).
         unused_saved: Why an earlier run's decision, given, was not read (``''``: none was
             given, or it was read).
     """
@@ -46,6 +48,7 @@ class BudgetOutcome:
     seconds: float = 0.0
     reused: bool = False
     least: bool = False
+    max_slowdown: float | None = None
     unused_saved: str = ''
 
     def to_json(self) -> dict:
@@ -63,7 +66,7 @@ class BudgetOutcome:
 
     def __str__(self) -> str:
         decision = self.decision
-        budget = ('the least peak the techniques reach' if self.least
+        budget = (least_text(self.max_slowdown) if self.least
                   else f'budget {mib(decision.budget_bytes)}')
         if self.reused:
             return (f'{budget}; the earlier run\'s decision '
@@ -74,6 +77,14 @@ class BudgetOutcome:
                 f'and optimizer state {mib(self.fixed_bytes)}); chosen: '
                 f'{decision.chosen.summary}, measured peak {mib(decision.measured_bytes)}; '
                 f'decided in {self.seconds:.1f} s\n{decision.table()}')
+
+
+def least_text(max_slowdown: float | None) -> str:
+    """What a decision without a budget reached, e.g. ``'the least peak the techniques reach
+    within 2.0x the plain step\'s predicted time'``."""
+    return 'the least peak the techniques reach' + (
+        '' if max_slowdown is None
+        else f' within {max_slowdown:.1f}x the plain step\'s predicted time')
 
 
 def encode_choices(estimate: Estimate, techniques: Sequence[Technique]) -> list[dict]:

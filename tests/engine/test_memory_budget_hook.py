@@ -239,6 +239,8 @@ def test_two_gloo_ranks_take_one_decision_and_stay_in_sync(tmp_path):
     (dict(budget='4GB', bucket=0), 'bucket must be an int >= 1'),
     (dict(budget='4GB', allow=['fp8']), r"allow takes a list of lossy techniques from \['bf16'"),
     (dict(budget='4GB', allow='bf16'), 'allow takes a list'),
+    (dict(budget=None, max_slowdown=0.5), 'max_slowdown is a multiple of the step'),
+    (dict(budget=None, max_slowdown='2x'), 'max_slowdown is a multiple of the step'),
 ])
 def test_bad_arguments_fail_at_build_time(kwargs, message):
     with pytest.raises(ConfigError, match=message):

@@ -144,6 +144,19 @@ def test_the_least_peak_is_the_lowest_measured_of_the_lowest_predicted():
     assert decision.measured['four parts + plan'] == 700
 
 
+def test_the_least_peak_stays_within_the_slowdown_bound():
+    """Micro-batches whose passes cost the same whatever their size (a host-bound step): the
+    least peak within 2x the step's time is two micro-batches, not one per sample; without a
+    bound, one per sample."""
+    micro = MicroBatches(16, seconds_of=lambda size: 1.0)
+    bounded = decide_least(Estimate(200, 1600), [micro], lambda e: e.peak_bytes)
+    assert bounded.chosen.summary == '2 micro-batches of at most 8'
+    assert all(estimate.time_ratio <= 2.0 for estimate in bounded.considered)
+    unbounded = decide_least(Estimate(200, 1600), [micro], lambda e: e.peak_bytes,
+                             max_slowdown=None)
+    assert unbounded.chosen.summary == '16 micro-batches of at most 1'
+
+
 def test_the_least_peak_takes_the_exact_combination_when_a_lossy_one_saves_next_to_nothing():
     """A lossy combination measured a few tenths of a percent lower than an exact one: the
     exact one is chosen (and its peak is the budget); a lossy one lower by more is chosen."""

@@ -5,7 +5,8 @@ Example config::
 
     custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
     custom_hooks = [dict(type='MemoryBudgetHook', budget='11GB')]   # or a fraction, e.g. 0.5
-    # the least memory the techniques reach: dict(type='MemoryBudgetHook', budget=None)
+    # the least memory the techniques reach within twice the step's time (predicted):
+    #   dict(type='MemoryBudgetHook', budget=None)   # max_slowdown=None: whatever the time
     # lossy techniques too: dict(type='MemoryBudgetHook', budget=0.25, lossy=True)
     #                   or: dict(type='MemoryBudgetHook', budget=0.25, allow=['bf16', 'quantize'])
     # on a GPU, activation offload too (exact): dict(type='MemoryBudgetHook', budget=0.5,
@@ -38,6 +39,8 @@ from ...microbatch import MicroBatchConfig
 from ...planner import (PART_SAMPLES, BudgetOutcome, StepProbe, bf16_switch, dropit_switch,
                         offload_switch, plan_within_budget, put_in_effect, quantize_switch,
                         quantize_unavailable, remove_all)
+from ...planner.least import LEAST_MAX_SLOWDOWN
+from ...planner.outcome import least_text
 from ...planner.search import LOWER
 from ..optim.autocast_switch import AutocastSwitch
 from ..optim.batch_split import batch_size_of, first_samples
@@ -140,13 +143,17 @@ class MemoryBudgetHook(ShapeBucketHook):
             activations, temporaries): a size (``'11GB'``, ``'11GiB'``, bytes as int) or a
             fraction of the measured step peak with nothing applied (``0.5``). On CUDA the
             peak is ``max_memory_allocated``; on CPU PyTorch's MemTracker. ``None``: the
-            least peak the allowed techniques reach (the three combinations predicted lowest
-            are measured; the lowest is trained with, its peak logged as the budget).
+            least peak the allowed techniques reach within ``max_slowdown`` (the three
+            combinations predicted lowest are measured; the lowest is trained with, its peak
+            logged as the budget).
         lossy: Also try every lossy technique (:data:`LOSSY`).
         allow: Lossy techniques to try, by name (instead of ``lossy=True``).
         offload: Also try activation offload (a model on a GPU only: on CPU nothing would move,
             and it is left out with a line in the log).
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
+        max_slowdown: With ``budget=None``, the most time a combination may take, as a
+            multiple of the plain step's predicted time (at least 1), or ``None`` for the least
+            peak whatever the time (one-sample micro-batches, tens of times slower).
 
     Raises:
         ConfigError: A malformed budget or an unknown technique (at build time); lossy
@@ -159,8 +166,13 @@ class MemoryBudgetHook(ShapeBucketHook):
 
     def __init__(self, budget: float | int | str, lossy: bool = False,
                  allow: Sequence[str] | None = None, offload: bool = False,
-                 bucket: int = 128) -> None:
+                 bucket: int = 128, max_slowdown: float | None = LEAST_MAX_SLOWDOWN) -> None:
         self.budget = parse_budget(budget, BUDGET_HELP)
+        if max_slowdown is not None and (isinstance(max_slowdown, bool) or not isinstance(
+                max_slowdown, (int, float)) or not max_slowdown >= 1):
+            raise ConfigError(f'MemoryBudgetHook max_slowdown is a multiple of the step\'s time '
+                              f'of at least 1 (e.g. 2.0), or None; got {max_slowdown!r}')
+        self.max_slowdown = None if max_slowdown is None else float(max_slowdown)
         if isinstance(allow, str) or (allow is not None and not set(allow) <= set(LOSSY)):
             raise ConfigError(f'MemoryBudgetHook allow takes a list of lossy techniques from '
                               f'{list(LOSSY)}, got {allow!r}')
@@ -215,7 +227,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         decision = outcome.decision
         chosen = decision.chosen
         verb = "kept the earlier run's decision" if outcome.reused else 'chose'
-        fit = ('the least the techniques reach' if outcome.least
+        fit = (least_text(outcome.max_slowdown) if outcome.least
                else f'within budget {mib(decision.budget_bytes)}')
         timed = decision.timed.get(chosen.summary)
         time = (f'{chosen.time_ratio:.2f}x the plain step\'s time (predicted)' if timed is None
@@ -255,7 +267,8 @@ class MemoryBudgetHook(ShapeBucketHook):
         saved = self._saved(runner).get(name)
         reuse = saved if isinstance(saved, dict) and saved.get('fingerprint') == fingerprint \
             else None
-        outcome = plan_within_budget(probe, self.budget, target, switches, lower, reuse)
+        outcome = plan_within_budget(probe, self.budget, target, switches, lower, reuse,
+                                     self.max_slowdown)
         if outcome.unused_saved:
             runner.logger.warning(
                 f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '
@@ -267,9 +280,11 @@ class MemoryBudgetHook(ShapeBucketHook):
         return outcome
 
     def _fingerprint(self, model: nn.Module, wrapper: MicroBatching, key: ShapeKey) -> str:
-        """What a saved decision is valid for: the budget and allowed techniques, the batch
-        shape, the number of processes, the model's parameters and the optimizer."""
+        """What a saved decision is valid for: the budget (without one, ``max_slowdown``), the
+        allowed techniques, the batch shape, the number of processes, the model's parameters
+        and the optimizer."""
         described = [repr(self.budget), sorted(self.lossy), self.offload, list(key),
+                     *([self.max_slowdown] if self.budget is None else []),
                      get_world_size(),
                      [(name, list(param.shape), str(param.dtype), param.requires_grad)
                       for name, param in model.named_parameters()],
