@@ -48,6 +48,13 @@ def _host_calls(kernels) -> None:
                                 bitmask)
         kernels.above_counts(flat, 0.5)
         kernels.scatter_bitmask(torch.zeros(8_751, dtype=torch.uint8), flat[:0], 70_001)
+        # a full grid: the write and scatter programs add up next_power_of_2(PROGRAMS) counts
+        numel = (kernels.PROGRAMS - 1) * kernels.BLOCK + 1
+        full = torch.zeros(numel, dtype=dtype)
+        for bitmask in (True, False):
+            kernels.keep_topk(full, 7_000, bitmask)
+            kernels.keep_topk(full, numel, bitmask)
+        kernels.scatter_bitmask(torch.zeros((numel + 7) // 8, dtype=torch.uint8), full[:0], numel)
 
 
 def _codec_host_calls(codecs) -> None:

@@ -31,14 +31,26 @@ number), ``scatter_bitmask`` 2.
 
 Memory traffic per input element of ``e`` bytes (2 for bfloat16 and float16, 4 for float32),
 the prediction for a GPU run to check (a 19.4 M-element bfloat16 input is 38.8 MB a read pass,
-about 13 us at 3 TB/s; nothing here ran on a GPU): each histogram pass and the count read ``e``
+about 13 us at 3 TB/s): each histogram pass and the count read ``e``
 bytes; the write reads ``e`` and writes 1/8 byte of bitmask (or nothing) per element plus
 ``e`` (``e + 4`` with indices) per kept element; the popcount reads 1/8 byte and the scatter
 1/8 byte plus ``e`` per kept element, and writes ``e``. Beside those: 256 atomics a program
 per histogram pass (fewer after the first: only non-empty bins), 8 bytes a program from the
 count, and 8 bytes per chunk that every write program reads (``PROGRAMS`` squared times 8
-bytes at most, 2 MB, from L2). ``keep_topk`` on bfloat16 is so four read passes (2 bytes each)
-plus its output.
+bytes at most, 36 MB, from L2; 20 MB for the 19.4 M elements, 1576 programs of 3 blocks).
+``keep_topk`` on bfloat16 is so four read passes (2 bytes each) plus its output.
+
+What a histogram pass costs beyond its read: ``tl.histogram``'s lowering costs about in
+proportion to its bins (per element, a ballot per bit of the bin, then a popcount per bin a
+lane owns). Measured before this change (H200, 2026-11-26, 19.4 M elements, 512 programs of
+1024-element blocks, 512 bins: the 256 and one for the elements left out): bfloat16
+``keep_topk`` 0.405 ms beside a 0.035 ms copy, of which 135 us per histogram pass (two), 19 us
+the count, 75 us the write; float32 0.836 ms beside 0.049 ms, 149 us per histogram pass
+(four), 35 us the count, 87 us the write. The count ran near the copy's bandwidth, a histogram
+pass at about 290 GB/s. A pass now takes a 256-bin histogram (in its ``sm_90`` build half the
+popcounts, about four fifths of the instructions). Prediction for the next GPU run: a
+histogram pass about half its time (some 70 us for bfloat16; four fifths if the other
+instructions bound it), ``keep_topk`` about 0.25 ms on bfloat16 and 0.5 ms on float32.
 
 The threshold and the offsets stay in device memory and every output size follows from the
 shape: ``keep_topk`` never waits for the GPU. ``write_above`` needs its kept count on the
@@ -59,13 +71,18 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 1024
+BLOCK = 4096
 """Elements per block, the step of every pass (a multiple of 8: a block writes whole bitmask
-bytes)."""
-PROGRAMS = 512
-"""Most programs of every pass (about 4 a streaming multiprocessor of an H100): each walks a
+bytes). With :data:`PROGRAMS`, from a sweep of ``keep_topk`` on an H200 (2026-11-26, 19.4 M
+elements, default 4 warps; ms): bfloat16 0.436 at 512 programs of 1024-element blocks, 0.369
+at 2112 of 4096; float32 0.776 and 0.617. 8 warps: bfloat16 0.339, float32 0.660, and the
+slowest of all with 1024-element blocks."""
+PROGRAMS = 2112
+"""Most programs of every pass (16 a streaming multiprocessor of a 132-SM H100): each walks a
 contiguous chunk of blocks, adds its histogram to the shared one once (the global atomics on
-the 256 bins are ``PROGRAMS`` a pass, not one per few blocks) and stores one count a chunk."""
+the 256 bins are ``PROGRAMS`` a pass, not one per few blocks) and stores one count a chunk.
+The write and scatter programs each add up to ``next_power_of_2(PROGRAMS)`` = 4096 chunk
+counts in registers (no spills in the ``sm_90`` build)."""
 _DIGITS = 256  # values of one byte of the bit pattern: the radix select's histogram bins
 _PASSES = {torch.float32: 4, torch.float16: 3, torch.bfloat16: 2}
 """Radix-select passes per input dtype: the bytes of a magnitude's float32 bit pattern that the
@@ -93,12 +110,14 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: t
                             BLOCK: tl.constexpr):
     """Add the histogram of byte ``3 - PASS`` of the magnitudes' bit patterns in the program's
     ``chunk`` blocks (of ``blocks``), over the elements whose upper bytes equal those the earlier
-    passes chose, to histogram ``PASS``."""
+    passes chose, to histogram ``PASS``: one 256-bin ``tl.histogram`` a block, with the other
+    elements counted into bin 0 and taken off it once, then one atomic per non-empty bin."""
     shift: tl.constexpr = 24 - 8 * PASS
     prefix = 0
     if PASS > 0:
         prefix = _selected_prefix(hist_ptr, rank, PASS)
-    counts = tl.zeros((512,), dtype=tl.int32)
+    counts = tl.zeros((256,), dtype=tl.int32)
+    misses = 0
     first_block = tl.program_id(0) * chunk
     for block in range(first_block, tl.minimum(first_block + chunk, blocks)):
         offsets = block * BLOCK + tl.arange(0, BLOCK)
@@ -108,11 +127,14 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: t
         match = inside
         if PASS > 0:
             match = match & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
-        digit = tl.where(match, (key >> shift) & 255, 256)  # 256: a bin that is not stored
-        counts += tl.histogram(digit, 512)
-    bins = tl.arange(0, 512)
+        # 256 bins, not a 257th for the rest (a histogram's cost grows with its bins): the
+        # elements that do not match (or lie past the end) go to bin 0 and come off it below
+        counts += tl.histogram(tl.where(match, (key >> shift) & 255, 0), 256)
+        misses += tl.sum((~match).to(tl.int32), 0)
+    bins = tl.arange(0, 256)
+    counts -= tl.where(bins == 0, misses, 0)
     tl.atomic_add(hist_ptr + PASS * 256 + bins, counts,
-                  mask=(bins < 256) & (counts > 0))  # few bins after the first pass
+                  mask=counts > 0)  # few bins after the first pass
 
 
 @triton.jit
