@@ -35,6 +35,11 @@ SHORTLIST = 5
 """Combinations measured for one decision, the search's choice and the baselines included."""
 ROUNDS = 3
 """Timed steps of each shortlisted combination, alternated between them (the median counts)."""
+CLEAR_LEAD = 1.10
+"""After two rounds the timing stops where one combination was the fastest in both by more
+than this factor over every other: a third round could not change which is fastest by more
+than the noise (10-30% between runs on this CPU; steps of one process alternated agree far
+closer), and a decision on the CPU is mostly these timed steps."""
 NOTHING_PREFERENCE = 1.10
 """Where the step fits the budget with nothing applied, a combination is applied only if its
 measured step time is below the plain step's by more than this factor (this CPU's timing noise
@@ -115,12 +120,22 @@ def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials
 def _median_seconds(estimates: Sequence[Estimate],
                     seconds: Callable[[Estimate], float]) -> dict[str, float]:
     """The median of :data:`ROUNDS` step times of each of ``estimates``, timed in turn (a
-    drift of the machine's speed reaches them all alike); nothing is timed for one alone."""
+    drift of the machine's speed reaches them all alike), or of two where the same one leads
+    both by :data:`CLEAR_LEAD`; nothing is timed for one alone."""
     if len(estimates) < 2:
         return {}
-    rounds = [[seconds(estimate) for estimate in estimates] for _ in range(ROUNDS)]
+    rounds: list[list[float]] = []
+    while len(rounds) < ROUNDS and not (len(rounds) == 2 and _clear_lead(rounds)):
+        rounds.append([seconds(estimate) for estimate in estimates])
     return {estimate.summary: statistics.median(times[index] for times in rounds)
             for index, estimate in enumerate(estimates)}
+
+
+def _clear_lead(rounds: Sequence[Sequence[float]]) -> bool:
+    """Whether one position is the fastest of every round by more than :data:`CLEAR_LEAD`."""
+    leaders = {min(range(len(times)), key=times.__getitem__) for times in rounds}
+    return len(leaders) == 1 and all(
+        sorted(times)[0] * CLEAR_LEAD < sorted(times)[1] for times in rounds)
 
 
 def _preferred(fitting: Sequence[Estimate], timed: dict[str, float],

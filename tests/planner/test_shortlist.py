@@ -127,3 +127,16 @@ def test_one_slow_round_of_three_does_not_decide():
     timed = _median_seconds(fitting, lambda estimate: times[estimate.summary].pop(0))
     assert timed == {'bf16': 0.5, 'plan': 1.0}
     assert _preferred(fitting, timed, _lossy, None).summary == 'bf16'
+
+
+def test_a_clear_leader_is_timed_for_two_rounds_and_a_close_race_for_three():
+    """A combination fastest by more than 10% in both of two rounds ends the timing; one
+    that leads by less, or only in one round, leaves a third round to decide."""
+    fitting = _estimates('bf16', 'plan')
+    clear = {'bf16': [0.5, 0.5, 0.5], 'plan': [1.0, 1.0, 1.0]}
+    assert _median_seconds(fitting, lambda e: clear[e.summary].pop(0)) == {
+        'bf16': 0.5, 'plan': 1.0}
+    assert clear == {'bf16': [0.5], 'plan': [1.0]}
+    close = {'bf16': [0.95, 0.95, 0.95], 'plan': [1.0, 1.0, 1.0]}
+    _median_seconds(fitting, lambda e: close[e.summary].pop(0))
+    assert close == {'bf16': [], 'plan': []}
