@@ -118,19 +118,71 @@ def test_half_precision_needs_fewer_radix_passes(kernels, dtype):
 
 # Kernel launches per call: a GPU step of a host-bound model pays every one of them in host time
 # (the first GPU run spent ~24 launches on each DropIT layer's selection)
-# (now a zeroing, one pass per byte, the count and the write)
-SELECT_LAUNCHES = {torch.float32: 7, torch.float16: 6, torch.bfloat16: 5}
+# (now one pass per byte, the count and the write: the write leaves the histograms zero)
+SELECT_LAUNCHES = {torch.float32: 6, torch.float16: 5, torch.bfloat16: 4}
 
 
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
 def test_each_call_launches_few_kernels(kernels, dtype):
     x = kernel_input(20_000, dtype, 'normal', DEVICE)
+    kernels.keep_topk(x, 2_000, True)  # the histogram workspace, allocated once a stream
     with recorded_launches(kernels) as selecting:
         bits, values = kernels.keep_topk(x, 2_000, True)
     with recorded_launches(kernels) as rebuilding:
         kernels.scatter_bitmask(bits, values, x.numel())
     assert selecting.total <= SELECT_LAUNCHES[dtype], (selecting.triton, selecting.torch_ops)
     assert rebuilding.total <= 2, (rebuilding.triton, rebuilding.torch_ops)
+
+
+def test_the_histogram_workspace_is_left_zero_for_the_next_call(kernels):
+    """``keep_topk`` keeps the radix select's histograms in a cached workspace that its write
+    kernel zeroes: after every call it is all zero (and the same tensor), and calls in a row on
+    different inputs and dtypes (more passes, then fewer) each equal the eager ``mink``."""
+    workspace = None
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float32):
+        for kind in ('normal', 'scaled'):
+            x = kernel_input(3001, dtype, kind, DEVICE)
+            for gamma in (0.5, 0.9):
+                keep, _ = mink(x, gamma)
+                bits, values = kernels.keep_topk(x, kept_count(x.numel(), gamma), True)
+                assert torch.equal(bits, pack_bits(keep)), (dtype, kind, gamma)
+                assert torch.equal(values, x[keep]), (dtype, kind, gamma)
+                cached = kernels._workspace(x)
+                assert workspace is None or cached is workspace
+                workspace = cached
+                assert cached.dtype == torch.int32 and cached.numel() == 4 * 256
+                assert not cached.any(), (dtype, kind, gamma, cached.nonzero().flatten()[:8])
+
+
+def test_a_failed_call_leaves_no_stale_histograms(kernels, monkeypatch):
+    """A call that stops after its histogram passes (here its write launch fails) drops the
+    filled workspace: the next call takes a zeroed one and equals the eager ``mink``."""
+    x = kernel_input(3001, torch.float32, 'normal', DEVICE)
+    kept = kept_count(x.numel(), 0.9)
+    before = kernels._workspace(x)
+
+    def failing_write(*args, **kwargs):
+        raise RuntimeError('launch failed')
+    monkeypatch.setattr(kernels, '_write', failing_write)
+    with pytest.raises(RuntimeError, match='launch failed'):
+        kernels.keep_topk(x, kept, True)
+    monkeypatch.undo()
+    assert before.any()  # filled by the histogram passes, and no longer cached
+    after = kernels._workspace(x)
+    assert after is not before and not after.any()
+    keep, _ = mink(x, 0.9)
+    bits, values = kernels.keep_topk(x, kept, True)
+    assert torch.equal(bits, pack_bits(keep)) and torch.equal(values, x[keep])
+
+
+def test_selections_of_everything_and_of_nothing_leave_the_workspace_zero(kernels):
+    """Every element kept (an empty input too) makes no histogram; none kept, four."""
+    for numel in (0, 1, 1000):
+        x = kernel_input(max(numel, 1), torch.float32, 'normal', DEVICE)[:numel]
+        for kept in {0, numel}:
+            bits, values = kernels.keep_topk(x, kept, True)
+            assert values.numel() == kept and int(bits.numel()) == (numel + 7) // 8
+            assert not kernels._workspace(x).any(), (numel, kept)
 
 
 @pytest.mark.cuda

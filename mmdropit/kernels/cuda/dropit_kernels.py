@@ -24,10 +24,26 @@ the write or scatter program adds up where its chunk's output starts (a sum over
   every element of the dense input (kept values or zero).
 
 Launches per call (what a host-bound GPU step pays for, docs/benchmarks.md, GPU section):
-``keep_topk`` makes 1 zeroing of the histograms + one pass per byte + count + write: 5 for
-bfloat16, 6 for float16, 7 for float32 (3 with every element kept: a fill, count, write);
-``above_counts`` and ``write_above`` one pass each (after a fill where the threshold is a
-number), ``scatter_bitmask`` 2.
+``keep_topk`` makes one pass per byte + count + write: 4 for bfloat16, 5 for float16, 6 for
+float32 (3 with every element kept: a fill, count, write; none of them touches the
+histograms); ``above_counts`` and ``write_above`` one pass each (after a fill where the
+threshold is a number), ``scatter_bitmask`` 2.
+
+The radix select's histograms (at most 4 x 256 int32) live in a cached workspace
+(:func:`_workspace`), one per thread, device and (on a GPU) current stream, allocated zeroed
+once and sized for float32's four passes. It holds zeros between calls: the write kernel, which
+reads the count kernel's threshold and never the histograms, clears them (program 0, after the
+last reader, the count kernel, has finished: the next launch on the same stream), so the next
+call on that stream finds them zero. That saves the zeroing launch a call used to make (one
+launch per DropIT layer's forward, paid in host time on a host-bound step; issue 37). A call
+that fails after its first histogram pass drops the workspace (the next one allocates it zeroed
+again). The key keeps apart what could interleave: calls on other streams (which may run
+concurrently) and calls from other threads (which may enqueue on the same stream between
+another call's launches). Under CUDA graph capture a call takes a fresh zeroed workspace, not
+the cached one: the zeroing is captured with the passes (no host cost on replay, where the
+graph is one launch), the graph owns the workspace at a fixed address, so its replays share it
+with no eager call nor other graph, and nothing cached is left waiting for a memset that only a
+replay would run.
 
 Memory traffic per input element of ``e`` bytes (2 for bfloat16 and float16, 4 for float32),
 the prediction for a GPU run to check (a 19.4 M-element bfloat16 input is 38.8 MB a read pass,
@@ -67,6 +83,8 @@ Example (on a GPU; with ``TRITON_INTERPRET=1``, as the tests run it, on CPU tens
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 import triton
 import triton.language as tl
@@ -87,6 +105,10 @@ _DIGITS = 256  # values of one byte of the bit pattern: the radix select's histo
 _PASSES = {torch.float32: 4, torch.float16: 3, torch.bfloat16: 2}
 """Radix-select passes per input dtype: the bytes of a magnitude's float32 bit pattern that the
 dtype can set (a bfloat16 sets the upper two, a float16's 10-bit mantissa ends in bit 13)."""
+_WORKSPACE_INTS = max(_PASSES.values()) * _DIGITS
+_WORKSPACES = threading.local()
+"""Per thread, ``.cache``: the histogram workspaces by device (and CUDA stream), see
+:func:`_workspace`."""
 
 
 @triton.jit
@@ -165,14 +187,19 @@ def _count_kernel(x_ptr, numel, hist_ptr, rank, threshold_ptr, counts_ptr, block
 
 @triton.jit
 def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, values_ptr, blocks,
-                  chunk, TIES: tl.constexpr, BITMASK: tl.constexpr, CHUNKS: tl.constexpr,
-                  BLOCK: tl.constexpr):
+                  chunk, hist_ptr, TIES: tl.constexpr, BITMASK: tl.constexpr,
+                  CHUNKS: tl.constexpr, CLEAR: tl.constexpr, BLOCK: tl.constexpr):
     """Keep the magnitudes above the threshold and (with ``TIES``) the first of those equal to
     it, in memory order, that fill ``kept``; write the bitmask bytes (or indices) and the kept
     values of the program's ``chunk`` blocks. Where the chunk's output starts follows from the
     per-chunk counts (at most ``CHUNKS``, added up here: no scan launch), and the program
-    carries it from block to block."""
+    carries it from block to block. Program 0 also zeroes the ``CLEAR`` 256-bin histograms at
+    ``hist_ptr`` (the radix select's, read by nothing after the count kernel) for the next
+    call."""
     pid = tl.program_id(0)
+    for cleared in tl.static_range(CLEAR):
+        tl.store(hist_ptr + cleared * 256 + tl.arange(0, 256), tl.zeros((256,), dtype=tl.int32),
+                 mask=pid == 0)
     threshold = tl.load(threshold_ptr)
     chunks = tl.arange(0, CHUNKS)
     above = tl.load(counts_ptr + chunks, mask=chunks < tl.num_programs(0), other=0)
@@ -260,13 +287,45 @@ def _on_device(threshold: float | torch.Tensor, flat: torch.Tensor) -> torch.Ten
     return flat.new_full((1,), threshold, dtype=torch.float32)  # a fill, not a host copy
 
 
-def _select(flat: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _workspace(flat: torch.Tensor) -> torch.Tensor:
+    """The radix select's histograms for ``flat``'s device: :data:`_WORKSPACE_INTS` zeroed
+    int32, cached per thread, device and current CUDA stream (allocated the first time), which a
+    ``keep_topk`` call leaves zero again (its write kernel clears them). Under CUDA graph capture
+    a fresh zeroed tensor, not cached (see the module docstring)."""
+    device = flat.device
+    if device.type == 'cuda':
+        if torch.cuda.is_current_stream_capturing():
+            return torch.zeros(_WORKSPACE_INTS, dtype=torch.int32, device=device)
+        key = (device, torch.cuda.current_stream(device).cuda_stream)
+    else:  # Triton's interpreter on CPU tensors (the tests)
+        key = (device,)
+    cache = getattr(_WORKSPACES, 'cache', None)
+    if cache is None:
+        cache = _WORKSPACES.cache = {}
+    hist = cache.get(key)
+    if hist is None:
+        hist = cache[key] = torch.zeros(_WORKSPACE_INTS, dtype=torch.int32, device=device)
+    return hist
+
+
+def _drop_workspace(hist: torch.Tensor) -> None:
+    """Forget ``hist`` if it is a cached workspace (left dirty by a call that failed)."""
+    cache = getattr(_WORKSPACES, 'cache', {})
+    for key in [key for key, cached in cache.items() if cached is hist]:
+        del cache[key]
+
+
+def _select(flat: torch.Tensor, rank: int,
+            hist: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``rank``-th smallest magnitude of ``flat`` (1-based), exactly, as a one-element
     float32 tensor on its device (a radix select; nothing is read back), and the per-chunk
-    counts above it (row 0) and equal to it (row 1)."""
+    counts above it (row 0) and equal to it (row 1). The histograms go to ``hist`` (zeroed
+    int32, at least ``passes * 256``; left filled: :func:`_write` with ``clear`` zeroes them),
+    or, without it, to a new zeroed tensor."""
     numel, blocks = flat.numel(), _blocks(flat.numel())
     passes = _PASSES[flat.dtype]
-    hist = flat.new_zeros(passes * _DIGITS, dtype=torch.int32)
+    if hist is None:
+        hist = flat.new_zeros(passes * _DIGITS, dtype=torch.int32)
     grid, chunk = _chunked_grid(blocks)
     for done in range(passes):
         _digit_histogram_kernel[grid](flat, numel, hist, rank, blocks, chunk, PASS=done,
@@ -290,30 +349,39 @@ def _counts(flat: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
 
 
 def _write(flat: torch.Tensor, threshold: torch.Tensor, counts: torch.Tensor, kept: int,
-           bitmask: bool, ties: bool) -> tuple[torch.Tensor, torch.Tensor]:
+           bitmask: bool, ties: bool, hist: torch.Tensor | None = None,
+           clear: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Write the kept elements: those above the threshold and, with ``ties``, the first of
     those equal to it that fill ``kept``, given the per-chunk ``counts`` of :func:`_counts`
-    (row 0 only, without ``ties``)."""
+    (row 0 only, without ``ties``); and zero the first ``clear`` histograms of ``hist``."""
     numel, blocks = flat.numel(), _blocks(flat.numel())
     grid, chunk = _chunked_grid(blocks)
     first = (flat.new_empty((numel + 7) // 8, dtype=torch.uint8) if bitmask
              else flat.new_empty(kept, dtype=torch.int32))
     values = flat.new_empty(kept)
     _write_kernel[grid](flat, numel, threshold, counts, kept, first, values, blocks, chunk,
-                        TIES=ties, BITMASK=bitmask, CHUNKS=triton.next_power_of_2(grid[0]),
-                        BLOCK=BLOCK)
+                        counts if hist is None else hist, TIES=ties, BITMASK=bitmask,
+                        CHUNKS=triton.next_power_of_2(grid[0]), CLEAR=clear, BLOCK=BLOCK)
     return first, values
 
 
 def keep_topk(flat: torch.Tensor, kept: int, bitmask: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``kept`` largest-magnitude elements of the contiguous 1-d ``flat``, encoded as
-    ``(bitmask, values)`` or ``(int32 indices, values)``, ties first in memory order."""
+    ``(bitmask, values)`` or ``(int32 indices, values)``, ties first in memory order. The radix
+    select's histograms go to the cached :func:`_workspace`, which the write kernel leaves
+    zero."""
     numel = flat.numel()
-    if kept == numel:  # everything kept: a threshold below every magnitude, no ties to take
+    if kept == numel:  # everything kept (an empty input too): no histograms, nothing to clear
         threshold = _on_device(-1.0, flat)
         return _write(flat, threshold, _counts(flat, threshold), kept, bitmask, ties=False)
-    threshold, counts = _select(flat, numel - kept)
-    return _write(flat, threshold, counts, kept, bitmask, ties=True)
+    hist = _workspace(flat)
+    try:
+        threshold, counts = _select(flat, numel - kept, hist)
+        return _write(flat, threshold, counts, kept, bitmask, ties=True, hist=hist,
+                      clear=_PASSES[flat.dtype])
+    except BaseException:  # histograms perhaps left filled: the next call takes new zeros
+        _drop_workspace(hist)
+        raise
 
 
 def above_counts(flat: torch.Tensor, threshold: float | torch.Tensor) -> torch.Tensor:
