@@ -13,6 +13,7 @@ from mmdropit import from_dropit, to_dropit
 from mmdropit.common.random_source import reseed
 from mmdropit.dropit.compact import encode, pack_bits, scatter_kept
 from mmdropit.dropit.strategies import kept_count, mink, sampled_threshold
+from mmdropit.kernels.cuda.histogram_workspace import zeroed_histograms
 from mmdropit.kernels.switch import eager_only
 from tests.helpers.kernel_inputs import KINDS, kernel_input
 from tests.helpers.triton_launches import recorded_launches
@@ -147,7 +148,7 @@ def test_the_histogram_workspace_is_left_zero_for_the_next_call(kernels):
                 bits, values = kernels.keep_topk(x, kept_count(x.numel(), gamma), True)
                 assert torch.equal(bits, pack_bits(keep)), (dtype, kind, gamma)
                 assert torch.equal(values, x[keep]), (dtype, kind, gamma)
-                cached = kernels._workspace(x)
+                cached = zeroed_histograms(x.device, 4 * 256)
                 assert workspace is None or cached is workspace
                 workspace = cached
                 assert cached.dtype == torch.int32 and cached.numel() == 4 * 256
@@ -159,7 +160,7 @@ def test_a_failed_call_leaves_no_stale_histograms(kernels, monkeypatch):
     filled workspace: the next call takes a zeroed one and equals the eager ``mink``."""
     x = kernel_input(3001, torch.float32, 'normal', DEVICE)
     kept = kept_count(x.numel(), 0.9)
-    before = kernels._workspace(x)
+    before = zeroed_histograms(x.device, 4 * 256)
 
     def failing_write(*args, **kwargs):
         raise RuntimeError('launch failed')
@@ -168,7 +169,7 @@ def test_a_failed_call_leaves_no_stale_histograms(kernels, monkeypatch):
         kernels.keep_topk(x, kept, True)
     monkeypatch.undo()
     assert before.any()  # filled by the histogram passes, and no longer cached
-    after = kernels._workspace(x)
+    after = zeroed_histograms(x.device, 4 * 256)
     assert after is not before and not after.any()
     keep, _ = mink(x, 0.9)
     bits, values = kernels.keep_topk(x, kept, True)
@@ -182,7 +183,7 @@ def test_selections_of_everything_and_of_nothing_leave_the_workspace_zero(kernel
         for kept in {0, numel}:
             bits, values = kernels.keep_topk(x, kept, True)
             assert values.numel() == kept and int(bits.numel()) == (numel + 7) // 8
-            assert not kernels._workspace(x).any(), (numel, kept)
+            assert not zeroed_histograms(x.device, 4 * 256).any(), (numel, kept)
 
 
 @pytest.mark.cuda

@@ -29,21 +29,9 @@ float32 (3 with every element kept: a fill, count, write; none of them touches t
 histograms); ``above_counts`` and ``write_above`` one pass each (after a fill where the
 threshold is a number), ``scatter_bitmask`` 2.
 
-The radix select's histograms (at most 4 x 256 int32) live in a cached workspace
-(:func:`_workspace`), one per thread, device and (on a GPU) current stream, allocated zeroed
-once and sized for float32's four passes. It holds zeros between calls: the write kernel, which
-reads the count kernel's threshold and never the histograms, clears them (program 0, after the
-last reader, the count kernel, has finished: the next launch on the same stream), so the next
-call on that stream finds them zero. That saves the zeroing launch a call used to make (one
-launch per DropIT layer's forward, paid in host time on a host-bound step; issue 37). A call
-that fails after its first histogram pass drops the workspace (the next one allocates it zeroed
-again). The key keeps apart what could interleave: calls on other streams (which may run
-concurrently) and calls from other threads (which may enqueue on the same stream between
-another call's launches). Under CUDA graph capture a call takes a fresh zeroed workspace, not
-the cached one: the zeroing is captured with the passes (no host cost on replay, where the
-graph is one launch), the graph owns the workspace at a fixed address, so its replays share it
-with no eager call nor other graph, and nothing cached is left waiting for a memset that only a
-replay would run.
+The radix select's histograms (at most 4 x 256 int32) live in a cached workspace that the write
+kernel leaves zero (:mod:`.histogram_workspace`): no zeroing launch, one launch saved per
+DropIT layer's forward, paid in host time on a host-bound step (issue 37).
 
 Memory traffic per input element of ``e`` bytes (2 for bfloat16 and float16, 4 for float32),
 the prediction for a GPU run to check (a 19.4 M-element bfloat16 input is 38.8 MB a read pass,
@@ -56,17 +44,10 @@ count, and 8 bytes per chunk that every write program reads (``PROGRAMS`` square
 bytes at most, 36 MB, from L2; 20 MB for the 19.4 M elements, 1576 programs of 3 blocks).
 ``keep_topk`` on bfloat16 is so four read passes (2 bytes each) plus its output.
 
-What a histogram pass costs beyond its read: ``tl.histogram``'s lowering costs about in
-proportion to its bins (per element, a ballot per bit of the bin, then a popcount per bin a
-lane owns). Measured before this change (H200, 2026-11-26, 19.4 M elements, 512 programs of
-1024-element blocks, 512 bins: the 256 and one for the elements left out): bfloat16
-``keep_topk`` 0.405 ms beside a 0.035 ms copy, of which 135 us per histogram pass (two), 19 us
-the count, 75 us the write; float32 0.836 ms beside 0.049 ms, 149 us per histogram pass
-(four), 35 us the count, 87 us the write. The count ran near the copy's bandwidth, a histogram
-pass at about 290 GB/s. A pass now takes a 256-bin histogram (in its ``sm_90`` build half the
-popcounts, about four fifths of the instructions). Prediction for the next GPU run: a
-histogram pass about half its time (some 70 us for bfloat16; four fifths if the other
-instructions bound it), ``keep_topk`` about 0.25 ms on bfloat16 and 0.5 ms on float32.
+A histogram pass costs beyond its read: ``tl.histogram``'s lowering costs about in proportion
+to its bins (per element, a ballot per bit of the bin, then a popcount per bin a lane owns),
+hence 256 bins, the elements left out counted into bin 0 and taken off. What an H200 measured
+before that change, and the prediction for the next run: docs/dropit.md, *Fused kernels (CPU and GPU)*.
 
 The threshold and the offsets stay in device memory and every output size follows from the
 shape: ``keep_topk`` never waits for the GPU. ``write_above`` needs its kept count on the
@@ -83,11 +64,11 @@ Example (on a GPU; with ``TRITON_INTERPRET=1``, as the tests run it, on CPU tens
 """
 from __future__ import annotations
 
-import threading
-
 import torch
 import triton
 import triton.language as tl
+
+from .histogram_workspace import forget, zeroed_histograms
 
 BLOCK = 4096
 """Elements per block, the step of every pass (a multiple of 8: a block writes whole bitmask
@@ -106,9 +87,6 @@ _PASSES = {torch.float32: 4, torch.float16: 3, torch.bfloat16: 2}
 """Radix-select passes per input dtype: the bytes of a magnitude's float32 bit pattern that the
 dtype can set (a bfloat16 sets the upper two, a float16's 10-bit mantissa ends in bit 13)."""
 _WORKSPACE_INTS = max(_PASSES.values()) * _DIGITS
-_WORKSPACES = threading.local()
-"""Per thread, ``.cache``: the histogram workspaces by device (and CUDA stream), see
-:func:`_workspace`."""
 
 
 @triton.jit
@@ -287,34 +265,6 @@ def _on_device(threshold: float | torch.Tensor, flat: torch.Tensor) -> torch.Ten
     return flat.new_full((1,), threshold, dtype=torch.float32)  # a fill, not a host copy
 
 
-def _workspace(flat: torch.Tensor) -> torch.Tensor:
-    """The radix select's histograms for ``flat``'s device: :data:`_WORKSPACE_INTS` zeroed
-    int32, cached per thread, device and current CUDA stream (allocated the first time), which a
-    ``keep_topk`` call leaves zero again (its write kernel clears them). Under CUDA graph capture
-    a fresh zeroed tensor, not cached (see the module docstring)."""
-    device = flat.device
-    if device.type == 'cuda':
-        if torch.cuda.is_current_stream_capturing():
-            return torch.zeros(_WORKSPACE_INTS, dtype=torch.int32, device=device)
-        key = (device, torch.cuda.current_stream(device).cuda_stream)
-    else:  # Triton's interpreter on CPU tensors (the tests)
-        key = (device,)
-    cache = getattr(_WORKSPACES, 'cache', None)
-    if cache is None:
-        cache = _WORKSPACES.cache = {}
-    hist = cache.get(key)
-    if hist is None:
-        hist = cache[key] = torch.zeros(_WORKSPACE_INTS, dtype=torch.int32, device=device)
-    return hist
-
-
-def _drop_workspace(hist: torch.Tensor) -> None:
-    """Forget ``hist`` if it is a cached workspace (left dirty by a call that failed)."""
-    cache = getattr(_WORKSPACES, 'cache', {})
-    for key in [key for key, cached in cache.items() if cached is hist]:
-        del cache[key]
-
-
 def _select(flat: torch.Tensor, rank: int,
             hist: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``rank``-th smallest magnitude of ``flat`` (1-based), exactly, as a one-element
@@ -368,19 +318,19 @@ def _write(flat: torch.Tensor, threshold: torch.Tensor, counts: torch.Tensor, ke
 def keep_topk(flat: torch.Tensor, kept: int, bitmask: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``kept`` largest-magnitude elements of the contiguous 1-d ``flat``, encoded as
     ``(bitmask, values)`` or ``(int32 indices, values)``, ties first in memory order. The radix
-    select's histograms go to the cached :func:`_workspace`, which the write kernel leaves
-    zero."""
+    select's histograms go to the cached workspace (:mod:`.histogram_workspace`), which the
+    write kernel leaves zero."""
     numel = flat.numel()
     if kept == numel:  # everything kept (an empty input too): no histograms, nothing to clear
         threshold = _on_device(-1.0, flat)
         return _write(flat, threshold, _counts(flat, threshold), kept, bitmask, ties=False)
-    hist = _workspace(flat)
+    hist = zeroed_histograms(flat.device, _WORKSPACE_INTS)
     try:
         threshold, counts = _select(flat, numel - kept, hist)
         return _write(flat, threshold, counts, kept, bitmask, ties=True, hist=hist,
                       clear=_PASSES[flat.dtype])
     except BaseException:  # histograms perhaps left filled: the next call takes new zeros
-        _drop_workspace(hist)
+        forget(hist)
         raise
 
 

@@ -1,6 +1,6 @@
 """One-off GPU diagnosis (session of 2026-11-26, stop 42): codec int8 mismatch, keep_topk
 per-kernel times and a PROGRAMS / BLOCK / num_warps sweep."""
-import statistics, sys, torch, triton
+import statistics, sys, torch
 sys.path.insert(0, '.')
 from mmdropit.kernels.switch import eager_only
 from mmdropit.codecs.int8 import quantize, dequantize
