@@ -72,7 +72,8 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
     hooks would break the graph at every saved tensor): *saved* is the eager step's, the peak
     and the time the compiled one's.
     Then ``steps`` rounds time every variant once, in order, so each variant's step is timed next
-    to a baseline step under the same machine load.
+    to a baseline step under the same machine load. Each variant's peak and each round's times
+    are printed as measured (a run stopped by a time limit keeps them in its log).
 
     Args:
         work: The model and its batch.
