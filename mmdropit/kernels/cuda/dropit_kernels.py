@@ -266,16 +266,13 @@ def _on_device(threshold: float | torch.Tensor, flat: torch.Tensor) -> torch.Ten
 
 
 def _select(flat: torch.Tensor, rank: int,
-            hist: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            hist: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``rank``-th smallest magnitude of ``flat`` (1-based), exactly, as a one-element
     float32 tensor on its device (a radix select; nothing is read back), and the per-chunk
     counts above it (row 0) and equal to it (row 1). The histograms go to ``hist`` (zeroed
-    int32, at least ``passes * 256``; left filled: :func:`_write` with ``clear`` zeroes them),
-    or, without it, to a new zeroed tensor."""
+    int32, at least ``passes * 256``; left filled: :func:`_write` with ``clear`` zeroes them)."""
     numel, blocks = flat.numel(), _blocks(flat.numel())
     passes = _PASSES[flat.dtype]
-    if hist is None:
-        hist = flat.new_zeros(passes * _DIGITS, dtype=torch.int32)
     grid, chunk = _chunked_grid(blocks)
     for done in range(passes):
         _digit_histogram_kernel[grid](flat, numel, hist, rank, blocks, chunk, PASS=done,
