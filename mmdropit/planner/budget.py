@@ -85,6 +85,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     """
     started = time.perf_counter()
     least = budget is None
+    bound = max_slowdown if least else None  # the outcome's: no budget, no time bound
     if least:  # a setting another one saves more than cannot give the least peak
         switches = [replace(switch, settings=switch.settings[-1:]) for switch in switches]
     trials = Trials(Measurements(probe), switches, target)
@@ -95,19 +96,18 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         except (ConfigError, KeyError, TypeError, ValueError, IndexError) as error:
             unused = str(error) or type(error).__name__  # searched again below
         else:
-            outcome = _reuse_saved(saved, chosen, trials, max_slowdown if least else None,
-                                   least, started)
+            outcome = _reuse_saved(saved, chosen, trials, bound, least, started)
             if outcome is not None:
                 return outcome
     unplanned, start = _measure_unplanned(trials, budget)
     try:
-        decision = _search(start, trials, lower, unplanned, max_slowdown)
+        decision = _search(start, trials, lower, unplanned, bound)
     except BaseException:
         trials.remove_all()  # a failed search leaves the model as it was
         raise
     return BudgetOutcome(decision, trials.techniques, unplanned, trials.measurements.fixed,
-                         time.perf_counter() - started, least=least,
-                         max_slowdown=max_slowdown if least else None, unused_saved=unused)
+                         time.perf_counter() - started, least=least, max_slowdown=bound,
+                         unused_saved=unused)
 
 
 def _saved_choice(saved: dict, trials: Trials) -> Estimate:
