@@ -123,7 +123,8 @@ class Measurements:
         (:meth:`effect`)."""
         effect_of = functools.partial(self.effect, switch)
         return MeasuredSettings(switch.name, switch.settings, effect_of, switch.text,
-                                switch.apply, switch.remove, lossy=switch.lossy)
+                                switch.apply, switch.remove, lossy=switch.lossy,
+                                simple=switch.simple)
 
     def effect(self, switch: Switch, setting: object) -> Effect | None:
         """The effect of ``switch`` at ``setting``: its peaks measured at

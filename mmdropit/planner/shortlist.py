@@ -7,8 +7,10 @@ costs as a whole on the training device (a checkpoint's own host time, a selecti
 dispatch on every operator, nested recomputation, lossy techniques together). So the search's
 choice is measured beside the fastest exact combination predicted to fit, per-block
 checkpointing of the model's repeated blocks (the simple baseline: timm's
-``set_grad_checkpointing()``), the step with nothing applied where it fits, and the next
-fastest predicted ones: :data:`SHORTLIST` in all.
+``set_grad_checkpointing()``), the step with nothing applied where it fits, the fastest whose
+lossy techniques the simple recipe uses (bf16 autocast with micro-batches or per-block
+checkpointing, where lossy techniques are allowed), and the next fastest predicted ones:
+:data:`SHORTLIST` in all.
 
 Example:
     >>> from .estimate import Choice, Estimate
@@ -105,14 +107,17 @@ def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials
                start: Estimate, nothing_fits: bool,
                lossy: Callable[[Estimate], bool]) -> list[Estimate]:
     """What the search's choice is always measured beside, where predicted to fit: the step
-    with nothing applied, the fastest exact combination, and the fastest with per-block
-    checkpointing."""
+    with nothing applied, the fastest exact combination, the fastest with per-block
+    checkpointing, and the fastest whose lossy techniques are all
+    :attr:`~.techniques.Technique.simple` (the simple recipe in bf16)."""
     fitting = _predicted_to_fit(considered, budget_bytes)
     per_block = trials.plans.per_block
+    not_simple = {t.name for t in trials.techniques if t.lossy and not t.simple}
     found = [start] if nothing_fits else []
     for wanted in (lambda e: not lossy(e),
                    lambda e: per_block is not None and
-                   e.setting('checkpoint-plan') is per_block):
+                   e.setting('checkpoint-plan') is per_block,
+                   lambda e: not any(choice.technique in not_simple for choice in e.choices)):
         found += [e for e in fitting if wanted(e)][:1]
     return found
 

@@ -49,6 +49,8 @@ class Switch:
         apply: Puts a setting in effect.
         remove: Takes it away.
         lossy: Whether it changes the computed gradients (all but activation offload).
+        simple: Whether the simple recipe uses it (bf16 autocast): see
+            :class:`~.techniques.Technique`.
     """
 
     name: str
@@ -57,6 +59,7 @@ class Switch:
     apply: Callable[[object], None]
     remove: Callable[[], None]
     lossy: bool = True
+    simple: bool = False
 
 
 def config_switch(name: str, model: nn.Module, configs: Sequence[TechniqueConfig],
@@ -124,4 +127,4 @@ def bf16_switch(holder: object) -> Switch:
     :class:`~mmdropit.engine.optim.AutocastSwitch`, a benchmark workload)."""
     return Switch('bf16', (MixedPrecisionConfig('bfloat16'),), lambda config: 'bf16 autocast',
                   lambda config: setattr(holder, 'switched_precision', config),
-                  lambda: setattr(holder, 'switched_precision', None))
+                  lambda: setattr(holder, 'switched_precision', None), simple=True)

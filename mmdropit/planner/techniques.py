@@ -45,11 +45,15 @@ class Technique(ABC):
         lossy: Whether it changes the computed gradients (tried only when the user allows it).
         slows_only: Whether its candidates are never faster than the step they start from (the
             search then skips starting points slower than a fitting combination).
+        simple: Whether the simple recipe (bf16 autocast, per-block checkpointing,
+            micro-batches) uses it: the fastest combination whose lossy techniques are all
+            simple is measured in every shortlist (:mod:`.shortlist`).
     """
 
     name: str
     lossy: bool = False
     slows_only: bool = False
+    simple: bool = False
 
     @abstractmethod
     def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
@@ -158,6 +162,7 @@ class MeasuredSettings(Technique):
         remove: Undoes it.
         lossy: Whether the settings change the computed gradients (bf16, DropIT, quantized
             activations do; activation offload does not).
+        simple: Whether the simple recipe uses it (bf16 autocast; see :class:`Technique`).
 
     Example:
         >>> bf16 = MeasuredSettings('bf16', ['bf16'], lambda setting: Effect(0.6, 0.8), str,
@@ -170,9 +175,10 @@ class MeasuredSettings(Technique):
     def __init__(self, name: str, settings: Sequence[object],
                  effect_of: Callable[[object], Effect | None], text: Callable[[object], str],
                  apply: Callable[[object], None], remove: Callable[[], None],
-                 lossy: bool = True) -> None:
+                 lossy: bool = True, simple: bool = False) -> None:
         self.name = name
         self.lossy = lossy
+        self.simple = simple
         self.settings = tuple(settings)
         self._effect_of, self._text, self._apply, self._remove = effect_of, text, apply, remove
         self._effects: dict[object, Effect | None] | None = None

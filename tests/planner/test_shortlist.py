@@ -4,16 +4,20 @@ whatever the predictions said. Step times here are made up on purpose (from whic
 checkpointed), so that the predictions are wrong in a known way."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
 
 from mmdropit.checkpoint import is_checkpointed
-from mmdropit.planner import StepProbe, plan_within_budget
+from mmdropit.dropit import is_dropit_layer
+from mmdropit.planner import StepProbe, bf16_switch, plan_within_budget
 from mmdropit.planner.estimate import Choice, Estimate
 from mmdropit.planner.outcome import BudgetOutcome
 from mmdropit.planner.search import EXACT_PREFERENCE
 from mmdropit.planner.shortlist import _median_seconds, _preferred
+from mmdropit.planner.switches import dropit_switch
 from tests.helpers.split_target import SplitTarget
 
 BLOCKS = 6
@@ -48,6 +52,39 @@ def _probe(per_block_factor: float, other_plan_factor: float) -> StepProbe:
                       forward_part=loss)
     probe.seconds = seconds
     return probe
+
+
+def test_a_lossy_budget_measures_the_simple_recipe_in_bf16_beside_its_choice():
+    """DropIT measures fast alone (0.5x) but slow in any combination (3x), so the DropIT
+    combinations are predicted faster than bf16 + micro-batches and fill the predicted
+    shortlist; bf16 (0.8x) measures as predicted. The fastest combination whose only lossy
+    technique is bf16 is measured all the same, and taken."""
+    probe = _probe(per_block_factor=1.5, other_plan_factor=2.0)
+    target, precision = SplitTarget(probe.model), SimpleNamespace(switched_precision=None)
+    loss, checkpoint_seconds = probe.forward_part, probe.seconds
+
+    def autocast_loss(size: int = BATCH) -> torch.Tensor:
+        with torch.autocast('cpu', torch.bfloat16,
+                            enabled=precision.switched_precision is not None):
+            return loss(size)
+
+    def seconds(size: int, passes: int = 2) -> float:
+        dropit = any(map(is_dropit_layer, probe.model.modules()))
+        bf16 = precision.switched_precision is not None
+        alone = target.micro_batches == 1 and not bf16
+        factor = (0.5 if alone else 3.0) if dropit else 1.0
+        return checkpoint_seconds(size, passes) * factor * (0.8 if bf16 else 1.0)
+
+    probe.forward_part, probe.seconds = autocast_loss, seconds
+    probe.run_part = lambda size: autocast_loss(size).backward()
+    outcome = plan_within_budget(probe, 0.55, target,
+                                 [dropit_switch(probe.model), bf16_switch(precision)])
+    decision, timed = outcome.decision, _measured_fitting(outcome)
+    assert decision.chosen.summary.startswith('bf16 autocast + 2 micro-batches'), \
+        decision.table()
+    assert timed[decision.chosen.summary] == min(timed.values()), decision.table()
+    predicted = sorted(decision.considered, key=lambda e: e.time_ratio)
+    assert predicted[0].setting('dropit') is not None  # the predictions preferred DropIT
 
 
 def _measured_fitting(outcome: BudgetOutcome) -> dict[str, float]:
