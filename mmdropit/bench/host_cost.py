@@ -71,9 +71,10 @@ NOT_LAUNCHING = frozenset({
 COMPOSITE = frozenset({
     'aten::contiguous', 'aten::flatten', 'aten::full', 'aten::item', 'aten::linear',
     'aten::matmul', 'aten::new_full', 'aten::new_zeros', 'aten::ones_like', 'aten::reshape',
-    'aten::zeros', 'aten::zeros_like'})
+    'aten::zeros', 'aten::zeros_like', 'mmdropit_cpu::dropit_linear'})
 """Operators counted by what they run (``linear`` is ``t`` and ``addmm``; ``reshape`` a view
-or a copy; ``zeros`` an allocation and a fill)."""
+or a copy; ``zeros`` an allocation and a fill; DropIT's C++ Linear node its selection and
+GEMM)."""
 SYNCING = frozenset({
     'aten::_local_scalar_dense', 'aten::is_nonzero', 'aten::masked_select', 'aten::nonzero',
     'aten::unique_consecutive', 'aten::_unique2', 'aten::equal'})

@@ -30,8 +30,10 @@ import torch.nn.functional as F
 from torch._C._functorch import unwrap_if_dead
 
 from ..common.backward_workspace import note_workspace
+from ..common.custom_operators import through_dispatcher
 from ..common.listeners import Listeners
 from ..common.recompute_region import saved_tensors_dropped
+from ..kernels import fused_linear_node
 from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
 from .ops import SavePlan, keep_fixed, keep_sampled, unkeep, unkeep_rows
 from .quantize import quantize_kept
@@ -47,13 +49,20 @@ def observe_saves(observer: SaveObserver) -> contextlib.AbstractContextManager[N
     return _SAVES.listening(observer)
 
 
+def _save_plan(x: torch.Tensor, state: DropITState) -> SavePlan:
+    """The layer's plan for saving the contiguous ``x``, made again when ``x``'s shape, dtype
+    or device, gamma or the strategy changed."""
+    plan = state.save_plan
+    if plan is None or plan.key != SavePlan.key_of(x, state.gamma, state.strategy):
+        plan = state.save_plan = SavePlan(x, state.gamma, state.strategy)
+    return plan
+
+
 def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor, ...],
                                                                 CompactLayout]:
     if not x.is_contiguous() or torch.compiler.is_compiling():
         return _save_any(x, state)
-    plan = state.save_plan
-    if plan is None or plan.key != SavePlan.key_of(x, state.gamma, state.strategy):
-        plan = state.save_plan = SavePlan(x, state.gamma, state.strategy)
+    plan = _save_plan(x, state)
     if plan.compress:
         flat = x.view(-1)
         if plan.fixed:
@@ -222,13 +231,40 @@ def dropit_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
     Under autocast the layer computes and saves in the autocast dtype (fp16 or bf16)."""
     if not _IS_ANY_AUTOCAST_ENABLED():
-        return _apply(DropITLinearFunction, _LINEAR_APPLY, x, weight, bias, state)
+        return _linear(x, weight, bias, state)
     x, weight, bias, autocast_off = _autocast(x, weight, bias)
     with autocast_off:
-        return DropITLinearFunction.apply(x, weight, bias, state)
+        return _linear(x, weight, bias, state)
 
 
 _LINEAR_APPLY = _unchecked_apply(DropITLinearFunction)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+            state: DropITState) -> torch.Tensor:
+    """:class:`DropITLinearFunction` applied, or, where it can run, the C++ autograd node
+    that computes the same (:func:`~mmdropit.kernels.fused_linear_node`: the fused ``mink``
+    selection in the bitmask encoding of a contiguous input, nothing observing or transforming
+    the call)."""
+    node = _node_for(x, weight, state)
+    if node is None:
+        return _apply(DropITLinearFunction, _LINEAR_APPLY, x, weight, bias, state)
+    plan = state.save_plan
+    state.count(plan.kept, plan.numel, x.device)
+    note_workspace(plan.workspace)  # backward rebuilds the dense input
+    return node(x, weight, bias, plan.kept)
+
+
+def _node_for(x: torch.Tensor, weight: torch.Tensor, state: DropITState) -> Callable | None:
+    """The C++ node that computes :class:`DropITLinearFunction` for this call (see
+    :func:`_linear`), with the layer's plan made for ``x``; ``None`` when it cannot."""
+    if not (weight.requires_grad and torch.is_grad_enabled() and x.is_contiguous()) or \
+            state.value_bits is not None or _SAVES or torch.compiler.is_compiling() or \
+            torch._C._are_functorch_transforms_active() or saved_tensors_dropped() or \
+            through_dispatcher():
+        return None
+    plan = _save_plan(x, state)
+    return fused_linear_node(x) if plan.fused_node else None
 
 
 def _tuple(value: int | Sequence[int], spatial: int) -> list[int]:

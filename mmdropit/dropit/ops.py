@@ -176,7 +176,7 @@ class SavePlan:
     """
 
     __slots__ = ('key', 'gamma', 'strategy', 'compress', 'fixed', 'numel', 'kept', 'encoding',
-                 'bitmask', 'layout', 'workspace')
+                 'bitmask', 'layout', 'workspace', 'fused_node')
 
     def __init__(self, x: torch.Tensor, gamma: float, strategy: str) -> None:
         self.key = self.key_of(x, gamma, strategy)
@@ -189,6 +189,8 @@ class SavePlan:
         self.encoding = smaller_encoding(numel, self.kept, size)
         self.bitmask = self.encoding == 'bitmask'
         self.workspace = numel * size  # backward rebuilds the dense input
+        # what the C++ node of a DropIT Linear saves (kernels.fused_linear_node)
+        self.fused_node = self.compress and self.bitmask and strategy == 'mink'
         if not self.compress:
             self.layout = dense_layout(x)
         elif self.fixed:

@@ -10,7 +10,9 @@
 Both give DropIT's custom operators (:mod:`mmdropit.dropit.ops`) the same four operations,
 which :func:`fused_ops` hands out for a tensor. A layer calls them when they can run on its
 input and falls back to the eager PyTorch path otherwise (one warning line says why). Every
-path gives bit-identical saved tensors.
+path gives bit-identical saved tensors. On the CPU a DropIT Linear's forward and backward run
+as one C++ autograd node where they can (``cpu/dropit_linear.cpp``,
+:func:`fused_linear_node`): no Python between its operators.
 
 The integer codecs (:mod:`mmdropit.codecs.int8`, :mod:`mmdropit.codecs.low_bit`) take their
 one-pass encoding and decoding from :func:`fused_codec_ops`: the C++ operators on the CPU, the
@@ -32,7 +34,7 @@ import torch
 from ..common.custom_operators import through_dispatcher
 from . import cpu, cuda
 
-__all__ = ['fused_codec_ops', 'fused_ops']
+__all__ = ['fused_codec_ops', 'fused_linear_node', 'fused_ops']
 
 
 def fused_ops(x: torch.Tensor) -> Any | None:
@@ -43,6 +45,14 @@ def fused_ops(x: torch.Tensor) -> Any | None:
     if cuda.usable(x):
         return cuda.load()
     return None
+
+
+def fused_linear_node(x: torch.Tensor) -> Any | None:
+    """DropIT's Linear as one C++ autograd node for ``x``'s device
+    (``dropit_linear(x, weight, bias, kept)``: ``mink`` kept in the bitmask encoding, the same
+    tensors and gradients as :class:`~mmdropit.dropit.functional.DropITLinearFunction`), or
+    ``None`` where it cannot run: on a GPU, or with the CPU kernels not built."""
+    return torch.ops.mmdropit_cpu.dropit_linear.default if cpu.usable(x) else None
 
 
 def fused_codec_ops(x: torch.Tensor) -> Any | None:

@@ -34,7 +34,9 @@ def test_round_trip_is_within_one_step_of_each_group(bits, dtype, numel):
     assert rebuilt.dtype == dtype and rebuilt.shape == values.shape
     step = steps.repeat_interleave(GROUP)[:numel]
     error = (rebuilt.float() - values.float()).abs()
-    slack = 1e-5 if dtype == torch.float32 else 1e-2 * values.float().abs()  # bf16 rounding
+    # bf16 rounds the rebuilt value, which is up to a step above the input
+    slack = 1e-5 if dtype == torch.float32 else 1e-2 * torch.maximum(values.float().abs(),
+                                                                      rebuilt.float().abs())
     assert (error <= step + slack).all()
 
 

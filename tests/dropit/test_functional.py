@@ -226,7 +226,8 @@ def test_a_linear_subclass_keeps_its_own_forward():
     torch.testing.assert_close(plain(x), expected_plain)
     got = doubling(x)
     torch.testing.assert_close(got, expected_doubling)
-    assert got.grad_fn.name() == 'DropITLinearFunctionBackward'
+    assert got.grad_fn.name() in {'DropITLinearFunctionBackward',  # or its C++ node:
+                                  'torch::autograd::CppNode<mmdropit::DropITLinearNode>'}
 
 
 def test_random_strategy_is_unbiased():

@@ -1,0 +1,120 @@
+// DropIT's Linear as one C++ autograd node (operator mmdropit_cpu::dropit_linear).
+//
+// What mmdropit/dropit/functional.py's DropITLinearFunction does for a contiguous input with
+// the fused `mink` selection in the bitmask encoding, without Python between the operators:
+//
+//   forward    keep_topk (the kept elements of the input as bitmask + values), saved with the
+//              weight; the output as F.linear computes it, as a tensor of its own (not a view:
+//              a custom node's output may then be changed in place, as DETR's heads do).
+//   backward   input gradient grad_out @ weight (exact), bias gradient the sum of grad_out
+//              over rows (exact), weight gradient grad_out^T @ the dense input rebuilt by
+//              scatter_bitmask; each only when autograd needs it.
+//
+// The same operators in the same order as the Python Function, so the outputs and gradients are
+// bit-identical to it. keep_topk and scatter_bitmask are called through the dispatcher, so the
+// node runs on any device that registers them. A Python autograd Function costs a host-bound
+// GPU step its context, its Python backward node and the Python between the operators, every
+// layer, every step (docs/dropit.md, "Host time a layer adds").
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+std::tuple<at::Tensor, at::Tensor> keep_topk(const at::Tensor& flat, int64_t kept) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("mmdropit_cpu::keep_topk", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t,
+                                                                 bool)>();
+  return op.call(flat, kept, true);
+}
+
+at::Tensor scatter_bitmask(const at::Tensor& bits, const at::Tensor& values, int64_t numel) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("mmdropit_cpu::scatter_bitmask", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>();
+  return op.call(bits, values, numel);
+}
+
+// F.linear(x, weight, bias); for inputs of more than two dimensions written into a tensor of
+// its own, where F.linear returns a view of a 2-d product.
+at::Tensor linear_not_a_view(const at::Tensor& x, const at::Tensor& weight,
+                             const std::optional<at::Tensor>& bias) {
+  if (x.dim() <= 2) return at::linear(x, weight, bias);
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  at::Tensor out = at::empty(sizes, x.options());
+  at::Tensor rows = out.view({-1, weight.size(0)});
+  at::Tensor flat = x.reshape({-1, x.size(-1)});
+  if (bias.has_value() && bias->defined()) {
+    at::addmm_out(rows, *bias, flat, weight.t());
+  } else {
+    at::mm_out(rows, flat, weight.t());
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace mmdropit {
+
+// grad_fn: torch::autograd::CppNode<mmdropit::DropITLinearNode>
+struct DropITLinearNode : public torch::autograd::Function<DropITLinearNode> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& bias, int64_t kept) {
+    auto [bits, values] = keep_topk(x.view(-1), kept);
+    ctx->save_for_backward({weight, bits, values});
+    ctx->saved_data["numel"] = x.numel();
+    ctx->saved_data["features"] = x.dim() ? x.size(-1) : int64_t(1);
+    ctx->saved_data["bias"] = bias.has_value() && bias->defined();
+    return linear_not_a_view(x, weight, bias);
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& weight = saved[0];
+    const at::Tensor& grad_out = grads[0];
+    const bool matrix = grad_out.dim() == 2;  // a batch of rows: no reshaping
+    at::Tensor grad_input, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(0)) {
+      grad_input = matrix ? grad_out.mm(weight) : grad_out.matmul(weight);
+    }
+    const at::Tensor flat_grad = matrix ? grad_out : grad_out.reshape({-1, grad_out.size(-1)});
+    if (ctx->needs_input_grad(1)) {
+      const int64_t numel = ctx->saved_data["numel"].toInt();
+      const int64_t features = ctx->saved_data["features"].toInt();
+      grad_weight = flat_grad.t().mm(scatter_bitmask(saved[1], saved[2], numel)
+                                         .view({-1, features}));
+    }
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
+      grad_bias = flat_grad.sum(0);
+    }
+    return {grad_input, grad_weight, grad_bias, at::Tensor()};
+  }
+};
+
+}  // namespace mmdropit
+
+namespace {
+
+at::Tensor dropit_linear(const at::Tensor& x, const at::Tensor& weight,
+                         const std::optional<at::Tensor>& bias, int64_t kept) {
+  return mmdropit::DropITLinearNode::apply(x, weight, bias, kept);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(mmdropit_cpu, m) {
+  m.def("dropit_linear(Tensor x, Tensor weight, Tensor? bias, int kept) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(mmdropit_cpu, CompositeImplicitAutograd, m) {
+  m.impl("dropit_linear", &dropit_linear);
+}
