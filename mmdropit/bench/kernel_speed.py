@@ -9,9 +9,11 @@ forward hooks at batch 1 on the CPU, then scaled to each batch), in each dtype, 
 - ``keep_topk-eager``: the eager path the fused kernels are tested against (on a GPU it runs with
   no host sync since issue 37);
 - ``scatter_bitmask``: rebuilding the dense input from the bitmask and the values;
-- ``int8-encode`` / ``int8-decode``: the codec kernels of
-  ``mmdropit/kernels/cuda/codec_kernels.py`` (``quantize_int8`` / ``dequantize_int8``) when that
-  module is there (a line says so when it is not);
+- ``int8-encode`` / ``int8-decode``, ``int4-encode`` / ``int4-decode``, ``gelu-codes`` /
+  ``gelu-scale``: the codec kernels of ``mmdropit/kernels/cuda/codec_kernels.py``
+  (``quantize_int8`` / ``dequantize_int8``, ``quantize_low`` / ``dequantize_low`` at 4 bits, the
+  lean GELU's ``bucket_codes`` / ``scale_by_codes``, the layer's input standing in for the
+  gradient) when that module is there (a line says so when it is not);
 - ``copy``: ``torch.empty_like(x).copy_(x)``, the device's copy bandwidth on the same bytes;
 - ``gemm``: the layer's forward Linear / convolution with its real weight shape.
 
@@ -45,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..codecs.derivative_codes import derivative_table
 from ..common.timing import seconds_of
 from ..dropit.compact import encode, scatter_kept
 from ..dropit.strategies import kept_count, mink
@@ -198,11 +201,31 @@ def _kernels(x: torch.Tensor, codec: ModuleType | None) -> list[tuple[str, str, 
         rows.append(('scatter_bitmask', 'eager',
                      lambda: (bits, values, scatter_kept(bits, values, flat.numel(), 'bitmask'))))
     if codec is not None and x.is_cuda:
-        codes, scales = codec.quantize_int8(flat)
-        rows.append(('int8-encode', 'fused', lambda: (flat, *codec.quantize_int8(flat))))
-        rows.append(('int8-decode', 'fused', lambda: (
-            codes, scales, codec.dequantize_int8(codes, scales, flat.dtype))))
+        rows += _codec_kernels(flat, codec)
     return rows
+
+
+def _codec_kernels(flat: torch.Tensor, codec: ModuleType) -> list[tuple[str, str, Callable]]:
+    """The rows of the activation codes' Triton kernels on ``flat``: int8 and 4-bit encoding
+    and decoding, and the lean GELU's derivative codes and the gradient they scale."""
+    codes, scales = codec.quantize_int8(flat)
+    seed = torch.zeros(1, dtype=torch.int64, device=flat.device)
+    packed, minimums, steps = codec.quantize_low(flat, 4, seed)
+    table = derivative_table('gelu')
+    boundaries = table.boundaries.to(flat.device, flat.dtype)
+    slopes = table.values.to(flat.device, flat.dtype)
+    derivative_codes = codec.bucket_codes(flat, boundaries)
+    return [
+        ('int8-encode', 'fused', lambda: (flat, *codec.quantize_int8(flat))),
+        ('int8-decode', 'fused', lambda: (
+            codes, scales, codec.dequantize_int8(codes, scales, flat.dtype))),
+        ('int4-encode', 'fused', lambda: (flat, *codec.quantize_low(flat, 4, seed))),
+        ('int4-decode', 'fused', lambda: (packed, minimums, steps, codec.dequantize_low(
+            packed, minimums, steps, 4, flat.numel(), flat.dtype))),
+        ('gelu-codes', 'fused', lambda: (flat, codec.bucket_codes(flat, boundaries))),
+        ('gelu-scale', 'fused', lambda: (flat, derivative_codes, codec.scale_by_codes(
+            flat, derivative_codes, slopes))),
+    ]
 
 
 def measure(layer: LayerInput, batch: int, dtype_name: str, timer: Timer,

@@ -8,7 +8,9 @@ standard normal density (plus a small floor, so the tails count too); each inter
 the weighted mean of the derivative over it. An element is stored as its interval's index,
 packed two to a byte: 0.125 of an fp32 input, and no scales. The input gradient is
 ``grad_output * table[code]``: not unbiased, but the error is bounded by the table's fit
-(:func:`derivative_table` reports it).
+(:func:`derivative_table` reports it). Coding and scaling are one pass each where the fused
+kernels run (the CPU extension's and the Triton ``bucket_codes`` / ``scale_by_codes``, the
+same bytes and gradients as the eager ``bucketize``, packing and lookup).
 
 Example:
     >>> x = torch.randn(64, 128, requires_grad=True)
@@ -24,12 +26,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 
 from ..common.saved_tensors import report_kept
+from ..kernels import fused_codec_ops
 from .low_bit import pack_codes, unpack_codes
 
 CODE_BITS = 4
@@ -116,25 +119,52 @@ def derivative_table(kind: str) -> DerivativeTable:
     return DerivativeTable(boundaries.float(), values.float(), rms)
 
 
+@functools.cache
+def _table_on(kind: str, device: torch.device, dtype: torch.dtype) -> DerivativeTable:
+    """:func:`derivative_table` with its boundaries and values on ``device`` in ``dtype``
+    (copied once: a copy from host memory at every call would wait for the GPU)."""
+    table = derivative_table(kind)
+    return replace(table, boundaries=table.boundaries.to(device, dtype),
+                   values=table.values.to(device, dtype))
+
+
+def encode(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """The 4-bit codes of ``x``'s elements, the pieces of ``kind``'s table they fall in
+    (``torch.bucketize``), two a byte, the first in the low bits; in one pass where the fused
+    kernels run (:func:`~mmdropit.kernels.fused_codec_ops`)."""
+    flat = x.detach().reshape(-1)
+    boundaries = _table_on(kind, x.device, x.dtype).boundaries
+    fused = fused_codec_ops(flat)
+    if fused is not None:
+        return fused.bucket_codes(flat, boundaries)
+    codes = torch.bucketize(flat, boundaries).to(torch.uint8)
+    return pack_codes(F.pad(codes, (0, codes.numel() % 2)), CODE_BITS)
+
+
+def scale_gradient(grad: torch.Tensor, packed: torch.Tensor, kind: str) -> torch.Tensor:
+    """``grad`` times the derivative of ``kind`` on the pieces :func:`encode` coded, in
+    ``grad``'s dtype; in one pass where the fused kernels run on the contiguous ``grad``."""
+    values = _table_on(kind, grad.device, grad.dtype).values
+    fused = fused_codec_ops(grad) if grad.is_contiguous() else None
+    if fused is not None:
+        return fused.scale_by_codes(grad.view(-1), packed, values).view(grad.shape)
+    codes = unpack_codes(packed, CODE_BITS)[:grad.numel()].long()
+    return grad * values[codes].view(grad.shape)
+
+
 class _LeanActivation(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, kind: str) -> torch.Tensor:
-        table = derivative_table(kind)
-        codes = torch.bucketize(x.detach().reshape(-1),
-                                table.boundaries.to(x.device, x.dtype)).to(torch.uint8)
-        packed = pack_codes(F.pad(codes, (0, codes.numel() % 2)), CODE_BITS)
+        packed = encode(x, kind)
         report_kept(packed)
         ctx.save_for_backward(packed)
-        ctx.kind, ctx.shape = kind, x.shape
+        ctx.kind = kind
         return _FUNCTIONS[kind](x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         (packed,) = ctx.saved_tensors
-        numel = ctx.shape.numel()
-        codes = unpack_codes(packed, CODE_BITS)[:numel].long()
-        slope = derivative_table(ctx.kind).values.to(grad.device, grad.dtype)[codes]
-        return grad * slope.view(ctx.shape), None
+        return scale_gradient(grad, packed, ctx.kind), None
 
 
 def lean_activation(x: torch.Tensor, kind: str) -> torch.Tensor:

@@ -3,8 +3,12 @@ it on CUDA): shapes from the timm model's hooks, every kernel timed, JSON and Ma
 from __future__ import annotations
 
 import json
+import os
 
-from mmdropit.bench.kernel_speed import main
+import pytest
+import torch
+
+from mmdropit.bench.kernel_speed import _codec_kernels, main
 
 
 def test_the_quick_cpu_run_writes_one_row_per_layer_and_kernel(tmp_path, capsys):
@@ -16,3 +20,20 @@ def test_the_quick_cpu_run_writes_one_row_per_layer_and_kernel(tmp_path, capsys)
     written = json.loads((tmp_path / 'kernel_speed.json').read_text())
     assert len(written['rows']) == len(rows) and written['gamma'] == 0.9
     assert '| kernel |' in (tmp_path / 'kernel_speed.md').read_text()
+
+
+def test_every_codec_row_runs_its_kernels_and_returns_what_they_read_and_wrote():
+    """The codec rows (timed on a GPU only) call each Triton kernel as it takes its arguments:
+    run here in Triton's interpreter on a CPU tensor."""
+    triton = pytest.importorskip('triton', reason='Triton ships with the CUDA build of torch')
+    if os.environ.get('TRITON_INTERPRET') != '1':
+        pytest.skip(f'Triton {triton.__version__} not in its interpreter (TRITON_INTERPRET=1)')
+    from mmdropit.kernels.cuda import codec_kernels
+    flat = torch.randn(1000)
+    rows = _codec_kernels(flat, codec_kernels)
+    assert [kernel for kernel, _, _ in rows] == ['int8-encode', 'int8-decode', 'int4-encode',
+                                                  'int4-decode', 'gelu-codes', 'gelu-scale']
+    for kernel, _, function in rows:
+        tensors = function()
+        assert all(isinstance(t, torch.Tensor) for t in tensors) and len(tensors) >= 2, kernel
+        assert tensors[-1].numel() > 0, kernel

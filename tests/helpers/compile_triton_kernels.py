@@ -70,6 +70,8 @@ def _codec_host_calls(codecs) -> None:
             codecs.dequantize_low(packed, minimums, steps, bits, flat.numel(), dtype)
         for bounded in (True, False):
             codecs.where_bits(flat, codecs.pack_between(flat, -1.0, 1.0, bounded))
+        packed = codecs.bucket_codes(flat, torch.linspace(-3, 3, 15).to(dtype))
+        codecs.scale_by_codes(flat, packed, torch.rand(16).to(dtype))
 
 
 def main() -> int:

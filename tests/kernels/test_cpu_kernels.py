@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 from mmdropit import from_dropit, to_dropit
+from mmdropit.codecs.derivative_codes import encode as encode_derivatives
+from mmdropit.codecs.derivative_codes import scale_gradient
 from mmdropit.common.random_source import reseed
 from mmdropit.dropit.compact import encode, pack_bits, scatter_kept, smaller_encoding
 from mmdropit.dropit.ops import keep_sampled
@@ -20,7 +22,8 @@ from mmdropit.dropit.strategies import kept_count, mink
 from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.cpu.library import library_path
 from mmdropit.kernels.switch import eager_only
-from tests.helpers.kernel_inputs import KINDS, kernel_input
+from tests.helpers.kernel_inputs import (KINDS, derivative_code_input, derivative_table_on,
+                                         kernel_input)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which('c++') is None, reason='no C++ compiler here')
@@ -195,6 +198,23 @@ def test_lean_masks_equal_eager(dtype, numel):
         assert torch.equal(bits, pack_bits(passes)), (low, high)
         assert torch.equal(torch.ops.mmdropit_cpu.where_bits(grad, bits),
                            torch.where(passes, grad, 0.0))
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', (1, 9, 70_001))
+@pytest.mark.parametrize('kind', ['gelu', 'gelu_tanh', 'silu'])
+def test_derivative_codes_and_scaled_gradients_equal_eager(dtype, numel, kind):
+    """The lean GELU / SiLU's 4-bit codes (inputs on the boundaries, infinities and NaNs
+    included) and the gradient scaled by their table, as the eager path gives them."""
+    x = derivative_code_input(numel, dtype, kind)
+    grad = kernel_input(numel, dtype, 'scaled')
+    table = derivative_table_on(kind, x)
+    packed = torch.ops.mmdropit_cpu.bucket_codes(x, table.boundaries)
+    with eager_only():
+        assert torch.equal(packed, encode_derivatives(x, kind))
+        eager_grad = scale_gradient(grad, packed, kind)
+    assert torch.equal(torch.ops.mmdropit_cpu.scale_by_codes(grad, packed, table.values),
+                       eager_grad)
 
 
 @pytest.mark.parametrize('inplace', [False, True])

@@ -14,12 +14,14 @@ import pytest
 import torch
 
 from mmdropit.codecs import GROUP
+from mmdropit.codecs.derivative_codes import encode, scale_gradient
 from mmdropit.codecs.int8 import dequantize, quantize
 from mmdropit.codecs.low_bit import dequantize_low, quantize_low, unpack_codes
 from mmdropit.dropit.compact import pack_bits, unpack_bits
 from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.switch import eager_only
-from tests.helpers.kernel_inputs import KINDS, kernel_input
+from tests.helpers.kernel_inputs import (KINDS, derivative_code_input, derivative_table_on,
+                                         kernel_input)
 from tests.helpers.triton_launches import recorded_launches
 
 triton = pytest.importorskip('triton', reason='Triton ships with the CUDA build of torch')
@@ -148,6 +150,23 @@ def test_lean_masks_equal_eager(kernels, dtype, numel, bounds):
 
 
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', (1, 9, 1000, 3001))
+@pytest.mark.parametrize('kind', ['gelu', 'silu'])
+def test_derivative_codes_and_scaled_gradients_equal_eager(kernels, dtype, numel, kind):
+    """The lean GELU / SiLU's 4-bit codes (inputs on the boundaries, infinities and NaNs
+    included) and the gradient scaled by their table, as the eager path gives them."""
+    x = derivative_code_input(numel, dtype, kind, DEVICE)
+    grad = kernel_input(numel, dtype, 'scaled', DEVICE)
+    packed = kernels.bucket_codes(x, derivative_table_on(kind, x).boundaries)
+    with eager_only():
+        eager_packed = encode(x, kind)
+        eager_grad = scale_gradient(grad, eager_packed, kind)
+    assert torch.equal(packed, eager_packed)
+    assert torch.equal(kernels.scale_by_codes(grad, packed, derivative_table_on(kind, grad).values),
+                       eager_grad)
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
 def test_each_call_is_one_launch(kernels, dtype):
     values = kernel_input(3001, dtype, 'normal', DEVICE)
     seed = _seed()
@@ -159,9 +178,14 @@ def test_each_call_is_one_launch(kernels, dtype):
         kernels.dequantize_low(packed, minimums, steps, 4, values.numel(), dtype)
     with recorded_launches(kernels) as masking:
         kernels.where_bits(values, kernels.pack_between(values, -1.0, 1.0, True))
+    table = derivative_table_on('gelu', values)
+    with recorded_launches(kernels) as coding:
+        kernels.scale_by_codes(values, kernels.bucket_codes(values, table.boundaries),
+                               table.values)
     assert encoding.total == 2, (encoding.triton, encoding.torch_ops)
     assert decoding.total == 2, (decoding.triton, decoding.torch_ops)
     assert masking.total == 2, (masking.triton, masking.torch_ops)
+    assert coding.total == 2, (coding.triton, coding.torch_ops)
 
 
 @pytest.mark.cuda

@@ -6,7 +6,11 @@ integer codecs, with their build and loading.
 - ``above_counts(flat, threshold)`` and ``write_above(flat, threshold, counts, bitmask)``: the
   elements above ``mink_approx``'s sampled threshold, counted per chunk, then encoded;
 - ``scatter_bitmask(bitmask, values, numel)``: the dense input rebuilt in one pass;
+- ``dropit_linear(x, weight, bias, kept)``: a DropIT Linear's forward and backward as one C++
+  autograd node (fused ``mink``, bitmask encoding);
 - ``pack_between`` / ``where_bits``: the lean activations' 1-bit masks;
+- ``bucket_codes`` / ``scale_by_codes``: the lean GELU / SiLU's 4-bit derivative codes, and
+  the gradient scaled by their table;
 - ``quantize_int8`` / ``dequantize_int8`` and ``quantize_low`` / ``dequantize_low``: the int8
   and the 4- and 2-bit codes of saved activations, one pass each way.
 

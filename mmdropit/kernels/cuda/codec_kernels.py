@@ -1,7 +1,7 @@
 """The activation codes' fused GPU kernels, written in Triton: the same operations as the CPU
 extension's (the integer codecs' ``quantize_int8``, ``dequantize_int8``, ``quantize_low``,
-``dequantize_low``; the lean activations' ``pack_between``, ``where_bits``), giving the same
-tensors bit for bit.
+``dequantize_low``; the lean activations' ``pack_between``, ``where_bits``, ``bucket_codes``,
+``scale_by_codes``), giving the same tensors bit for bit.
 
 Each Triton program takes :data:`GROUPS` groups of :data:`GROUP`
 consecutive values (a ``[GROUPS, GROUP]`` block, loaded contiguously), reduces each group in
@@ -37,6 +37,16 @@ extension's ``pack_between`` and ``where_bits``, :data:`MASK_BLOCK` values a pro
   size per value, writes 1/8 byte.
 - ``where_bits``: the gradient where the bit is set, zero elsewhere. One launch; reads the
   element size and 1/8 byte per value, writes the element size.
+
+The lean GELU / SiLU's 4-bit derivative codes (:mod:`mmdropit.codecs.derivative_codes`), the
+CPU extension's ``bucket_codes`` and ``scale_by_codes``, :data:`MASK_BLOCK` values a program:
+
+- ``bucket_codes``: code ``i`` is how many of the (at most 15) ascending boundaries lie below
+  ``x_i``, a NaN after all of them, as ``torch.bucketize`` places it; two a byte, element
+  ``2k`` in the low four bits. One launch; reads the element size per value, writes 1/2 byte.
+- ``scale_by_codes``: ``grad_i * table[code_i]`` in the gradient's dtype (the product rounded
+  once, as PyTorch's). One launch; reads the element size and 1/2 byte per value, writes the
+  element size.
 
 On an H200 (2026-11-26, docs/results/2026-11-26/gpu_h200_frontier_kernels) the int8 kernels
 ran at 0.24-1.02 (encode) and 0.33-0.94 (decode) of a copy's bandwidth, at bandwidth from about
@@ -214,6 +224,36 @@ def _where_bits_kernel(grad_ptr, bits_ptr, out_ptr, numel, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.where(passes, grad, tl.zeros_like(grad)), mask=inside)
 
 
+@triton.jit
+def _bucket_codes_kernel(x_ptr, bounds_ptr, packed_ptr, numel, COUNT: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < numel
+    values = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+    at_or_below = tl.zeros([BLOCK], dtype=tl.int32)
+    for index in tl.static_range(COUNT):
+        at_or_below += (values <= tl.load(bounds_ptr + index).to(tl.float32)).to(tl.int32)
+    # a NaN is at or below none: code COUNT, as bucketize gives; past the end: 0 (a zero pad)
+    codes = tl.where(inside, COUNT - at_or_below, 0)
+    pairs = tl.reshape(codes, [BLOCK // 2, 2]) << (4 * tl.arange(0, 2))[None, :]
+    packed = tl.sum(pairs, axis=1).to(tl.uint8)  # disjoint bits: the sum is an or
+    byte_offsets = tl.program_id(0).to(tl.int64) * (BLOCK // 2) + tl.arange(0, BLOCK // 2)
+    tl.store(packed_ptr + byte_offsets, packed, mask=byte_offsets < (numel + 1) // 2)
+
+
+@triton.jit
+def _scale_by_codes_kernel(grad_ptr, packed_ptr, table_ptr, out_ptr, numel,
+                           BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < numel
+    grad = tl.load(grad_ptr + offsets, mask=inside, other=0.0)
+    packed = tl.load(packed_ptr + offsets // 2, mask=inside, other=0).to(tl.int32)
+    codes = (packed >> (4 * (offsets % 2)).to(tl.int32)) & 15
+    slope = tl.load(table_ptr + codes, mask=inside, other=0.0)
+    product = _rounded_to(grad.to(tl.float32) * slope.to(tl.float32), grad.dtype)
+    tl.store(out_ptr + offsets, product, mask=inside)
+
+
 def quantize_int8(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(codes, scales)`` of the contiguous 1-D ``flat``: int8 codes and a float32 scale per
     group."""
@@ -286,4 +326,27 @@ def where_bits(grad: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     if numel:
         _where_bits_kernel[(triton.cdiv(numel, MASK_BLOCK),)](grad, bits, out, numel,
                                                               BLOCK=MASK_BLOCK)
+    return out
+
+
+def bucket_codes(flat: torch.Tensor, boundaries: torch.Tensor) -> torch.Tensor:
+    """The 4-bit code of each element of the contiguous 1-D ``flat``, how many of the ascending
+    ``boundaries`` (fewer than 16, in ``flat``'s dtype) lie below it, two a byte, the first in
+    the low bits."""
+    numel = flat.numel()
+    packed = torch.empty((numel + 1) // 2, dtype=torch.uint8, device=flat.device)
+    if numel:
+        _bucket_codes_kernel[(triton.cdiv(numel, MASK_BLOCK),)](
+            flat, boundaries, packed, numel, COUNT=boundaries.numel(), BLOCK=MASK_BLOCK)
+    return packed
+
+
+def scale_by_codes(grad: torch.Tensor, packed: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """The contiguous 1-D ``grad`` times ``table[code]`` (16 values in ``grad``'s dtype) of the
+    codes :func:`bucket_codes` packed."""
+    numel = grad.numel()
+    out = torch.empty_like(grad)
+    if numel:
+        _scale_by_codes_kernel[(triton.cdiv(numel, MASK_BLOCK),)](grad, packed, table, out,
+                                                                   numel, BLOCK=MASK_BLOCK)
     return out
