@@ -76,7 +76,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
             it is put in effect and measured once, and kept if it still fits its budget (a
             resumed run starts at once); otherwise, or when it cannot be read (the outcome's
             ``unused_saved`` says why), the step is measured and planned anew.
-        max_slowdown: With ``budget=None``, the most predicted time a combination may take,
+        max_slowdown: With ``budget=None``, the most measured time a combination may take,
             as a multiple of the plain step's (:data:`~.least.LEAST_MAX_SLOWDOWN`; ``None``:
             no bound).
 
@@ -169,7 +169,8 @@ def _search(start: Estimate, trials: Trials, lower: str, unplanned: int,
     fit taken (:func:`~.shortlist.choose_measured`); or the decision for the least peak
     (:func:`~.least.decide_least`, within ``max_slowdown``). Its combination is in effect."""
     if trials.budget_bytes is None:
-        decision = decide_least(start, trials.techniques, trials.peak, max_slowdown)
+        decision = decide_least(start, trials.techniques, trials.peak, max_slowdown,
+                                trials.seconds)
         put_in_effect(decision.chosen, trials.techniques, trials.target)
         return decision
     decision = decide(start, trials.techniques, trials.budget_bytes, trials.peak, lower)

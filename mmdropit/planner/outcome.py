@@ -35,7 +35,7 @@ class BudgetOutcome:
         reused: Whether the decision is an earlier run's, measured again and kept.
         least: Whether the budget was the least peak the techniques reach (the decision's
             budget is then that measured peak).
-        max_slowdown: With ``least``, the most predicted time a combination could take, as a
+        max_slowdown: With ``least``, the most measured time a combination could take, as a
             multiple of the plain step's (``None``: no bound).
         unused_saved: Why an earlier run's decision, given, was not read (``''``: none was
             given, or it was read).
@@ -81,10 +81,10 @@ class BudgetOutcome:
 
 def least_text(max_slowdown: float | None) -> str:
     """What a decision without a budget reached, e.g. ``'the least peak the techniques reach
-    within 2.0x the plain step\'s predicted time'``."""
+    within 2.0x the plain step\'s time'``."""
     return 'the least peak the techniques reach' + (
         '' if max_slowdown is None
-        else f' within {max_slowdown:.1f}x the plain step\'s predicted time')
+        else f' within {max_slowdown:.1f}x the plain step\'s time')
 
 
 def encode_choices(estimate: Estimate, techniques: Sequence[Technique]) -> list[dict]:

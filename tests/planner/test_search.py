@@ -157,6 +157,64 @@ def test_the_least_peak_stays_within_the_slowdown_bound():
     assert unbounded.chosen.summary == '16 micro-batches of at most 1'
 
 
+def test_the_least_peak_stays_within_the_slowdown_bound_as_measured():
+    """Each combination measures 1.5x its predicted time: 4 micro-batches, the lowest
+    predicted within 2x (1.69x), measures 2.54x and gives way to 2 (1.85x measured); every
+    measured time is in the decision."""
+    micro = MicroBatches(16, seconds_of=lambda size: 0.3 + size / 16)
+
+    def seconds(estimate: Estimate) -> float:
+        return 1.5 * estimate.time_ratio if estimate.choices else 1.0
+
+    predicted = decide_least(Estimate(200, 1600), [micro], lambda e: e.peak_bytes)
+    assert predicted.chosen.summary == '4 micro-batches of at most 4'
+    measured = decide_least(Estimate(200, 1600), [micro], lambda e: e.peak_bytes,
+                            seconds=seconds)
+    assert measured.chosen.summary == '2 micro-batches of at most 8'
+    assert measured.timed[measured.chosen.summary] <= 2.0 < measured.timed[
+        '4 micro-batches of at most 4']
+    assert measured.budget_bytes == measured.measured_bytes
+
+
+def test_when_every_lowest_measures_over_the_bound_the_predictions_are_scaled_and_more_tried():
+    """Every combination measures 1.8x its prediction: 16, 8 and 4 micro-batches (predicted
+    within 2x) all measure over it; scaled by 1.8, only 1 and 2 are left within it, and 2
+    micro-batches are measured, within the bound, and chosen."""
+    micro = MicroBatches(64, seconds_of=lambda size: 0.05 + size / 64)
+    decision = decide_least(Estimate(200, 6400), [micro], lambda e: e.peak_bytes,
+                            seconds=lambda e: 1.8 * e.time_ratio)
+    assert decision.chosen.summary == '2 micro-batches of at most 32'
+    assert len(decision.timed) == ATTEMPTS + 2  # the second round: 2 micro-batches and none
+    assert all(decision.timed[summary] > 2.0 for summary in (
+        '16 micro-batches of at most 4', '8 micro-batches of at most 8',
+        '4 micro-batches of at most 16'))
+
+
+def test_a_combination_measured_above_the_plain_peak_is_not_run_again_to_be_timed():
+    """Out of memory measures twice the step's peak: such a combination is not timed (its
+    pass would run out of memory again) and not chosen."""
+    micro = MicroBatches(16, seconds_of=lambda size: 0.3 + size / 16)
+    failing = '4 micro-batches of at most 4'
+
+    def measure(estimate: Estimate) -> int:
+        return 2 * 1800 if estimate.summary == failing else estimate.peak_bytes
+
+    def seconds(estimate: Estimate) -> float:
+        assert estimate.summary != failing
+        return estimate.time_ratio
+
+    decision = decide_least(Estimate(200, 1600), [micro], measure, seconds=seconds)
+    assert failing in decision.measured and failing not in decision.timed
+    assert decision.chosen.summary == '2 micro-batches of at most 8'
+
+
+def test_where_nothing_measures_within_the_bound_the_fastest_measured_is_taken():
+    micro = MicroBatches(16, seconds_of=lambda size: 0.3 + size / 16)
+    decision = decide_least(Estimate(200, 1600), [micro], lambda e: e.peak_bytes,
+                            seconds=lambda e: 5.0 * e.time_ratio)
+    assert decision.chosen.summary == min(decision.timed, key=decision.timed.get)
+
+
 def test_the_least_peak_takes_the_exact_combination_when_a_lossy_one_saves_next_to_nothing():
     """A lossy combination measured a few tenths of a percent lower than an exact one: the
     exact one is chosen (and its peak is the budget); a lossy one lower by more is chosen."""

@@ -152,7 +152,7 @@ class MemoryBudgetHook(ShapeBucketHook):
             and it is left out with a line in the log).
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
         max_slowdown: With ``budget=None``, the most time a combination may take, as a
-            multiple of the plain step's predicted time (at least 1), or ``None`` for the least
+            multiple of the plain step's measured time (at least 1), or ``None`` for the least
             peak whatever the time (one-sample micro-batches, tens of times slower).
 
     Raises:
