@@ -85,6 +85,8 @@ def test_a_lossy_budget_measures_the_simple_recipe_in_bf16_beside_its_choice():
     assert timed[decision.chosen.summary] == min(timed.values()), decision.table()
     predicted = sorted(decision.considered, key=lambda e: e.time_ratio)
     assert predicted[0].setting('dropit') is not None  # the predictions preferred DropIT
+    simple = [summary for summary in decision.timed if summary.startswith('bf16 autocast')]
+    assert len(simple) == 2, decision.table()  # the recipe's two fastest (SIMPLE_BASELINES)
 
 
 def _measured_fitting(outcome: BudgetOutcome) -> dict[str, float]:
