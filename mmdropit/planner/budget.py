@@ -58,7 +58,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     and the fastest checkpoint plan that fits what they leave (searched on the step recorded
     with nothing applied), or per-block checkpointing. The search's choice
     (:func:`~.search.decide`) is measured beside a shortlist of others predicted to fit (the
-    fastest exact one, per-block checkpointing, the fastest with bf16 as its only lossy
+    fastest exact one, per-block checkpointing, the two fastest with bf16 as their only lossy
     technique, nothing where nothing is needed), and the fastest measured to fit is taken
     (:func:`~.shortlist.choose_measured`; a lossy one only if more than 5% faster than the
     fastest exact one).
