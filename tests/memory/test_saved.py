@@ -103,8 +103,9 @@ def test_a_freed_address_taken_by_a_new_storage_counts_again():
             addresses.append(h.data_ptr())
             torch.autograd.grad(h.sum(), a)
             del h
-    assert len(set(addresses)) < 4, 'precondition: the CPU allocator reused a freed address'
     assert meter.result == SavedActivations(4 * 256 * F32, 4, {'float32': 4 * 256 * F32})
+    if len(set(addresses)) == 4:  # glibc handed out a new block each time: no reuse to count
+        pytest.skip('the CPU allocator reused no freed address in this run')
 
 
 @pytest.mark.parametrize('reentrant', [True, False])
