@@ -11,7 +11,10 @@ the sum of its output and the backward pass (no optimizer; gradients are set to 
 between steps, outside the timer). The plain stack runs beside the same stack converted with
 ``DropITConfig(gamma, strategy, exclude=[]).apply`` (every Linear a DropIT layer), for each
 strategy, with DropIT's fused kernels and on its eager path
-(:func:`~mmdropit.kernels.switch.eager_only`). The variants alternate within each round
+(:func:`~mmdropit.kernels.switch.eager_only`), and for the strategies a DropIT Linear runs
+as its C++ autograd node, on the fused kernels as the Python Function too
+(:func:`~mmdropit.kernels.switch.without_linear_node`: what the node saves). The variants
+alternate within each round
 (their order rotating), so that a load from other jobs falls on all of them; each round times
 ``steps`` steps of each, and the table gives the minimum and the median over the rounds:
 
@@ -30,6 +33,9 @@ strategy, with DropIT's fused kernels and on its eager path
 
 With the default 4 x 16 input (64 elements, far under the 65,536-element sample),
 ``mink_approx`` runs the exact ``mink`` selection, as the strategy says for small inputs.
+
+``--device cuda`` runs the same on a GPU, where the tiny step is host-bound: its time is the
+host's, launches included (a round ends with a synchronisation, outside the timer).
 
 Run ``python -m mmdropit.bench.host_cost`` (``--json PATH`` writes the table and the run's
 provenance; ``--help`` for the sizes).
@@ -55,8 +61,9 @@ from torch import nn
 from torch.autograd.profiler_legacy import profile as legacy_profile
 
 from ..dropit.config import DropITConfig
+from ..dropit.ops import LINEAR_NODE_STRATEGIES
 from ..dropit.strategies import STRATEGIES
-from ..kernels.switch import eager_only
+from ..kernels.switch import eager_only, without_linear_node
 from ..reporting.provenance import provenance
 
 NOT_LAUNCHING = frozenset({
@@ -132,18 +139,20 @@ def _backward_node(name: str) -> bool:
 
 
 def count_layer_ops(strategy: str | None, fused: bool = True, gamma: float = 0.9,
-                    batch: int = 4, features: int = 16) -> OpCounts:
+                    batch: int = 4, features: int = 16, node: bool = True,
+                    device: str = 'cpu') -> OpCounts:
     """Operators one ``features x features`` Linear runs on a ``batch x features`` input,
     plain (``strategy=None``) or as a DropIT layer with ``strategy`` and ``gamma``, on the
-    fused kernels or (``fused=False``) on DropIT's eager path; forward, then backward from a
-    given output gradient (so no loss's backward is counted)."""
+    fused kernels or (``fused=False``) on DropIT's eager path, as its C++ node where it has one
+    or (``node=False``) as the Python Function; forward, then backward from a given output
+    gradient (so no loss's backward is counted)."""
     torch.manual_seed(0)
-    layer = nn.Linear(features, features)
+    layer = nn.Linear(features, features, device=device)
     if strategy is not None:
         DropITConfig(gamma=gamma, strategy=strategy, exclude=[]).apply(layer)
-    x = torch.randn(batch, features, requires_grad=True)
-    grad_out = torch.randn(batch, features)
-    with contextlib.nullcontext() if fused else eager_only():
+    x = torch.randn(batch, features, device=device, requires_grad=True)
+    grad_out = torch.randn(batch, features, device=device)
+    with Variant('', strategy, fused, node).context():
         layer(x).backward(grad_out)  # first use: the kernels load, caches fill
         for parameter in (x, *layer.parameters()):
             parameter.grad = None
@@ -164,19 +173,29 @@ class Variant:
     name: str
     strategy: str | None = None
     fused: bool = True
+    node: bool = True
 
     def context(self) -> contextlib.AbstractContextManager[None]:
-        """What its steps run inside (:func:`eager_only` for the eager path)."""
-        return contextlib.nullcontext() if self.fused else eager_only()
+        """What its steps run inside (:func:`eager_only` for the eager path,
+        :func:`without_linear_node` for the Python Function)."""
+        if not self.fused:
+            return eager_only()
+        return contextlib.nullcontext() if self.node else without_linear_node()
 
 
 PLAIN = Variant('plain')
 
 
 def variants(strategies: Sequence[str] = tuple(STRATEGIES)) -> list[Variant]:
-    """The plain stack, then each strategy fused and eager."""
-    return [PLAIN, *(Variant(f'{strategy}{"" if fused else "-eager"}', strategy, fused)
-                     for strategy in strategies for fused in (True, False))]
+    """The plain stack, then each strategy fused, fused as the Python Function (where a layer
+    has a C++ node for it) and eager."""
+    chosen = [PLAIN]
+    for strategy in strategies:
+        chosen.append(Variant(strategy, strategy))
+        if strategy in LINEAR_NODE_STRATEGIES:
+            chosen.append(Variant(f'{strategy}-function', strategy, node=False))
+        chosen.append(Variant(f'{strategy}-eager', strategy, fused=False))
+    return chosen
 
 
 def block_stack(blocks: int, features: int, seed: int = 0) -> nn.Sequential:
@@ -197,17 +216,19 @@ class Settings:
     rounds: int = 15
     steps: int = 20
     warmup: int = 10
+    device: str = 'cpu'
 
 
 def _model(variant: Variant, settings: Settings) -> nn.Module:
-    model = block_stack(settings.blocks, settings.features)
+    model = block_stack(settings.blocks, settings.features).to(settings.device)
     if variant.strategy is not None:
         DropITConfig(gamma=settings.gamma, strategy=variant.strategy, exclude=[]).apply(model)
     return model
 
 
 def _timed_steps(model: nn.Module, x: torch.Tensor, steps: int) -> float:
-    """Seconds of host time a step takes, the mean of ``steps`` steps."""
+    """Seconds of host time a step takes, the mean of ``steps`` steps (on a GPU, the device
+    caught up after the last, outside the timer)."""
     total = 0.0
     for _ in range(steps):
         start = time.perf_counter()
@@ -215,13 +236,15 @@ def _timed_steps(model: nn.Module, x: torch.Tensor, steps: int) -> float:
         total += time.perf_counter() - start
         for parameter in model.parameters():
             parameter.grad = None
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
     return total / steps
 
 
 def time_variants(chosen: Sequence[Variant], settings: Settings) -> dict[str, list[float]]:
     """Per variant, the mean host seconds of a step in each round (variants alternated)."""
     models = {variant.name: _model(variant, settings) for variant in chosen}
-    x = torch.randn(settings.batch, settings.features)
+    x = torch.randn(settings.batch, settings.features, device=settings.device)
     times: dict[str, list[float]] = {variant.name: [] for variant in chosen}
     for variant in chosen:
         with variant.context():
@@ -258,7 +281,8 @@ def summarise(chosen: Sequence[Variant], times: dict[str, list[float]],
     for variant in chosen:
         own = times[variant.name]
         counts = count_layer_ops(variant.strategy, variant.fused, settings.gamma,
-                                 settings.batch, settings.features)
+                                 settings.batch, settings.features, variant.node,
+                                 settings.device)
         added = [(mine - base) / settings.blocks for mine, base in zip(own, plain)]
         ratios = [mine / base for mine, base in zip(own, plain)]
         rows.append(Row(variant.name, min(own) * 1e6, statistics.median(own) * 1e6,
@@ -272,7 +296,8 @@ def summarise(chosen: Sequence[Variant], times: dict[str, list[float]],
 def markdown(rows: Sequence[Row], settings: Settings) -> str:
     """The rows as a Markdown table (min / median per cell)."""
     lines = [f'{settings.blocks} x (Linear({settings.features}, {settings.features}) + GELU), '
-             f'input {settings.batch}x{settings.features}, gamma {settings.gamma:g}, 1 thread; '
+             f'input {settings.batch}x{settings.features}, gamma {settings.gamma:g}, '
+             f'{settings.device}, 1 thread; '
              f'{settings.rounds} rounds of {settings.steps} steps; min / median',
              '',
              '| variant | us/step | +us/layer | x plain | ops fwd | ops bwd | syncs |',

@@ -10,9 +10,10 @@
 Both give DropIT's custom operators (:mod:`mmdropit.dropit.ops`) the same four operations,
 which :func:`fused_ops` hands out for a tensor. A layer calls them when they can run on its
 input and falls back to the eager PyTorch path otherwise (one warning line says why). Every
-path gives bit-identical saved tensors. On the CPU a DropIT Linear's forward and backward run
-as one C++ autograd node where they can (``cpu/dropit_linear.cpp``,
-:func:`fused_linear_node`): no Python between its operators.
+path gives bit-identical saved tensors. A DropIT Linear's forward and backward run as one C++
+autograd node where they can (``cpu/dropit_linear.cpp``, :func:`fused_linear_node`; on a GPU
+with the Triton kernels registered as its operators' CUDA implementations): no Python between
+its operators.
 
 The integer codecs (:mod:`mmdropit.codecs.int8`, :mod:`mmdropit.codecs.low_bit`) take their
 one-pass encoding and decoding from :func:`fused_codec_ops`: the C++ operators on the CPU, the
@@ -33,6 +34,7 @@ import torch
 
 from ..common.custom_operators import through_dispatcher
 from . import cpu, cuda
+from .switch import linear_node_enabled
 
 __all__ = ['fused_codec_ops', 'fused_linear_node', 'fused_ops']
 
@@ -51,8 +53,12 @@ def fused_linear_node(x: torch.Tensor) -> Any | None:
     """DropIT's Linear as one C++ autograd node for ``x``'s device
     (``dropit_linear(x, weight, bias, kept)``: ``mink`` kept in the bitmask encoding, the same
     tensors and gradients as :class:`~mmdropit.dropit.functional.DropITLinearFunction`), or
-    ``None`` where it cannot run: on a GPU, or with the CPU kernels not built."""
-    return torch.ops.mmdropit_cpu.dropit_linear.default if cpu.usable(x) else None
+    ``None`` where it cannot run: the CPU kernels not built (they build the node), on a GPU
+    without Triton (:func:`~.cuda.node_ready`), inside
+    :func:`~.switch.without_linear_node`."""
+    if linear_node_enabled() and (cpu.usable(x) or (cuda.usable(x) and cuda.node_ready())):
+        return torch.ops.mmdropit_cpu.dropit_linear.default
+    return None
 
 
 def fused_codec_ops(x: torch.Tensor) -> Any | None:

@@ -1,7 +1,9 @@
 """The switch between DropIT's fused kernels and its eager path, for every device.
 
 Setting ``MMDROPIT_FUSED=0``, or :func:`eager_only` around a step, keeps DropIT on the eager
-PyTorch path (side-by-side comparisons in one process, or ruling the kernels out).
+PyTorch path (side-by-side comparisons in one process, or ruling the kernels out);
+:func:`without_linear_node` keeps a DropIT Linear on its Python autograd Function, on the fused
+kernels (to measure what its C++ node saves).
 
 Example:
     >>> with eager_only():
@@ -14,18 +16,32 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 
-_eager_only = False
+_OFF = {'fused': False, 'linear node': False}
+"""What is switched off in this process (by :func:`eager_only`, :func:`without_linear_node`)."""
 
 
 @contextlib.contextmanager
-def eager_only() -> Iterator[None]:
-    """Keep DropIT on its eager path inside (a side-by-side comparison in one process)."""
-    global _eager_only
-    before, _eager_only = _eager_only, True
+def _switched_off(name: str) -> Iterator[None]:
+    before, _OFF[name] = _OFF[name], True
     try:
         yield
     finally:
-        _eager_only = before
+        _OFF[name] = before
+
+
+def eager_only() -> contextlib.AbstractContextManager[None]:
+    """Keep DropIT on its eager path inside (a side-by-side comparison in one process)."""
+    return _switched_off('fused')
+
+
+def without_linear_node() -> contextlib.AbstractContextManager[None]:
+    """Run DropIT Linear as its Python autograd Function inside, never as its C++ node."""
+    return _switched_off('linear node')
+
+
+def linear_node_enabled() -> bool:
+    """False inside :func:`without_linear_node`."""
+    return not _OFF['linear node']
 
 
 def _environment_reader() -> Callable[[], object]:
@@ -44,4 +60,4 @@ _fused_off_by_environment = _environment_reader()
 
 def fused_enabled() -> bool:
     """False inside :func:`eager_only` and when ``MMDROPIT_FUSED=0`` asks for the eager path."""
-    return not _eager_only and not _fused_off_by_environment()
+    return not _OFF['fused'] and not _fused_off_by_environment()

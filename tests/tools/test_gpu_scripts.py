@@ -93,8 +93,20 @@ def test_a_stage_runs_one_model_under_a_time_limit(tmp_path):
     assert lines[1].startswith('timeout 80 ') and '--models resnet50 --batch-size 64' in lines[1]
     assert f'--out {tmp_path}/bench-resnet50 ' in lines[1]
     assert lines[2].startswith('python3 -m pytest')  # the limit is the stage's own
-    assert lines[2].split()[-5:-2] == [str(ROOT / 'tests' / 'cuda'), str(ROOT / 'tests' / 'kernels'),
-                                       str(ROOT / 'tests' / 'dropit' / 'test_no_host_sync.py')]
+    tests = ROOT / 'tests'
+    assert lines[2].split()[-6:-2] == [str(tests / 'cuda'), str(tests / 'kernels'),
+                                       str(tests / 'dropit' / 'test_no_host_sync.py'),
+                                       str(tests / 'dropit' / 'test_linear_node.py')]
+
+
+def test_the_node_stages_build_the_cpu_library_and_time_the_host_on_the_gpu(tmp_path):
+    result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'cpu-kernels',
+                   'host-cost@30')
+    assert result.returncode == 0, result.stderr
+    build, host = result.stdout.splitlines()
+    assert build.startswith('python3 -m mmdropit.kernels.cpu.build')
+    assert host.startswith('timeout 30 python3 -m mmdropit.bench.host_cost --device cuda ')
+    assert f'--json {tmp_path}/host_cost.json' in host
 
 
 def test_the_compiled_stage_replays_deit_small_as_cuda_graphs(tmp_path):

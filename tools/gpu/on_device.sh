@@ -20,6 +20,12 @@
 #   mmcv-save        pack the built mmcv into OUT/mmcv-prebuilt.tgz.part-* (15 MB parts, within the
 #                    device tool's file limits); carried back as .gpu/prebuilt/, a later machine
 #                    unpacks them instead of building (the mmcv stages look there first)
+#   cpu-kernels      build the fused CPU kernels (python -m mmdropit.kernels.cpu.build; ninja is
+#                    carried): their library holds DropIT Linear's C++ autograd node, which runs
+#                    on the GPU with the Triton kernels (cpu-kernels.log; cached on the machine)
+#   host-cost        the host time a DropIT Linear adds to a tiny host-bound step on the GPU:
+#                    plain, mink as the C++ node, as the Python Function, eager
+#                    (python -m mmdropit.bench.host_cost --device cuda; host_cost.{json,md})
 #   kernel-tests     DropIT's Triton kernels against the eager path, compiled on CUDA tensors
 #                    (needs no mmcv: runs beside a background build; kernel-tests.log)
 #   tests            pytest -m cuda over the whole suite (needs mmcv; tests.log), the eager DropIT
@@ -57,7 +63,8 @@ DRY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
 if [[ $# -lt 2 ]]; then
   echo "usage: bash tools/gpu/on_device.sh [--dry-run] OUT STAGE... (stages: setup mmcv" \
-       "mmcv-background mmcv-wait mmcv-save mmcv-lite kernel-tests tests kernels bench" \
+       "mmcv-background mmcv-wait mmcv-save mmcv-lite cpu-kernels host-cost kernel-tests" \
+       "tests kernels bench" \
        "bench-MODEL compiled detect ogc frontier frontier-MODEL snapshot summary, each" \
        "optionally @SECONDS)" >&2
   exit 2
@@ -71,6 +78,7 @@ BUILD_LOG=/tmp/mmcv-build.log
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-10}  # timed rounds per benchmark (a GPU step is short: more rounds, less noise)
 export PYTHONPATH="$ROOT:$SITE:$MMCV_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PATH="$SITE/bin:$PATH"  # the carried ninja
 export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COMPILED_VARIANTS=${COMPILED_VARIANTS:-bf16-autocast,dropit-mink+bf16}  # inductor: ~2 compiles each
 FRONTIER_STEPS=${FRONTIER_STEPS:-5}  # the frontier's searches and compile take the stage's time
@@ -86,7 +94,8 @@ for stage in "${STAGES[@]}"; do
     echo "error: stage '$stage': the limit after @ must be whole seconds" >&2; exit 2
   fi
   case $name in
-    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|kernel-tests|tests|kernels|bench|compiled|detect|ogc|frontier|snapshot|summary) ;;
+    setup|mmcv|mmcv-background|mmcv-wait|mmcv-save|mmcv-lite|cpu-kernels|host-cost) ;;
+    kernel-tests|tests|kernels|bench|compiled|detect|ogc|frontier|snapshot|summary) ;;
     bench-*) [[ " ${BENCH_MODELS[*]} " == *" ${name#bench-} "* ]] ||
                { echo "error: unknown stage '$name'" >&2; exit 2; } ;;
     frontier-*) [[ -n "${FRONTIER_BATCH[${name#frontier-}]:-}" ]] ||
@@ -173,12 +182,18 @@ for stage in "${STAGES[@]}"; do
     mmcv-save)
       if (( DRY )); then echo "tar $MMCV_SITE | split  > $OUT/mmcv-prebuilt.tgz.part-*"
       else tar cz -C "$MMCV_SITE" . | split -b 15M -d - "$OUT/mmcv-prebuilt.tgz.part-"; fi ;;
+    cpu-kernels)
+      run cpu-kernels.log $PY -m mmdropit.kernels.cpu.build ;;
+    host-cost)
+      run host_cost.md $PY -m mmdropit.bench.host_cost --device cuda --strategies mink \
+        --rounds 8 --json "$OUT/host_cost.json" ;;
     kernel-tests)
       run kernel-tests.log $PY -m pytest -q -p no:cacheprovider \
         "$ROOT/tests/kernels/test_triton_kernels.py" ;;
     tests)
       run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests/cuda" \
-        "$ROOT/tests/kernels" "$ROOT/tests/dropit/test_no_host_sync.py" ;;
+        "$ROOT/tests/kernels" "$ROOT/tests/dropit/test_no_host_sync.py" \
+        "$ROOT/tests/dropit/test_linear_node.py" ;;
     kernels)  # writes its table after each layer: a stage stopped by its limit keeps those
       run kernels.log $PY -m mmdropit.bench.kernel_speed "$OUT/kernels" --device cuda ;;
     bench)  # one process per model: a model that runs out of time still leaves the one before

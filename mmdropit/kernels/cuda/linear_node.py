@@ -1,0 +1,59 @@
+"""DropIT Linear's C++ autograd node on a GPU: the Triton selection kernels registered as the
+CUDA implementations of the CPU library's ``mmdropit_cpu::keep_topk`` and
+``mmdropit_cpu::scatter_bitmask``.
+
+The node (``kernels/cpu/dropit_linear.cpp``) calls those two operators through the dispatcher,
+so once a device's implementations are registered it runs there as it does on the CPU: the
+forward and backward pass of a DropIT Linear without a Python autograd Function, its context
+and the Python between its operators, which a host-bound GPU step pays every layer (issue 37).
+The node is built with the CPU library, so it runs on a GPU only where that library is built
+(``make env``); elsewhere a DropIT Linear keeps the Python Function, with the same kernels.
+
+Example:
+    >>> node_ready() in (True, False)
+    True
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..cpu import library as cpu_library
+from .library import load
+
+
+def register_selection(dispatch_key: str) -> torch.library.Library:
+    """Register the Triton ``keep_topk`` and ``scatter_bitmask`` (:mod:`.dropit_kernels`) as
+    the implementations of the CPU library's operators of those names for ``dispatch_key``.
+
+    Args:
+        dispatch_key: ``'CUDA'`` (what :func:`node_ready` registers), or ``'CPU'`` where
+            Triton's interpreter runs the kernels on CPU tensors (the tests).
+
+    Returns:
+        The registration, in force until it is destroyed (``library._destroy()``) or
+        collected.
+    """
+    kernels = load()
+    if kernels is None:
+        raise RuntimeError('the Triton kernels cannot be imported')
+    registration = torch.library.Library('mmdropit_cpu', 'IMPL')
+    registration.impl('keep_topk', kernels.keep_topk, dispatch_key)
+    registration.impl('scatter_bitmask', kernels.scatter_bitmask, dispatch_key)
+    return registration
+
+
+def node_ready() -> bool:
+    """Whether the node can run on CUDA tensors: the CPU library built for these sources and
+    loaded, and Triton importable; the first call registers the CUDA implementations."""
+    return _cuda_registration() is not None
+
+
+@functools.cache
+def _cuda_registration() -> torch.library.Library | None:
+    """The CUDA implementations, registered once (``None``: the node cannot run on a GPU)."""
+    if cpu_library.why_not_loadable() is not None or load() is None or \
+            not cpu_library.load():
+        return None
+    return register_selection('CUDA')
