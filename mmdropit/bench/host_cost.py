@@ -6,14 +6,16 @@ time (docs/benchmarks.md, GPU section). This measures that cost on the CPU, wher
 measured without a GPU: one thread, tiny tensors (a batch of 4 x 16 features by default), so
 the arithmetic is negligible and what is timed is the host's work.
 
-The model is a stack of ``blocks`` Linear + GELU blocks; a training step is its forward pass,
+The model is a stack of ``blocks`` Linear + GELU blocks (``--layer conv``: 3x3 convolutions of
+``features`` channels on a ``batch x features x 4 x 4`` input, a host-bound ResNet's layers in
+small); a training step is its forward pass,
 the sum of its output and the backward pass (no optimizer; gradients are set to ``None``
 between steps, outside the timer). The plain stack runs beside the same stack converted with
 ``DropITConfig(gamma, strategy, exclude=[]).apply`` (every Linear a DropIT layer), for each
 strategy, with DropIT's fused kernels and on its eager path
 (:func:`~mmdropit.kernels.switch.eager_only`), and for the strategies a DropIT Linear runs
 as its C++ autograd node, on the fused kernels as the Python Function too
-(:func:`~mmdropit.kernels.switch.without_linear_node`: what the node saves). The variants
+(:func:`~mmdropit.kernels.switch.without_nodes`: what the node saves). The variants
 alternate within each round
 (their order rotating), so that a load from other jobs falls on all of them; each round times
 ``steps`` steps of each, and the table gives the minimum and the median over the rounds:
@@ -61,9 +63,9 @@ from torch import nn
 from torch.autograd.profiler_legacy import profile as legacy_profile
 
 from ..dropit.config import DropITConfig
-from ..dropit.ops import LINEAR_NODE_STRATEGIES
+from ..dropit.ops import NODE_STRATEGIES
 from ..dropit.strategies import STRATEGIES
-from ..kernels.switch import eager_only, without_linear_node
+from ..kernels.switch import eager_only, without_nodes
 from ..reporting.provenance import provenance
 
 NOT_LAUNCHING = frozenset({
@@ -78,10 +80,11 @@ NOT_LAUNCHING = frozenset({
 COMPOSITE = frozenset({
     'aten::contiguous', 'aten::flatten', 'aten::full', 'aten::item', 'aten::linear',
     'aten::matmul', 'aten::new_full', 'aten::new_zeros', 'aten::ones_like', 'aten::reshape',
-    'aten::zeros', 'aten::zeros_like', 'mmdropit_cpu::dropit_linear'})
+    'aten::zeros', 'aten::zeros_like', 'mmdropit_cpu::dropit_linear',
+    'mmdropit_cpu::dropit_conv'})
 """Operators counted by what they run (``linear`` is ``t`` and ``addmm``; ``reshape`` a view
-or a copy; ``zeros`` an allocation and a fill; DropIT's C++ Linear node its selection and
-GEMM)."""
+or a copy; ``zeros`` an allocation and a fill; DropIT's C++ nodes their selection and GEMM
+or convolution)."""
 SYNCING = frozenset({
     'aten::_local_scalar_dense', 'aten::is_nonzero', 'aten::masked_select', 'aten::nonzero',
     'aten::unique_consecutive', 'aten::_unique2', 'aten::equal'})
@@ -140,18 +143,18 @@ def _backward_node(name: str) -> bool:
 
 def count_layer_ops(strategy: str | None, fused: bool = True, gamma: float = 0.9,
                     batch: int = 4, features: int = 16, node: bool = True,
-                    device: str = 'cpu') -> OpCounts:
-    """Operators one ``features x features`` Linear runs on a ``batch x features`` input,
+                    device: str = 'cpu', layer_kind: str = 'linear') -> OpCounts:
+    """Operators one layer of :func:`layer_of` runs on its input (:func:`input_of`),
     plain (``strategy=None``) or as a DropIT layer with ``strategy`` and ``gamma``, on the
     fused kernels or (``fused=False``) on DropIT's eager path, as its C++ node where it has one
     or (``node=False``) as the Python Function; forward, then backward from a given output
     gradient (so no loss's backward is counted)."""
     torch.manual_seed(0)
-    layer = nn.Linear(features, features, device=device)
+    layer = layer_of(layer_kind, features).to(device)
     if strategy is not None:
         DropITConfig(gamma=gamma, strategy=strategy, exclude=[]).apply(layer)
-    x = torch.randn(batch, features, device=device, requires_grad=True)
-    grad_out = torch.randn(batch, features, device=device)
+    x = input_of(layer_kind, batch, features, device).requires_grad_()
+    grad_out = torch.randn_like(x)
     with Variant('', strategy, fused, node).context():
         layer(x).backward(grad_out)  # first use: the kernels load, caches fill
         for parameter in (x, *layer.parameters()):
@@ -177,10 +180,10 @@ class Variant:
 
     def context(self) -> contextlib.AbstractContextManager[None]:
         """What its steps run inside (:func:`eager_only` for the eager path,
-        :func:`without_linear_node` for the Python Function)."""
+        :func:`without_nodes` for the Python Function)."""
         if not self.fused:
             return eager_only()
-        return contextlib.nullcontext() if self.node else without_linear_node()
+        return contextlib.nullcontext() if self.node else without_nodes()
 
 
 PLAIN = Variant('plain')
@@ -192,17 +195,35 @@ def variants(strategies: Sequence[str] = tuple(STRATEGIES)) -> list[Variant]:
     chosen = [PLAIN]
     for strategy in strategies:
         chosen.append(Variant(strategy, strategy))
-        if strategy in LINEAR_NODE_STRATEGIES:
+        if strategy in NODE_STRATEGIES:
             chosen.append(Variant(f'{strategy}-function', strategy, node=False))
         chosen.append(Variant(f'{strategy}-eager', strategy, fused=False))
     return chosen
 
 
-def block_stack(blocks: int, features: int, seed: int = 0) -> nn.Sequential:
-    """``blocks`` Linear(features, features) + GELU blocks."""
+LAYER_KINDS = ('linear', 'conv')
+
+
+def layer_of(kind: str, features: int) -> nn.Module:
+    """``Linear(features, features)`` or a 3x3 ``Conv2d`` of ``features`` channels in and
+    out, padded to keep its input's size."""
+    return (nn.Conv2d(features, features, 3, padding=1) if kind == 'conv'
+            else nn.Linear(features, features))
+
+
+def input_of(kind: str, batch: int, features: int, device: str = 'cpu') -> torch.Tensor:
+    """A random input of :func:`layer_of`'s layer: ``batch x features`` (``batch x features x
+    4 x 4`` for a convolution)."""
+    shape = (batch, features, 4, 4) if kind == 'conv' else (batch, features)
+    return torch.randn(shape, device=device)
+
+
+def block_stack(blocks: int, features: int, seed: int = 0,
+                kind: str = 'linear') -> nn.Sequential:
+    """``blocks`` blocks of :func:`layer_of`'s layer and a GELU."""
     torch.manual_seed(seed)
     return nn.Sequential(*(module for _ in range(blocks)
-                           for module in (nn.Linear(features, features), nn.GELU())))
+                           for module in (layer_of(kind, features), nn.GELU())))
 
 
 @dataclass(frozen=True)
@@ -217,10 +238,12 @@ class Settings:
     steps: int = 20
     warmup: int = 10
     device: str = 'cpu'
+    layer: str = 'linear'
 
 
 def _model(variant: Variant, settings: Settings) -> nn.Module:
-    model = block_stack(settings.blocks, settings.features).to(settings.device)
+    model = block_stack(settings.blocks, settings.features, kind=settings.layer).to(
+        settings.device)
     if variant.strategy is not None:
         DropITConfig(gamma=settings.gamma, strategy=variant.strategy, exclude=[]).apply(model)
     return model
@@ -244,7 +267,7 @@ def _timed_steps(model: nn.Module, x: torch.Tensor, steps: int) -> float:
 def time_variants(chosen: Sequence[Variant], settings: Settings) -> dict[str, list[float]]:
     """Per variant, the mean host seconds of a step in each round (variants alternated)."""
     models = {variant.name: _model(variant, settings) for variant in chosen}
-    x = torch.randn(settings.batch, settings.features, device=settings.device)
+    x = input_of(settings.layer, settings.batch, settings.features, settings.device)
     times: dict[str, list[float]] = {variant.name: [] for variant in chosen}
     for variant in chosen:
         with variant.context():
@@ -282,7 +305,7 @@ def summarise(chosen: Sequence[Variant], times: dict[str, list[float]],
         own = times[variant.name]
         counts = count_layer_ops(variant.strategy, variant.fused, settings.gamma,
                                  settings.batch, settings.features, variant.node,
-                                 settings.device)
+                                 settings.device, settings.layer)
         added = [(mine - base) / settings.blocks for mine, base in zip(own, plain)]
         ratios = [mine / base for mine, base in zip(own, plain)]
         rows.append(Row(variant.name, min(own) * 1e6, statistics.median(own) * 1e6,
@@ -295,8 +318,10 @@ def summarise(chosen: Sequence[Variant], times: dict[str, list[float]],
 
 def markdown(rows: Sequence[Row], settings: Settings) -> str:
     """The rows as a Markdown table (min / median per cell)."""
-    lines = [f'{settings.blocks} x (Linear({settings.features}, {settings.features}) + GELU), '
-             f'input {settings.batch}x{settings.features}, gamma {settings.gamma:g}, '
+    layer = layer_of(settings.layer, settings.features)
+    shape = 'x'.join(map(str, input_of(settings.layer, settings.batch, settings.features).shape))
+    lines = [f'{settings.blocks} x ({layer} + GELU), '
+             f'input {shape}, gamma {settings.gamma:g}, '
              f'{settings.device}, 1 thread; '
              f'{settings.rounds} rounds of {settings.steps} steps; min / median',
              '',
@@ -332,7 +357,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     defaults = Settings()
     for name, value in asdict(defaults).items():
-        parser.add_argument(f'--{name}', type=type(value), default=value)
+        parser.add_argument(f'--{name}', type=type(value), default=value,
+                            choices=LAYER_KINDS if name == 'layer' else None)
     parser.add_argument('--strategies', nargs='+', default=list(STRATEGIES),
                         choices=list(STRATEGIES))
     parser.add_argument('--json', type=Path, help='write the rows and the run here')

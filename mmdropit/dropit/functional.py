@@ -33,7 +33,7 @@ from ..common.backward_workspace import note_workspace
 from ..common.custom_operators import through_dispatcher
 from ..common.listeners import Listeners
 from ..common.recompute_region import saved_tensors_dropped
-from ..kernels import fused_linear_node
+from ..kernels import fused_conv_node, fused_linear_node
 from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
 from .ops import SavePlan, keep_fixed, keep_sampled, unkeep, unkeep_rows
 from .quantize import quantize_kept
@@ -243,28 +243,35 @@ _LINEAR_APPLY = _unchecked_apply(DropITLinearFunction)
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
             state: DropITState) -> torch.Tensor:
     """:class:`DropITLinearFunction` applied, or, where it can run, the C++ autograd node
-    that computes the same (:func:`~mmdropit.kernels.fused_linear_node`: the fused ``mink``
-    selection in the bitmask encoding of a contiguous input, nothing observing or transforming
-    the call)."""
-    node = _node_for(x, weight, state)
+    that computes the same (:func:`~mmdropit.kernels.fused_linear_node`, :func:`_node_for`)."""
+    node = _node_for(x, weight, state, fused_linear_node)
     if node is None:
         return _apply(DropITLinearFunction, _LINEAR_APPLY, x, weight, bias, state)
-    plan = state.save_plan
-    state.count(plan.kept, plan.numel, x.device)
-    note_workspace(plan.workspace)  # backward rebuilds the dense input
-    return node(x, weight, bias, plan.kept)
+    return node(x, weight, bias, _kept_by_node(x, state))
 
 
-def _node_for(x: torch.Tensor, weight: torch.Tensor, state: DropITState) -> Callable | None:
-    """The C++ node that computes :class:`DropITLinearFunction` for this call (see
-    :func:`_linear`), with the layer's plan made for ``x``; ``None`` when it cannot."""
+def _node_for(x: torch.Tensor, weight: torch.Tensor, state: DropITState,
+              fused_node: Callable[[torch.Tensor], Callable | None]) -> Callable | None:
+    """The C++ node (``fused_node(x)``) that computes the layer's Python Function for this
+    call, with the layer's plan made for ``x``; ``None`` when it cannot: it keeps ``mink`` in
+    the bitmask encoding of a contiguous input, with nothing observing or transforming the
+    call."""
     if not (weight.requires_grad and torch.is_grad_enabled() and x.is_contiguous()) or \
             state.value_bits is not None or _SAVES or torch.compiler.is_compiling() or \
             torch._C._are_functorch_transforms_active() or saved_tensors_dropped() or \
             through_dispatcher():
         return None
     plan = _save_plan(x, state)
-    return fused_linear_node(x) if plan.fused_node else None
+    return fused_node(x) if plan.fused_node else None
+
+
+def _kept_by_node(x: torch.Tensor, state: DropITState) -> int:
+    """The count a node keeps of ``x`` by the layer's plan, counted into the layer's state, and
+    the dense input that backward rebuilds noted (what the Python Functions do)."""
+    plan = state.save_plan
+    state.count(plan.kept, plan.numel, x.device)
+    note_workspace(plan.workspace)
+    return plan.kept
 
 
 def _tuple(value: int | Sequence[int], spatial: int) -> list[int]:
@@ -293,5 +300,8 @@ def dropit_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         padding = _tuple(padding, spatial)
     x, weight, bias, autocast_off = _autocast(x, weight, bias)
     with autocast_off:
-        return DropITConvFunction.apply(x, weight, bias, stride, padding, dilation, groups, pads,
-                                        state)
+        node = None if pads is not None else _node_for(x, weight, state, fused_conv_node)
+        if node is None:
+            return DropITConvFunction.apply(x, weight, bias, stride, padding, dilation, groups,
+                                            pads, state)
+        return node(x, weight, bias, stride, padding, dilation, groups, _kept_by_node(x, state))

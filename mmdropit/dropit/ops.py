@@ -43,9 +43,10 @@ from .compact import (CompactLayout, compress, dense_layout, encode, encoded_byt
 from .quantize import dequantize_kept
 from .strategies import FIXED_COUNT, SAMPLE_SIZE, kept_count, sampled_threshold, select
 
-LINEAR_NODE_STRATEGIES = frozenset({'mink'})
-"""Strategies a DropIT Linear runs as its C++ autograd node (the fused ``mink`` in the bitmask
-encoding, :func:`~mmdropit.kernels.fused_linear_node`); the others take the Python Function."""
+NODE_STRATEGIES = frozenset({'mink'})
+"""Strategies a DropIT Linear or convolution runs as its C++ autograd node (the fused ``mink`` in
+the bitmask encoding, :func:`~mmdropit.kernels.fused_linear_node`); the others take the Python
+Functions."""
 
 
 def _keep(flat: torch.Tensor, gamma: float, strategy: str,
@@ -193,8 +194,8 @@ class SavePlan:
         self.encoding = smaller_encoding(numel, self.kept, size)
         self.bitmask = self.encoding == 'bitmask'
         self.workspace = numel * size  # backward rebuilds the dense input
-        # what the C++ node of a DropIT Linear saves (kernels.fused_linear_node)
-        self.fused_node = self.compress and self.bitmask and strategy in LINEAR_NODE_STRATEGIES
+        # what the C++ nodes of DropIT's Linear and convolution save (kernels.fused_*_node)
+        self.fused_node = self.compress and self.bitmask and strategy in NODE_STRATEGIES
         if not self.compress:
             self.layout = dense_layout(x)
         elif self.fixed:

@@ -10,10 +10,11 @@
 Both give DropIT's custom operators (:mod:`mmdropit.dropit.ops`) the same four operations,
 which :func:`fused_ops` hands out for a tensor. A layer calls them when they can run on its
 input and falls back to the eager PyTorch path otherwise (one warning line says why). Every
-path gives bit-identical saved tensors. A DropIT Linear's forward and backward run as one C++
-autograd node where they can (``cpu/dropit_linear.cpp``, :func:`fused_linear_node`; on a GPU
-with the Triton kernels registered as its operators' CUDA implementations): no Python between
-its operators.
+path gives bit-identical saved tensors. A DropIT Linear's and a DropIT convolution's forward and
+backward run as one C++ autograd node each where they can (``cpu/dropit_linear.cpp``,
+``cpu/dropit_conv.cpp``; :func:`fused_linear_node`, :func:`fused_conv_node`; on a GPU with the
+Triton kernels registered as their selection operators' CUDA implementations): no Python
+between their operators.
 
 The integer codecs (:mod:`mmdropit.codecs.int8`, :mod:`mmdropit.codecs.low_bit`) take their
 one-pass encoding and decoding from :func:`fused_codec_ops`: the C++ operators on the CPU, the
@@ -34,9 +35,9 @@ import torch
 
 from ..common.custom_operators import through_dispatcher
 from . import cpu, cuda
-from .switch import linear_node_enabled
+from .switch import nodes_enabled
 
-__all__ = ['fused_codec_ops', 'fused_linear_node', 'fused_ops']
+__all__ = ['fused_codec_ops', 'fused_conv_node', 'fused_linear_node', 'fused_ops']
 
 
 def fused_ops(x: torch.Tensor) -> Any | None:
@@ -53,12 +54,24 @@ def fused_linear_node(x: torch.Tensor) -> Any | None:
     """DropIT's Linear as one C++ autograd node for ``x``'s device
     (``dropit_linear(x, weight, bias, kept)``: ``mink`` kept in the bitmask encoding, the same
     tensors and gradients as :class:`~mmdropit.dropit.functional.DropITLinearFunction`), or
-    ``None`` where it cannot run: the CPU kernels not built (they build the node), on a GPU
-    without Triton (:func:`~.cuda.node_ready`), inside
-    :func:`~.switch.without_linear_node`."""
-    if linear_node_enabled() and (cpu.usable(x) or (cuda.usable(x) and cuda.node_ready())):
-        return torch.ops.mmdropit_cpu.dropit_linear.default
-    return None
+    ``None`` where it cannot run (:func:`_node_runs_on`)."""
+    return torch.ops.mmdropit_cpu.dropit_linear.default if _node_runs_on(x) else None
+
+
+def fused_conv_node(x: torch.Tensor) -> Any | None:
+    """DropIT's N-d convolution as one C++ autograd node for ``x``'s device
+    (``dropit_conv(x, weight, bias, stride, padding, dilation, groups, kept)``: ``mink`` kept
+    in the bitmask encoding, the same tensors and gradients as
+    :class:`~mmdropit.dropit.functional.DropITConvFunction` without its uneven padding), or
+    ``None`` where it cannot run (:func:`_node_runs_on`)."""
+    return torch.ops.mmdropit_cpu.dropit_conv.default if _node_runs_on(x) else None
+
+
+def _node_runs_on(x: torch.Tensor) -> bool:
+    """Whether the C++ nodes can run on ``x``: the CPU kernels built (they hold the nodes),
+    on a GPU Triton too (:func:`~.cuda.node_ready`), and not inside
+    :func:`~.switch.without_nodes`."""
+    return nodes_enabled() and (cpu.usable(x) or (cuda.usable(x) and cuda.node_ready()))
 
 
 def fused_codec_ops(x: torch.Tensor) -> Any | None:

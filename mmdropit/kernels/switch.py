@@ -2,8 +2,8 @@
 
 Setting ``MMDROPIT_FUSED=0``, or :func:`eager_only` around a step, keeps DropIT on the eager
 PyTorch path (side-by-side comparisons in one process, or ruling the kernels out);
-:func:`without_linear_node` keeps a DropIT Linear on its Python autograd Function, on the fused
-kernels (to measure what its C++ node saves).
+:func:`without_nodes` keeps DropIT's Linear and convolution on their Python autograd Functions,
+on the fused kernels (to measure what their C++ nodes save).
 
 Example:
     >>> with eager_only():
@@ -16,8 +16,8 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 
-_OFF = {'fused': False, 'linear node': False}
-"""What is switched off in this process (by :func:`eager_only`, :func:`without_linear_node`)."""
+_OFF = {'fused': False, 'nodes': False}
+"""What is switched off in this process (by :func:`eager_only`, :func:`without_nodes`)."""
 
 
 @contextlib.contextmanager
@@ -34,14 +34,15 @@ def eager_only() -> contextlib.AbstractContextManager[None]:
     return _switched_off('fused')
 
 
-def without_linear_node() -> contextlib.AbstractContextManager[None]:
-    """Run DropIT Linear as its Python autograd Function inside, never as its C++ node."""
-    return _switched_off('linear node')
+def without_nodes() -> contextlib.AbstractContextManager[None]:
+    """Run DropIT's Linear and convolution as their Python autograd Functions inside, never as
+    their C++ nodes."""
+    return _switched_off('nodes')
 
 
-def linear_node_enabled() -> bool:
-    """False inside :func:`without_linear_node`."""
-    return not _OFF['linear node']
+def nodes_enabled() -> bool:
+    """False inside :func:`without_nodes`."""
+    return not _OFF['nodes']
 
 
 def _environment_reader() -> Callable[[], object]:

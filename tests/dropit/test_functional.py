@@ -159,7 +159,7 @@ def test_eval_and_no_grad_run_the_plain_op():
     assert torch.equal(out, expected)
     assert out.grad_fn.name() == 'ConvolutionBackward0'
     layer.train()
-    assert layer(x).grad_fn.name() == 'DropITConvFunctionBackward'
+    assert 'DropITConv' in layer(x).grad_fn.name()  # the C++ node or the Python Function
 
 
 class _CountMatmuls(TorchDispatchMode):

@@ -52,6 +52,15 @@ def test_the_fused_mink_adds_its_two_kernels_alone():
                                      'aten::sum')
 
 
+def test_the_fused_mink_convolution_adds_its_two_kernels_alone():
+    if not fused_cpu.load():
+        pytest.skip('the fused CPU kernels are not built')
+    counts = count_layer_ops('mink', fused=True, layer_kind='conv')
+    assert counts.forward_names == ('mmdropit_cpu::keep_topk', 'aten::convolution')
+    assert counts.backward_names == ('mmdropit_cpu::scatter_bitmask',
+                                     'aten::convolution_backward')
+
+
 def _step(layer: nn.Module, x: torch.Tensor) -> None:
     layer(x).sum().backward()
 
@@ -91,9 +100,10 @@ def test_a_reused_plan_saves_what_a_fresh_one_saves(fused):
 def test_the_host_cost_command_writes_its_table(tmp_path, capsys):
     from mmdropit.bench.host_cost import main
     path = tmp_path / 'host_cost.json'
-    main(['--blocks', '2', '--rounds', '2', '--steps', '1', '--warmup', '1',
+    main(['--blocks', '2', '--rounds', '2', '--steps', '1', '--warmup', '1', '--layer', 'conv',
           '--strategies', 'mink', '--json', str(path)])
-    assert '| mink-eager |' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert '| mink-eager |' in out and 'Conv2d(16, 16, kernel_size=(3, 3)' in out
     import json
     rows = {row['variant']: row for row in json.loads(path.read_text())['rows']}
     assert set(rows) == {'plain', 'mink', 'mink-function', 'mink-eager'}

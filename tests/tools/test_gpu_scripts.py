@@ -96,17 +96,18 @@ def test_a_stage_runs_one_model_under_a_time_limit(tmp_path):
     tests = ROOT / 'tests'
     assert lines[2].split()[-6:-2] == [str(tests / 'cuda'), str(tests / 'kernels'),
                                        str(tests / 'dropit' / 'test_no_host_sync.py'),
-                                       str(tests / 'dropit' / 'test_linear_node.py')]
+                                       str(tests / 'dropit' / 'test_nodes.py')]
 
 
 def test_the_node_stages_build_the_cpu_library_and_time_the_host_on_the_gpu(tmp_path):
     result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'cpu-kernels',
                    'host-cost@30')
     assert result.returncode == 0, result.stderr
-    build, host = result.stdout.splitlines()
+    build, linear, conv = result.stdout.splitlines()
     assert build.startswith('python3 -m mmdropit.kernels.cpu.build')
-    assert host.startswith('timeout 30 python3 -m mmdropit.bench.host_cost --device cuda ')
-    assert f'--json {tmp_path}/host_cost.json' in host
+    for layer, line in (('linear', linear), ('conv', conv)):
+        assert line.startswith('timeout 30 python3 -m mmdropit.bench.host_cost --device cuda ')
+        assert f'--layer {layer} --json {tmp_path}/host_cost_{layer}.json' in line
 
 
 def test_the_compiled_stage_replays_deit_small_as_cuda_graphs(tmp_path):

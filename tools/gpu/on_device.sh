@@ -23,9 +23,10 @@
 #   cpu-kernels      build the fused CPU kernels (python -m mmdropit.kernels.cpu.build; ninja is
 #                    carried): their library holds DropIT Linear's C++ autograd node, which runs
 #                    on the GPU with the Triton kernels (cpu-kernels.log; cached on the machine)
-#   host-cost        the host time a DropIT Linear adds to a tiny host-bound step on the GPU:
-#                    plain, mink as the C++ node, as the Python Function, eager
-#                    (python -m mmdropit.bench.host_cost --device cuda; host_cost.{json,md})
+#   host-cost        the host time a DropIT Linear and a DropIT 3x3 convolution add to a tiny
+#                    host-bound step on the GPU: plain, mink as the C++ node, as the Python
+#                    Function, eager (python -m mmdropit.bench.host_cost --device cuda;
+#                    host_cost.md, host_cost_{linear,conv}.json)
 #   kernel-tests     DropIT's Triton kernels against the eager path, compiled on CUDA tensors
 #                    (needs no mmcv: runs beside a background build; kernel-tests.log)
 #   tests            pytest -m cuda over the whole suite (needs mmcv; tests.log), the eager DropIT
@@ -185,15 +186,17 @@ for stage in "${STAGES[@]}"; do
     cpu-kernels)
       run cpu-kernels.log $PY -m mmdropit.kernels.cpu.build ;;
     host-cost)
-      run host_cost.md $PY -m mmdropit.bench.host_cost --device cuda --strategies mink \
-        --rounds 8 --json "$OUT/host_cost.json" ;;
+      for layer in linear conv; do
+        run host_cost.md $PY -m mmdropit.bench.host_cost --device cuda --strategies mink \
+          --rounds 5 --layer $layer --json "$OUT/host_cost_$layer.json"
+      done ;;
     kernel-tests)
       run kernel-tests.log $PY -m pytest -q -p no:cacheprovider \
         "$ROOT/tests/kernels/test_triton_kernels.py" ;;
     tests)
       run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests/cuda" \
         "$ROOT/tests/kernels" "$ROOT/tests/dropit/test_no_host_sync.py" \
-        "$ROOT/tests/dropit/test_linear_node.py" ;;
+        "$ROOT/tests/dropit/test_nodes.py" ;;
     kernels)  # writes its table after each layer: a stage stopped by its limit keeps those
       run kernels.log $PY -m mmdropit.bench.kernel_speed "$OUT/kernels" --device cuda ;;
     bench)  # one process per model: a model that runs out of time still leaves the one before

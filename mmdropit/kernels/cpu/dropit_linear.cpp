@@ -12,36 +12,23 @@
 //
 // The same operators in the same order as the Python Function, so the outputs and gradients are
 // bit-identical to it. keep_topk and scatter_bitmask are called through the dispatcher, so the
-// node runs on any device that registers them. A Python autograd Function costs a host-bound
-// GPU step its context, its Python backward node and the Python between the operators, every
-// layer, every step (docs/dropit.md, "Host time a layer adds").
+// node runs on any device that registers them (selection_ops.h). A Python autograd Function
+// costs a host-bound GPU step its context, its Python backward node and the Python between the
+// operators, every layer, every step (docs/dropit.md, "Host time a layer adds").
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <optional>
-#include <tuple>
+
+#include "selection_ops.h"
 
 namespace {
 
+using mmdropit_selection::keep_topk;
+using mmdropit_selection::scatter_bitmask;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
-
-std::tuple<at::Tensor, at::Tensor> keep_topk(const at::Tensor& flat, int64_t kept) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("mmdropit_cpu::keep_topk", "")
-                       .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t,
-                                                                 bool)>();
-  return op.call(flat, kept, true);
-}
-
-at::Tensor scatter_bitmask(const at::Tensor& bits, const at::Tensor& values, int64_t numel) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("mmdropit_cpu::scatter_bitmask", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, int64_t)>();
-  return op.call(bits, values, numel);
-}
 
 // F.linear(x, weight, bias); for inputs of more than two dimensions written into a tensor of
 // its own, where F.linear returns a view of a 2-d product.

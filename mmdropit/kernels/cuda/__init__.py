@@ -8,8 +8,8 @@
   ``dequantize_low`` in :mod:`.codec_kernels`, imported by :func:`load_codecs` the first time a
   codec runs on a GPU;
 - :func:`node_ready`: the selection kernels registered as the CPU library's operators' CUDA
-  implementations, so DropIT Linear's C++ autograd node runs on a GPU
-  (:mod:`.linear_node`).
+  implementations, so DropIT's C++ autograd nodes (Linear, convolution) run on a GPU
+  (:mod:`.nodes`).
 
 Example:
     >>> usable(torch.randn(4))
@@ -18,6 +18,6 @@ Example:
 import torch  # noqa: F401  (the doctest's namespace)
 
 from .library import DTYPES, codecs_usable, load, load_codecs, usable
-from .linear_node import node_ready
+from .nodes import node_ready
 
 __all__ = ['DTYPES', 'codecs_usable', 'load', 'load_codecs', 'node_ready', 'usable']

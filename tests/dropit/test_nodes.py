@@ -1,40 +1,71 @@
-"""DropIT's Linear as one C++ autograd node (``mmdropit/kernels/cpu/dropit_linear.cpp``): the
-same output, gradients and saved tensors as the Python ``DropITLinearFunction``, bit for bit,
-wherever a layer takes it: on the CPU, and on a GPU with the Triton kernels as its selection
+"""DropIT's Linear and convolution as one C++ autograd node each
+(``mmdropit/kernels/cpu/dropit_linear.cpp``, ``dropit_conv.cpp``): the same output, gradients
+and saved tensors as the Python ``DropITLinearFunction`` / ``DropITConvFunction``, bit for bit,
+wherever a layer takes them: on the CPU, and on a GPU with the Triton kernels as their selection
 operators (``pytest -m cuda``; here, those kernels in Triton's interpreter)."""
 from __future__ import annotations
 
+import copy
 import functools
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mmdropit.dropit import DropITConfig, DropITLinearFunction
-from mmdropit.dropit.state import DropITState
+from mmdropit.dropit import DropITConfig, DropITConvFunction, DropITLinearFunction
 from mmdropit.kernels import cuda, fused_linear_node
-from mmdropit.kernels.cuda.linear_node import register_selection
-from mmdropit.kernels.switch import eager_only, without_linear_node
+from mmdropit.kernels.cuda.nodes import register_selection
+from mmdropit.kernels.switch import eager_only, without_nodes
 
 pytestmark = pytest.mark.skipif(fused_linear_node(torch.empty(1)) is None,
                                 reason='the fused CPU kernels are not built')
 
-NODE = 'torch::autograd::CppNode<mmdropit::DropITLinearNode>'
+LINEAR_NODE = 'torch::autograd::CppNode<mmdropit::DropITLinearNode>'
+CONV_NODE = 'torch::autograd::CppNode<mmdropit::DropITConvNode>'
 DEVICES = ['cpu', pytest.param('cuda', marks=[
     pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
                                          reason='needs a CUDA device')])]
+LAYERS: dict[str, tuple[Callable[..., nn.Module], tuple[int, ...]]] = {
+    'linear': (functools.partial(nn.Linear, 24, 12), (6, 24)),
+    'linear 3-d': (functools.partial(nn.Linear, 24, 12), (2, 5, 24)),
+    'linear 1-d': (functools.partial(nn.Linear, 24, 12), (24,)),
+    'conv1d': (functools.partial(nn.Conv1d, 4, 6, 3), (2, 4, 10)),
+    'conv2d stride 2': (functools.partial(nn.Conv2d, 4, 6, 3, stride=2, padding=1), (2, 4, 9, 9)),
+    'conv2d groups, dilation': (functools.partial(nn.Conv2d, 4, 6, 3, padding=2, dilation=2,
+                                                  groups=2), (2, 4, 8, 8)),
+    'conv3d': (functools.partial(nn.Conv3d, 2, 4, 3, padding=1), (1, 2, 5, 5, 5)),
+}
+"""Layers of every kind a node serves (built by ``factory(bias=..., device=...)``) and an input
+shape for each."""
 
 
-def _layer(bias: bool = True, gamma: float = 0.9, device: str = 'cpu') -> nn.Linear:
+def _layer(kind: str = 'linear', bias: bool = True, gamma: float = 0.9,
+           device: str = 'cpu') -> tuple[nn.Module, torch.Tensor]:
+    """A DropIT layer of ``kind`` (:data:`LAYERS`) and an input for it."""
+    factory, shape = LAYERS[kind]
     torch.manual_seed(0)
-    layer = nn.Linear(24, 12, bias=bias, device=device)
+    layer = factory(bias=bias, device=device)
     DropITConfig(gamma, 'mink', exclude=[]).apply(layer)
-    return layer
+    return layer, torch.randn(shape, device=device)
 
 
-def _run(layer: nn.Linear, x: torch.Tensor, python: bool) -> dict[str, torch.Tensor | str]:
+def _node(layer: nn.Module) -> str:
+    return LINEAR_NODE if isinstance(layer, nn.Linear) else CONV_NODE
+
+
+def _python(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The layer's Python Function applied to ``x``."""
+    if isinstance(layer, nn.Linear):
+        return DropITLinearFunction.apply(x, layer.weight, layer.bias, layer.dropit)
+    return DropITConvFunction.apply(x, layer.weight, layer.bias, list(layer.stride),
+                                    list(layer.padding), list(layer.dilation), layer.groups,
+                                    None, layer.dropit)
+
+
+def _run(layer: nn.Module, x: torch.Tensor, python: bool) -> dict[str, torch.Tensor | str]:
     """The layer's output, its grad_fn's name, the gradients of every input that needs one,
     and the tensors it saved, from the Python Function (``python``) or the layer as it runs."""
     x = x.detach().clone().requires_grad_(x.requires_grad)
@@ -45,8 +76,7 @@ def _run(layer: nn.Linear, x: torch.Tensor, python: bool) -> dict[str, torch.Ten
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        out = (DropITLinearFunction.apply(x, layer.weight, layer.bias, layer.dropit) if python
-               else layer(x))
+        out = _python(layer, x) if python else layer(x)
     inputs = [t for t in (x, layer.weight, layer.bias) if t is not None and t.requires_grad]
     grads = torch.autograd.grad(out, inputs,
                                 torch.randn_like(out, generator=_generator(out.device)))
@@ -58,8 +88,8 @@ def _generator(device: torch.device) -> torch.Generator:
     return torch.Generator(device).manual_seed(1)
 
 
-def _assert_same(node: dict, python: dict) -> None:
-    assert node['grad_fn'] == NODE and python['grad_fn'] != NODE
+def _assert_same(node: dict, python: dict, name: str) -> None:
+    assert node['grad_fn'] == name and python['grad_fn'] != name
     _assert_equal(node, python)
 
 
@@ -76,20 +106,21 @@ def _assert_equal(node: dict, python: dict) -> None:
 
 
 @pytest.mark.parametrize('device', DEVICES)
-@pytest.mark.parametrize('shape', [(6, 24), (2, 5, 24), (24,)])
+@pytest.mark.parametrize('kind', list(LAYERS))
 @pytest.mark.parametrize('bias', [True, False])
 @pytest.mark.parametrize('input_grad', [True, False])
-def test_the_node_computes_what_the_python_function_does(shape, bias, input_grad, device):
-    layer = _layer(bias, device=device)
-    x = torch.randn(shape, device=device).requires_grad_(input_grad)
-    _assert_same(_run(layer, x, python=False), _run(layer, x, python=True))
+def test_the_node_computes_what_the_python_function_does(kind, bias, input_grad, device):
+    layer, x = _layer(kind, bias, device=device)
+    x.requires_grad_(input_grad)
+    _assert_same(_run(layer, x, python=False), _run(layer, x, python=True), _node(layer))
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
-def test_on_a_gpu_the_node_never_waits_for_it():
-    layer = _layer(device='cuda')
-    x = torch.randn(64, 24, device='cuda', requires_grad=True)
+@pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
+def test_on_a_gpu_the_node_never_waits_for_it(kind):
+    layer, x = _layer(kind, device='cuda')
+    x.requires_grad_()
     layer(x).sum().backward()  # first use: plans, workspaces and the registration are made
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode('error')
@@ -98,16 +129,18 @@ def test_on_a_gpu_the_node_never_waits_for_it():
         out.sum().backward()
     finally:
         torch.cuda.set_sync_debug_mode('default')
-    assert out.grad_fn.name() == NODE
+    assert out.grad_fn.name() == _node(layer)
 
 
-def test_the_triton_selection_kernels_serve_the_node(monkeypatch):
+@pytest.mark.parametrize('kind', ['linear 3-d', 'conv2d stride 2'])
+def test_the_triton_selection_kernels_serve_the_node(monkeypatch, kind):
     """What :func:`~mmdropit.kernels.cuda.node_ready` registers for CUDA, registered for the
     CPU here, where Triton's interpreter runs the kernels: the node calls them, and computes
     what it does with the C++ kernels."""
     if cuda.load() is None or os.environ.get('TRITON_INTERPRET') != '1':
         pytest.skip('Triton cannot run here (no GPU, no interpreter)')
-    layer, x = _layer(), torch.randn(2, 5, 24, requires_grad=True)
+    layer, x = _layer(kind)
+    x.requires_grad_()
     expected = _run(layer, x, python=False)
     calls: list[str] = []
     kernels = cuda.load()
@@ -119,7 +152,7 @@ def test_the_triton_selection_kernels_serve_the_node(monkeypatch):
         got = _run(layer, x, python=False)
     finally:
         registration._destroy()
-    assert calls == ['keep_topk', 'scatter_bitmask'] and got['grad_fn'] == NODE
+    assert calls == ['keep_topk', 'scatter_bitmask'] and got['grad_fn'] == _node(layer)
     _assert_equal(got, expected)
 
 
@@ -128,20 +161,23 @@ def _noted(calls: list[str], name: str, kernel, *args):
     return kernel(*args)
 
 
-def test_a_frozen_bias_gets_no_gradient_from_the_node():
-    layer = _layer()
+@pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
+def test_a_frozen_bias_gets_no_gradient_from_the_node(kind):
+    layer, x = _layer(kind)
     layer.bias.requires_grad_(False)
-    node = _run(layer, torch.randn(6, 24), python=False)
-    assert node['grad_fn'] == NODE and len(node['grads']) == 1  # the weight's alone
+    node = _run(layer, x, python=False)
+    assert node['grad_fn'] == _node(layer) and len(node['grads']) == 1  # the weight's alone
 
 
 @pytest.mark.parametrize('device', DEVICES)
-def test_under_bf16_autocast_the_node_saves_and_computes_in_bf16(device):
+@pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
+def test_under_bf16_autocast_the_node_saves_and_computes_in_bf16(kind, device):
     """As the Python Function on the bf16 casts of the input and parameters."""
-    layer, x = _layer(device=device), torch.randn(6, 24, device=device, requires_grad=True)
+    layer, x = _layer(kind, device=device)
+    x.requires_grad_()
     with torch.autocast(device, torch.bfloat16):
         node = _run(layer, x, python=False)
-    python = _run(_bf16_twin(layer), x.to(torch.bfloat16), python=True)
+    python = _run(copy.deepcopy(layer).to(torch.bfloat16), x.to(torch.bfloat16), python=True)
     assert node['out'].dtype == torch.bfloat16
     assert [t.dtype for t in node['saved'][1:]] == [torch.uint8, torch.bfloat16]
     assert torch.equal(node['out'], python['out'])
@@ -149,22 +185,14 @@ def test_under_bf16_autocast_the_node_saves_and_computes_in_bf16(device):
         assert got.dtype == torch.float32 and torch.equal(got.to(torch.bfloat16), expected)
 
 
-def _bf16_twin(layer: nn.Linear) -> nn.Linear:
-    """``layer`` with bf16 parameters, for the Python Function outside autocast."""
-    twin = nn.Linear(24, 12, device=layer.weight.device, dtype=torch.bfloat16)
-    twin.load_state_dict({k: v.to(torch.bfloat16) for k, v in layer.state_dict().items()})
-    twin.dropit = DropITState('twin', gamma=0.9, base_gamma=0.9, strategy='mink')
-    return twin
-
-
-def test_under_a_checkpoint_the_node_gives_the_python_functions_gradients():
+@pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
+def test_under_a_checkpoint_the_node_gives_the_python_functions_gradients(kind):
     """Non-reentrant checkpointing drops what the node saved and runs it again in backward."""
-    layer, x = _layer(), torch.randn(4, 24)
+    layer, x = _layer(kind)
 
     def grads(python: bool) -> tuple[torch.Tensor, ...]:
         def block(inputs: torch.Tensor) -> torch.Tensor:
-            out = (DropITLinearFunction.apply(inputs, layer.weight, layer.bias, layer.dropit)
-                   if python else layer(inputs))
+            out = _python(layer, inputs) if python else layer(inputs)
             return torch.nn.functional.gelu(out)
         inputs = x.clone().requires_grad_()
         out = checkpoint(block, inputs, use_reentrant=False)
@@ -176,22 +204,33 @@ def test_under_a_checkpoint_the_node_gives_the_python_functions_gradients():
 
 @pytest.mark.parametrize('why', ['eager', 'without node', 'value_bits', 'gamma 0.99',
                                  'no grad'])
-def test_the_python_function_runs_where_the_node_cannot(why):
+@pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
+def test_the_python_function_runs_where_the_node_cannot(why, kind):
     """The eager path, 8-bit kept values and the indices encoding (gamma 0.99) have no node,
-    nor has a layer inside ``without_linear_node``; without grad the layer runs plainly."""
-    layer = _layer(gamma=0.99 if why == 'gamma 0.99' else 0.9)
+    nor has a layer inside ``without_nodes``; without grad the layer runs plainly."""
+    layer, x = _layer(kind, gamma=0.99 if why == 'gamma 0.99' else 0.9)
     if why == 'value_bits':
         layer.dropit.value_bits = 8
-    x = torch.randn(6, 24, requires_grad=True)
+    x.requires_grad_()
     if why == 'eager':
         with eager_only():
             out = layer(x)
     elif why == 'without node':
-        with without_linear_node():
+        with without_nodes():
             out = layer(x)
     elif why == 'no grad':
         with torch.no_grad():
             out = layer(x)
     else:
         out = layer(x)
-    assert out.grad_fn is None if why == 'no grad' else out.grad_fn.name() != NODE
+    assert out.grad_fn is None if why == 'no grad' else out.grad_fn.name() != _node(layer)
+
+
+def test_a_convolution_padded_unevenly_keeps_the_python_function():
+    """``padding='same'`` with an even kernel pads one side more, before the convolution: the
+    node has no such padding."""
+    torch.manual_seed(0)
+    layer = nn.Conv2d(4, 6, 2, padding='same')
+    DropITConfig(0.9, 'mink', exclude=[]).apply(layer)
+    out = layer(torch.randn(2, 4, 8, 8, requires_grad=True))
+    assert out.shape == (2, 6, 8, 8) and out.grad_fn.name() != _node(layer)

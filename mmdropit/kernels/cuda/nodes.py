@@ -1,13 +1,14 @@
-"""DropIT Linear's C++ autograd node on a GPU: the Triton selection kernels registered as the
-CUDA implementations of the CPU library's ``mmdropit_cpu::keep_topk`` and
+"""DropIT's C++ autograd nodes on a GPU: the Triton selection kernels registered as the CUDA
+implementations of the CPU library's ``mmdropit_cpu::keep_topk`` and
 ``mmdropit_cpu::scatter_bitmask``.
 
-The node (``kernels/cpu/dropit_linear.cpp``) calls those two operators through the dispatcher,
-so once a device's implementations are registered it runs there as it does on the CPU: the
-forward and backward pass of a DropIT Linear without a Python autograd Function, its context
-and the Python between its operators, which a host-bound GPU step pays every layer (issue 37).
-The node is built with the CPU library, so it runs on a GPU only where that library is built
-(``make env``); elsewhere a DropIT Linear keeps the Python Function, with the same kernels.
+The nodes (``kernels/cpu/dropit_linear.cpp``, ``dropit_conv.cpp``) call those two operators
+through the dispatcher, so once a device's implementations are registered they run there as
+on the CPU: the forward and backward pass of a DropIT Linear or convolution without a Python
+autograd Function, its context and the Python between its operators, which a host-bound GPU
+step pays every layer (issue 37). The nodes are built with the CPU library, so they run on a GPU
+only where that library is built (``make env``); elsewhere the layers keep their Python
+Functions, with the same kernels.
 
 Example:
     >>> node_ready() in (True, False)
@@ -45,14 +46,14 @@ def register_selection(dispatch_key: str) -> torch.library.Library:
 
 
 def node_ready() -> bool:
-    """Whether the node can run on CUDA tensors: the CPU library built for these sources and
+    """Whether the nodes can run on CUDA tensors: the CPU library built for these sources and
     loaded, and Triton importable; the first call registers the CUDA implementations."""
     return _cuda_registration() is not None
 
 
 @functools.cache
 def _cuda_registration() -> torch.library.Library | None:
-    """The CUDA implementations, registered once (``None``: the node cannot run on a GPU)."""
+    """The CUDA implementations, registered once (``None``: the nodes cannot run on a GPU)."""
     if cpu_library.why_not_loadable() is not None or load() is None or \
             not cpu_library.load():
         return None
