@@ -91,10 +91,17 @@ class _RouteOwnCall(TorchFunctionMode):
 _CONV_FUNCTIONS = (torch.conv1d, torch.conv2d, torch.conv3d)
 
 
+_CONV_FORWARDS = (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward)
+
+
 @functools.cache
-def _plain_linear(cls: type) -> bool:
-    """Whether a converted class runs ``nn.Linear.forward`` itself (not a subclass's own)."""
-    return super(DropITLayerMixin, cls).forward is nn.Linear.forward  # type: ignore[misc]
+def _own_forward(cls: type) -> str | None:
+    """``'linear'`` / ``'conv'`` where a converted class runs ``nn.Linear``'s or an
+    ``nn.ConvNd``'s own forward (not a subclass's), else ``None``."""
+    forward = super(DropITLayerMixin, cls).forward  # type: ignore[misc]
+    if forward is nn.Linear.forward:
+        return 'linear'
+    return 'conv' if any(forward is conv for conv in _CONV_FORWARDS) else None
 
 
 class DropITLayerMixin:
@@ -117,10 +124,16 @@ class DropITLayerMixin:
         if not (self.training and state.gamma > 0 and torch.is_grad_enabled()
                 and weight.requires_grad):
             return super().forward(*args, **kwargs)
-        if len(args) == 1 and not kwargs and _plain_linear(type(self)) and args[0].numel():
-            # nn.Linear's own forward is one F.linear call: made directly, without the
-            # routing mode (a few microseconds of host time a layer, on a host-bound GPU step)
-            return dropit_linear(args[0], weight, self.bias, state)
+        if len(args) == 1 and not kwargs and args[0].numel():
+            # nn.Linear's and nn.ConvNd's own forward (zero padding) is one F.linear / F.convNd
+            # call: made directly, without the routing mode (a Conv2d's step took ~60 us of
+            # host time more through it, paid one for one on a host-bound GPU step)
+            own = _own_forward(type(self))
+            if own == 'linear':
+                return dropit_linear(args[0], weight, self.bias, state)
+            if own == 'conv' and self.padding_mode == 'zeros':
+                return dropit_conv(args[0], weight, self.bias, self.stride, self.padding,
+                                   self.dilation, self.groups, state)
         with _RouteOwnCall(self):
             return super().forward(*args, **kwargs)
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from mmdropit import to_dropit
 from mmdropit.bench.host_cost import count_layer_ops
+from mmdropit.dropit import layers
 from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.switch import eager_only
 
@@ -59,6 +61,23 @@ def test_the_fused_mink_convolution_adds_its_two_kernels_alone():
     assert counts.forward_names == ('mmdropit_cpu::keep_topk', 'aten::convolution')
     assert counts.backward_names == ('mmdropit_cpu::scatter_bitmask',
                                      'aten::convolution_backward')
+
+
+@pytest.mark.parametrize(('layer', 'routed'), [
+    (nn.Linear(16, 8), False), (nn.Conv1d(4, 6, 3), False), (nn.Conv2d(4, 6, 3), False),
+    (nn.Conv3d(4, 6, 3), False), (nn.Conv2d(4, 6, 3, padding_mode='reflect'), True)])
+def test_a_layer_running_its_classes_own_forward_calls_dropit_without_the_routing_mode(
+        monkeypatch, layer, routed):
+    """The routing mode (a TorchFunctionMode around the layer's forward) costs host time each
+    call; a plain Linear or zero-padded convolution's forward is one call, made directly."""
+    entered = []
+    monkeypatch.setattr(layers._RouteOwnCall, '__enter__',
+                        lambda mode: entered.append(mode) or TorchFunctionMode.__enter__(mode))
+    to_dropit(layer, gamma=0.9, exclude=[])
+    x = torch.randn(2, 16) if isinstance(layer, nn.Linear) else torch.randn(
+        (2, 4) + (6,) * (layer.weight.dim() - 2))
+    out = layer(x.requires_grad_())
+    assert 'DropIT' in out.grad_fn.name() and bool(entered) == routed
 
 
 def _step(layer: nn.Module, x: torch.Tensor) -> None:
