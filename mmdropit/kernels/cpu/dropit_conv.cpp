@@ -37,12 +37,13 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
                             int64_t kept) {
     auto [bits, values] = mmdropit_selection::keep_topk(x.view(-1), kept);
     ctx->save_for_backward({weight, bits, values});
-    ctx->saved_data["sizes"] = x.sizes().vec();
-    ctx->saved_data["stride"] = stride.vec();
-    ctx->saved_data["padding"] = padding.vec();
-    ctx->saved_data["dilation"] = dilation.vec();
-    ctx->saved_data["groups"] = groups;
-    ctx->saved_data["bias"] = bias.has_value() && bias->defined();
+    // one saved list (each saved value costs host time): groups, whether there is a bias,
+    // then stride, padding, dilation and the input's sizes
+    std::vector<int64_t> geometry{groups, bias.has_value() && bias->defined()};
+    for (const at::IntArrayRef part : {stride, padding, dilation, x.sizes()}) {
+      geometry.insert(geometry.end(), part.begin(), part.end());
+    }
+    ctx->saved_data["geometry"] = std::move(geometry);
     const std::vector<int64_t> output_padding(stride.size(), 0);
     return at::convolution(x, weight, bias, stride, padding, dilation, false, output_padding,
                            groups);
@@ -52,10 +53,14 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& weight = saved[0];
     const at::Tensor& grad_out = grads[0];
-    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
+    const std::vector<int64_t> geometry = ctx->saved_data["geometry"].toIntVector();
+    const int64_t spatial = weight.dim() - 2;
+    const at::IntArrayRef all(geometry);
+    const at::IntArrayRef stride = all.slice(2, spatial), padding = all.slice(2 + spatial, spatial),
+                          dilation = all.slice(2 + 2 * spatial, spatial),
+                          sizes = all.slice(2 + 3 * spatial);
     const bool need_weight = ctx->needs_input_grad(1);
-    const bool has_bias = ctx->saved_data["bias"].toBool();
+    const bool has_bias = geometry[1] != 0;
     at::Tensor x;
     if (need_weight) {
       const int64_t numel = c10::multiply_integers(sizes);
@@ -68,10 +73,8 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
         has_bias ? at::OptionalIntArrayRef(bias_size) : at::OptionalIntArrayRef();
     const std::vector<int64_t> output_padding(stride.size(), 0);
     auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
-        grad_out, x, weight, bias_sizes, stride, ctx->saved_data["padding"].toIntVector(),
-        ctx->saved_data["dilation"].toIntVector(), false, output_padding,
-        ctx->saved_data["groups"].toInt(),
-        {ctx->needs_input_grad(0), need_weight, has_bias && ctx->needs_input_grad(2)});
+        grad_out, x, weight, bias_sizes, stride, padding, dilation, false, output_padding,
+        geometry[0], {ctx->needs_input_grad(0), need_weight, has_bias && ctx->needs_input_grad(2)});
     return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor()};
   }
