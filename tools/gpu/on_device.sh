@@ -55,8 +55,8 @@
 #                    (FRONTIER_VARIANTS, FRONTIER_STEPS timed rounds; frontier-<model>/)
 #   frontier-MODEL   the same for one model (frontier-deit_small, frontier-resnet50)
 #   snapshot         CUDA memory snapshots of a DeiT-S baseline step and a planned one (HTML)
-#   summary          a short table of every benchmark.json under OUT, then the kernel table when
-#                    the kernels stage ran, printed last
+#   summary          a short table of every benchmark.json under OUT, then the kernel table and
+#                    the host-cost tables when those stages ran, printed last
 # A stage may end in @SECONDS (kernel-tests@90): its command is stopped after that long, and the
 # stages after it still run (a short lease cannot lose them all to one that hangs).
 set -uo pipefail
@@ -230,6 +230,7 @@ for stage in "${STAGES[@]}"; do
       run summary.log $PY "$ROOT/tools/gpu/summary.py" "$OUT"
       if [[ -f "$OUT/kernels/kernel_speed.md" ]]; then
         run summary.log cat "$OUT/kernels/kernel_speed.md"
-      fi ;;
+      fi
+      if [[ -f "$OUT/host_cost.md" ]]; then run summary.log cat "$OUT/host_cost.md"; fi ;;
   esac
 done
