@@ -234,3 +234,43 @@ def test_a_convolution_padded_unevenly_keeps_the_python_function():
     DropITConfig(0.9, 'mink', exclude=[]).apply(layer)
     out = layer(torch.randn(2, 4, 8, 8, requires_grad=True))
     assert out.shape == (2, 6, 8, 8) and out.grad_fn.name() != _node(layer)
+
+
+def _graph_nodes(out: torch.Tensor) -> set[str]:
+    """The names of every node of ``out``'s autograd graph."""
+    seen, names, stack = set(), set(), [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(node.name())
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize('name', ['resnet18', 'vit_tiny_patch16_224'])
+def test_a_timm_model_trains_with_the_nodes_as_with_the_python_functions(name):
+    """A whole real model: one step's loss and every gradient bit for bit, with the nodes in
+    its graph (a layer routed past them, a saved tensor or count gone astray, would show)."""
+    import timm
+    torch.manual_seed(0)
+    kwargs = {'img_size': 32, 'patch_size': 8, 'depth': 2} if name.startswith('vit') else {}
+    model = timm.create_model(name, num_classes=10, **kwargs)
+    DropITConfig(0.9, 'mink', exclude=[]).apply(model)
+    images, labels = torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
+
+    def step() -> tuple[set[str], list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(images), labels)
+        names = _graph_nodes(loss)
+        loss.backward()
+        return names, [loss.detach(), *(p.grad for p in model.parameters())]
+
+    names, with_nodes = step()
+    with without_nodes():
+        python_names, python = step()
+    expected = {LINEAR_NODE} if name.startswith('vit') else {LINEAR_NODE, CONV_NODE}
+    assert expected <= names and not (expected & python_names)
+    for got, want in zip(with_nodes, python):
+        assert torch.equal(got, want)
