@@ -91,17 +91,20 @@ class _RouteOwnCall(TorchFunctionMode):
 _CONV_FUNCTIONS = (torch.conv1d, torch.conv2d, torch.conv3d)
 
 
-_CONV_FORWARDS = (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward)
+_CONV_CLASSES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
 @functools.cache
 def _own_forward(cls: type) -> str | None:
     """``'linear'`` / ``'conv'`` where a converted class runs ``nn.Linear``'s or an
-    ``nn.ConvNd``'s own forward (not a subclass's), else ``None``."""
-    forward = super(DropITLayerMixin, cls).forward  # type: ignore[misc]
-    if forward is nn.Linear.forward:
+    ``nn.ConvNd``'s own forward and convolution (not a subclass's), else ``None``."""
+    own = super(DropITLayerMixin, cls)  # type: ignore[misc]
+    if own.forward is nn.Linear.forward:
         return 'linear'
-    return 'conv' if any(forward is conv for conv in _CONV_FORWARDS) else None
+    for conv in _CONV_CLASSES:
+        if own.forward is conv.forward and own._conv_forward is conv._conv_forward:
+            return 'conv'
+    return None
 
 
 class DropITLayerMixin:

@@ -63,9 +63,17 @@ def test_the_fused_mink_convolution_adds_its_two_kernels_alone():
                                      'aten::convolution_backward')
 
 
+class _ScaledConv2d(nn.Conv2d):
+    """A convolution of its own (as weight-standardised ones are): ``_conv_forward`` differs."""
+
+    def _conv_forward(self, input, weight, bias):  # noqa: A002  (nn.Conv2d's own names)
+        return super()._conv_forward(input, 2 * weight, bias)
+
+
 @pytest.mark.parametrize(('layer', 'routed'), [
     (nn.Linear(16, 8), False), (nn.Conv1d(4, 6, 3), False), (nn.Conv2d(4, 6, 3), False),
-    (nn.Conv3d(4, 6, 3), False), (nn.Conv2d(4, 6, 3, padding_mode='reflect'), True)])
+    (nn.Conv3d(4, 6, 3), False), (nn.Conv2d(4, 6, 3, padding_mode='reflect'), True),
+    (_ScaledConv2d(4, 6, 3), True)])
 def test_a_layer_running_its_classes_own_forward_calls_dropit_without_the_routing_mode(
         monkeypatch, layer, routed):
     """The routing mode (a TorchFunctionMode around the layer's forward) costs host time each
@@ -77,7 +85,11 @@ def test_a_layer_running_its_classes_own_forward_calls_dropit_without_the_routin
     x = torch.randn(2, 16) if isinstance(layer, nn.Linear) else torch.randn(
         (2, 4) + (6,) * (layer.weight.dim() - 2))
     out = layer(x.requires_grad_())
-    assert 'DropIT' in out.grad_fn.name() and bool(entered) == routed
+    assert bool(entered) == routed
+    if isinstance(layer, _ScaledConv2d):  # its own convolution ran, on the doubled weight
+        assert out.grad_fn.name() == 'ConvolutionBackward0'
+    else:
+        assert 'DropIT' in out.grad_fn.name()
 
 
 def _step(layer: nn.Module, x: torch.Tensor) -> None:
