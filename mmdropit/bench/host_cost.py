@@ -6,9 +6,9 @@ time (docs/benchmarks.md, GPU section). This measures that cost on the CPU, wher
 measured without a GPU: one thread, tiny tensors (a batch of 4 x 16 features by default), so
 the arithmetic is negligible and what is timed is the host's work.
 
-The model is a stack of ``blocks`` Linear + GELU blocks (``--layer conv``: 3x3 convolutions of
-``features`` channels on a ``batch x features x 4 x 4`` input, a host-bound ResNet's layers in
-small); a training step is its forward pass,
+The model is a stack of ``blocks`` Linear + GELU blocks (``--layer conv``: 3x3 convolution +
+ReLU blocks of ``features`` channels on a ``batch x features x 4 x 4`` input, a host-bound
+ResNet's layers in small, whose ReLUs DropIT makes lean activations); a training step is its forward pass,
 the sum of its output and the backward pass (no optimizer; gradients are set to ``None``
 between steps, outside the timer). The plain stack runs beside the same stack converted with
 ``DropITConfig(gamma, strategy, exclude=[]).apply`` (every Linear a DropIT layer), for each
@@ -220,10 +220,15 @@ def input_of(kind: str, batch: int, features: int, device: str = 'cpu') -> torch
 
 def block_stack(blocks: int, features: int, seed: int = 0,
                 kind: str = 'linear') -> nn.Sequential:
-    """``blocks`` blocks of :func:`layer_of`'s layer and a GELU."""
+    """``blocks`` blocks of :func:`layer_of`'s layer and its activation (GELU after a Linear,
+    an in-place ReLU after a convolution, as in a ResNet)."""
     torch.manual_seed(seed)
     return nn.Sequential(*(module for _ in range(blocks)
-                           for module in (layer_of(kind, features), nn.GELU())))
+                           for module in (layer_of(kind, features), _activation_of(kind))))
+
+
+def _activation_of(kind: str) -> nn.Module:
+    return nn.ReLU(inplace=True) if kind == 'conv' else nn.GELU()
 
 
 @dataclass(frozen=True)
@@ -320,7 +325,7 @@ def markdown(rows: Sequence[Row], settings: Settings) -> str:
     """The rows as a Markdown table (min / median per cell)."""
     layer = layer_of(settings.layer, settings.features)
     shape = 'x'.join(map(str, input_of(settings.layer, settings.batch, settings.features).shape))
-    lines = [f'{settings.blocks} x ({layer} + GELU), '
+    lines = [f'{settings.blocks} x ({layer} + {_activation_of(settings.layer)}), '
              f'input {shape}, gamma {settings.gamma:g}, '
              f'{settings.device}, 1 thread; '
              f'{settings.rounds} rounds of {settings.steps} steps; min / median',

@@ -37,7 +37,8 @@ from ..common.custom_operators import through_dispatcher
 from . import cpu, cuda
 from .switch import nodes_enabled
 
-__all__ = ['fused_codec_ops', 'fused_conv_node', 'fused_linear_node', 'fused_ops']
+__all__ = ['fused_codec_ops', 'fused_conv_node', 'fused_lean_node', 'fused_linear_node',
+           'fused_ops']
 
 
 def fused_ops(x: torch.Tensor) -> Any | None:
@@ -65,6 +66,20 @@ def fused_conv_node(x: torch.Tensor) -> Any | None:
     :class:`~mmdropit.dropit.functional.DropITConvFunction` without its uneven padding), or
     ``None`` where it cannot run (:func:`_node_runs_on`)."""
     return torch.ops.mmdropit_cpu.dropit_conv.default if _node_runs_on(x) else None
+
+
+def fused_lean_node(x: torch.Tensor, bounded: bool, inplace: bool) -> Any | None:
+    """The lean ReLU (``bounded`` false: ``lean_relu(x)``) or Hardtanh
+    (``lean_hardtanh(x, min_val, max_val)``), in place where ``inplace``, as one C++ autograd
+    node for ``x``'s device (the same outputs, gradients and saved bits as
+    :mod:`~mmdropit.dropit.lean_activations`' Python Function), or ``None`` where it cannot run
+    (:func:`_node_runs_on`)."""
+    if not _node_runs_on(x):
+        return None
+    ops = torch.ops.mmdropit_cpu
+    if bounded:
+        return ops.lean_hardtanh_.default if inplace else ops.lean_hardtanh.default
+    return ops.lean_relu_.default if inplace else ops.lean_relu.default
 
 
 def _node_runs_on(x: torch.Tensor) -> bool:

@@ -1,8 +1,8 @@
-"""DropIT's Linear and convolution as one C++ autograd node each
-(``mmdropit/kernels/cpu/dropit_linear.cpp``, ``dropit_conv.cpp``): the same output, gradients
-and saved tensors as the Python ``DropITLinearFunction`` / ``DropITConvFunction``, bit for bit,
-wherever a layer takes them: on the CPU, and on a GPU with the Triton kernels as their selection
-operators (``pytest -m cuda``; here, those kernels in Triton's interpreter)."""
+"""DropIT's Linear and convolution and the lean ReLU / Hardtanh as one C++ autograd node each
+(``mmdropit/kernels/cpu/dropit_linear.cpp``, ``dropit_conv.cpp``, ``lean_activation.cpp``):
+the same output, gradients and saved tensors as their Python Functions, bit for bit, wherever
+a layer takes them: on the CPU, and on a GPU with the Triton kernels as their operators
+(``pytest -m cuda``; here, those kernels in Triton's interpreter)."""
 from __future__ import annotations
 
 import copy
@@ -16,8 +16,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mmdropit.dropit import DropITConfig, DropITConvFunction, DropITLinearFunction
+from mmdropit.dropit.lean_activations import _LeanActivationFunction, lean_hardtanh, lean_relu
 from mmdropit.kernels import cuda, fused_linear_node
-from mmdropit.kernels.cuda.nodes import register_selection
+from mmdropit.kernels.cuda.nodes import register_kernels
 from mmdropit.kernels.switch import eager_only, without_nodes
 
 pytestmark = pytest.mark.skipif(fused_linear_node(torch.empty(1)) is None,
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.skipif(fused_linear_node(torch.empty(1)) is None,
 
 LINEAR_NODE = 'torch::autograd::CppNode<mmdropit::DropITLinearNode>'
 CONV_NODE = 'torch::autograd::CppNode<mmdropit::DropITConvNode>'
+LEAN_NODE = 'torch::autograd::CppNode<mmdropit::LeanActivationNode>'
 DEVICES = ['cpu', pytest.param('cuda', marks=[
     pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
                                          reason='needs a CUDA device')])]
@@ -137,28 +139,37 @@ def test_the_triton_selection_kernels_serve_the_node(monkeypatch, kind):
     """What :func:`~mmdropit.kernels.cuda.node_ready` registers for CUDA, registered for the
     CPU here, where Triton's interpreter runs the kernels: the node calls them, and computes
     what it does with the C++ kernels."""
-    if cuda.load() is None or os.environ.get('TRITON_INTERPRET') != '1':
-        pytest.skip('Triton cannot run here (no GPU, no interpreter)')
     layer, x = _layer(kind)
     x.requires_grad_()
     expected = _run(layer, x, python=False)
-    calls: list[str] = []
-    kernels = cuda.load()
-    for name in ('keep_topk', 'scatter_bitmask'):
-        kernel = getattr(kernels, name)
-        monkeypatch.setattr(kernels, name, functools.partial(_noted, calls, name, kernel))
-    registration = register_selection('CPU')
-    try:
-        got = _run(layer, x, python=False)
-    finally:
-        registration._destroy()
+    calls, got = _with_triton_kernels(monkeypatch, cuda.load,
+                                      ('keep_topk', 'scatter_bitmask'),
+                                      lambda: _run(layer, x, python=False))
     assert calls == ['keep_topk', 'scatter_bitmask'] and got['grad_fn'] == _node(layer)
     _assert_equal(got, expected)
 
 
-def _noted(calls: list[str], name: str, kernel, *args):
-    calls.append(name)
-    return kernel(*args)
+def _with_triton_kernels(monkeypatch, module: Callable, names: tuple[str, ...],
+                         run: Callable[[], dict]) -> tuple[list[str], dict]:
+    """``run()`` with the Triton kernels registered for the CPU, as they are for CUDA (Triton's
+    interpreter runs them on CPU tensors), and the names of the kernels of ``module()`` it
+    called, in order."""
+    if module() is None or os.environ.get('TRITON_INTERPRET') != '1':
+        pytest.skip('Triton cannot run here (no GPU, no interpreter)')
+    calls: list[str] = []
+
+    def noted(name: str, kernel: Callable, *args):
+        calls.append(name)
+        return kernel(*args)
+
+    for name in names:
+        monkeypatch.setattr(module(), name, functools.partial(noted, name,
+                                                              getattr(module(), name)))
+    registration = register_kernels('CPU')
+    try:
+        return calls, run()
+    finally:
+        registration._destroy()
 
 
 @pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
@@ -251,6 +262,7 @@ def _graph_nodes(out: torch.Tensor) -> set[str]:
 
 @pytest.mark.parametrize('name', ['resnet18', 'vit_tiny_patch16_224'])
 def test_a_timm_model_trains_with_the_nodes_as_with_the_python_functions(name):
+    # ResNet-18's ReLUs are lean activations: their node is in its graph too
     """A whole real model: one step's loss and every gradient bit for bit, with the nodes in
     its graph (a layer routed past them, a saved tensor or count gone astray, would show)."""
     import timm
@@ -270,7 +282,72 @@ def test_a_timm_model_trains_with_the_nodes_as_with_the_python_functions(name):
     names, with_nodes = step()
     with without_nodes():
         python_names, python = step()
-    expected = {LINEAR_NODE} if name.startswith('vit') else {LINEAR_NODE, CONV_NODE}
+    expected = {LINEAR_NODE} if name.startswith('vit') else {LINEAR_NODE, CONV_NODE, LEAN_NODE}
     assert expected <= names and not (expected & python_names)
     for got, want in zip(with_nodes, python):
         assert torch.equal(got, want)
+
+
+LEAN = {'relu': (lean_relu, (), ('relu', 0.0, 0.0, 0.0)),
+        'hardtanh': (lean_hardtanh, (-0.5, 0.5), ('hardtanh', -0.5, 0.5, 0.0))}
+"""The lean activations a node serves: the function, its arguments after the input, and the
+Python Function's arguments for the same."""
+
+
+def _lean_run(kind: str, x: torch.Tensor, inplace: bool, python: bool) -> dict:
+    """A lean activation's output, grad_fn, input gradient and saved bits, from the Python
+    Function (``python``) or as it runs; the input is the output of an operation (a leaf may
+    not be changed in place)."""
+    function, args, python_args = LEAN[kind]
+    leaf = x.detach().clone().requires_grad_()
+    before = leaf * 1.0
+    saved: list[torch.Tensor] = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        out = (_LeanActivationFunction.apply(before, *python_args, inplace) if python
+               else function(before, *args, inplace=inplace))
+    assert (out is before) == inplace
+    name = out.grad_fn.name()
+    out.backward(torch.randn_like(out, generator=_generator(out.device)))
+    return {'out': out.detach(), 'grad_fn': name, 'grads': (leaf.grad,), 'saved': saved}
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('kind', list(LEAN))
+@pytest.mark.parametrize('inplace', [False, True])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_the_lean_activation_node_computes_what_its_python_function_does(kind, inplace, dtype,
+                                                                          device):
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 7, device=device, dtype=dtype)
+    x[0, 0, :3] = torch.tensor([0.0, -0.5, 0.5])  # on the bounds: the gradient does not pass
+    _assert_same(_lean_run(kind, x, inplace, python=False),
+                 _lean_run(kind, x, inplace, python=True), LEAN_NODE)
+
+
+def test_a_lean_activation_takes_its_python_function_where_the_node_cannot():
+    """A non-contiguous input, the switch, and LeakyReLU (its gradient is not a mask)."""
+    x = torch.randn(6, 4, requires_grad=True)
+    assert lean_relu(x.t()).grad_fn.name() != LEAN_NODE
+    with without_nodes():
+        assert lean_relu(x).grad_fn.name() != LEAN_NODE
+    assert lean_relu(x).grad_fn.name() == LEAN_NODE
+    layer = nn.LeakyReLU()
+    DropITConfig(0.9, 'mink', exclude=[]).apply(nn.Sequential(nn.Linear(4, 4), layer))
+    assert layer(x).grad_fn.name() != LEAN_NODE
+
+
+def test_the_triton_mask_kernels_serve_the_lean_node(monkeypatch):
+    """As for the selection kernels: ``pack_between`` and ``where_bits`` of the codec kernels
+    registered for the CPU, in Triton's interpreter."""
+    x = torch.randn(4, 9)
+    expected = _lean_run('hardtanh', x, False, python=False)
+    calls, got = _with_triton_kernels(monkeypatch, cuda.load_codecs,
+                                      ('pack_between', 'where_bits'),
+                                      lambda: _lean_run('hardtanh', x, False, python=False))
+    assert calls == ['pack_between', 'where_bits'] and got['grad_fn'] == LEAN_NODE
+    _assert_equal(got, expected)

@@ -27,8 +27,9 @@ from ..switch import fused_enabled
 NAME = 'mmdropit_cpu_kernels'
 _HERE = Path(__file__).parent
 SOURCES = (_HERE / 'dropit_kernels.cpp', _HERE / 'dropit_linear.cpp', _HERE / 'dropit_conv.cpp',
-           _HERE / 'lean_mask_kernels.cpp', _HERE / 'derivative_code_kernels.cpp',
-           _HERE / 'int8_kernels.cpp', _HERE / 'low_bit_kernels.cpp')
+           _HERE / 'lean_mask_kernels.cpp', _HERE / 'lean_activation.cpp',
+           _HERE / 'derivative_code_kernels.cpp', _HERE / 'int8_kernels.cpp',
+           _HERE / 'low_bit_kernels.cpp')
 HEADERS = (_HERE / 'avx512_paths.h', _HERE / 'chunks.h', _HERE / 'codec_groups.h',
            _HERE / 'selection_ops.h')
 CFLAGS = ('-O3', '-fopenmp', '-ffp-contract=off')  # no fused multiply-add: eager's rounding

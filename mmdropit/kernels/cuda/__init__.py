@@ -7,8 +7,9 @@
 - the integer codecs' ``quantize_int8``, ``dequantize_int8``, ``quantize_low``,
   ``dequantize_low`` in :mod:`.codec_kernels`, imported by :func:`load_codecs` the first time a
   codec runs on a GPU;
-- :func:`node_ready`: the selection kernels registered as the CPU library's operators' CUDA
-  implementations, so DropIT's C++ autograd nodes (Linear, convolution) run on a GPU
+- :func:`node_ready`: the selection and mask kernels registered as the CPU library's operators'
+  CUDA implementations, so the C++ autograd nodes (DropIT's Linear and convolution, the lean
+  ReLU and Hardtanh) run on a GPU
   (:mod:`.nodes`).
 
 Example:

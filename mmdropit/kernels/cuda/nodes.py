@@ -1,14 +1,15 @@
-"""DropIT's C++ autograd nodes on a GPU: the Triton selection kernels registered as the CUDA
+"""DropIT's C++ autograd nodes on a GPU: the Triton kernels registered as the CUDA
 implementations of the CPU library's ``mmdropit_cpu::keep_topk`` and
-``mmdropit_cpu::scatter_bitmask``.
+``mmdropit_cpu::scatter_bitmask`` (DropIT's selection) and ``mmdropit_cpu::pack_between`` and
+``mmdropit_cpu::where_bits`` (the lean activations' 1-bit masks).
 
-The nodes (``kernels/cpu/dropit_linear.cpp``, ``dropit_conv.cpp``) call those two operators
-through the dispatcher, so once a device's implementations are registered they run there as
-on the CPU: the forward and backward pass of a DropIT Linear or convolution without a Python
-autograd Function, its context and the Python between its operators, which a host-bound GPU
-step pays every layer (issue 37). The nodes are built with the CPU library, so they run on a GPU
-only where that library is built (``make env``); elsewhere the layers keep their Python
-Functions, with the same kernels.
+The nodes (``kernels/cpu/dropit_linear.cpp``, ``dropit_conv.cpp``, ``lean_activation.cpp``)
+call those operators through the dispatcher, so once a device's implementations are registered
+they run there as on the CPU: the forward and backward pass of a DropIT Linear or convolution,
+or of a lean ReLU, without a Python autograd Function, its context and the Python between its
+operators, which a host-bound GPU step pays every layer (issue 37). The nodes are built with
+the CPU library, so they run on a GPU only where that library is built (``make env``);
+elsewhere the layers keep their Python Functions, with the same kernels.
 
 Example:
     >>> node_ready() in (True, False)
@@ -21,12 +22,13 @@ import functools
 import torch
 
 from ..cpu import library as cpu_library
-from .library import load
+from .library import load, load_codecs
 
 
-def register_selection(dispatch_key: str) -> torch.library.Library:
-    """Register the Triton ``keep_topk`` and ``scatter_bitmask`` (:mod:`.dropit_kernels`) as
-    the implementations of the CPU library's operators of those names for ``dispatch_key``.
+def register_kernels(dispatch_key: str) -> torch.library.Library:
+    """Register the Triton ``keep_topk`` and ``scatter_bitmask`` (:mod:`.dropit_kernels`),
+    ``pack_between`` and ``where_bits`` (:mod:`.codec_kernels`) as the implementations of the
+    CPU library's operators of those names for ``dispatch_key``.
 
     Args:
         dispatch_key: ``'CUDA'`` (what :func:`node_ready` registers), or ``'CPU'`` where
@@ -36,12 +38,14 @@ def register_selection(dispatch_key: str) -> torch.library.Library:
         The registration, in force until it is destroyed (``library._destroy()``) or
         collected.
     """
-    kernels = load()
-    if kernels is None:
+    kernels, codecs = load(), load_codecs()
+    if kernels is None or codecs is None:
         raise RuntimeError('the Triton kernels cannot be imported')
     registration = torch.library.Library('mmdropit_cpu', 'IMPL')
-    registration.impl('keep_topk', kernels.keep_topk, dispatch_key)
-    registration.impl('scatter_bitmask', kernels.scatter_bitmask, dispatch_key)
+    for module, names in ((kernels, ('keep_topk', 'scatter_bitmask')),
+                          (codecs, ('pack_between', 'where_bits'))):
+        for name in names:
+            registration.impl(name, getattr(module, name), dispatch_key)
     return registration
 
 
@@ -55,6 +59,6 @@ def node_ready() -> bool:
 def _cuda_registration() -> torch.library.Library | None:
     """The CUDA implementations, registered once (``None``: the nodes cannot run on a GPU)."""
     if cpu_library.why_not_loadable() is not None or load() is None or \
-            not cpu_library.load():
+            load_codecs() is None or not cpu_library.load():
         return None
-    return register_selection('CUDA')
+    return register_kernels('CUDA')
