@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from torch._C._functorch import unwrap_if_dead
 
 from ..common.backward_workspace import note_workspace
-from ..common.custom_operators import through_dispatcher
 from ..common.listeners import Listeners
 from ..common.recompute_region import saved_tensors_dropped
 from ..kernels import fused_conv_node, fused_linear_node
@@ -252,17 +251,17 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 def _node_for(x: torch.Tensor, weight: torch.Tensor, state: DropITState,
               fused_node: Callable[[torch.Tensor], Callable | None]) -> Callable | None:
-    """The C++ node (``fused_node(x)``) that computes the layer's Python Function for this
-    call, with the layer's plan made for ``x``; ``None`` when it cannot: it keeps ``mink`` in
-    the bitmask encoding of a contiguous input, with nothing observing or transforming the
-    call."""
-    if not (weight.requires_grad and torch.is_grad_enabled() and x.is_contiguous()) or \
-            state.value_bits is not None or _SAVES or torch.compiler.is_compiling() or \
-            torch._C._are_functorch_transforms_active() or saved_tensors_dropped() or \
-            through_dispatcher():
+    """The C++ node (``fused_node(x)``: ``None`` where no node can take the call) that computes
+    the layer's Python Function for this call, with the layer's plan made for ``x``; ``None``
+    when it cannot: it keeps ``mink`` in the bitmask encoding, with no 8-bit values, no
+    observer and outside a checkpoint's first pass."""
+    if not (weight.requires_grad and torch.is_grad_enabled()) or \
+            state.value_bits is not None or _SAVES:
         return None
-    plan = _save_plan(x, state)
-    return fused_node(x) if plan.fused_node else None
+    node = fused_node(x)
+    if node is None or saved_tensors_dropped():
+        return None
+    return node if _save_plan(x, state).fused_node else None
 
 
 def _kept_by_node(x: torch.Tensor, state: DropITState) -> int:

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
-from ..common.custom_operators import operator_or_body, through_dispatcher
+from ..common.custom_operators import operator_or_body
 from ..kernels import cpu as fused_cpu
 from ..kernels import cuda as fused_cuda
 from ..kernels import fused_lean_node
@@ -112,21 +112,11 @@ def _needs_grad(x: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and x.requires_grad
 
 
-def _node_for(x: torch.Tensor, bounded: bool, inplace: bool):
-    """The C++ node for this call (:func:`~mmdropit.kernels.fused_lean_node`), or ``None``:
-    a non-contiguous input, a compiled or transformed call, or one a dispatch mode sees take the
-    Python Function."""
-    if not x.is_contiguous() or torch.compiler.is_compiling() or \
-            torch._C._are_functorch_transforms_active() or through_dispatcher():
-        return None
-    return fused_lean_node(x, bounded, inplace)
-
-
 def lean_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
     """``F.relu`` that keeps a 1-bit mask for backward."""
     if not _needs_grad(x):
         return F.relu(x, inplace=inplace)
-    node = _node_for(x, False, inplace)
+    node = fused_lean_node(x, False, inplace)
     if node is not None:
         return node(x)
     return _LeanActivationFunction.apply(x, 'relu', 0.0, 0.0, 0.0, inplace)
@@ -137,7 +127,7 @@ def lean_hardtanh(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0,
     """``F.hardtanh`` (``F.relu6`` with 0 and 6) that keeps a 1-bit mask for backward."""
     if not _needs_grad(x):
         return F.hardtanh(x, min_val, max_val, inplace=inplace)
-    node = _node_for(x, True, inplace)
+    node = fused_lean_node(x, True, inplace)
     if node is not None:
         return node(x, min_val, max_val)
     return _LeanActivationFunction.apply(x, 'hardtanh', min_val, max_val, 0.0,

@@ -83,10 +83,15 @@ def fused_lean_node(x: torch.Tensor, bounded: bool, inplace: bool) -> Any | None
 
 
 def _node_runs_on(x: torch.Tensor) -> bool:
-    """Whether the C++ nodes can run on ``x``: the CPU kernels built (they hold the nodes),
-    on a GPU Triton too (:func:`~.cuda.node_ready`), and not inside
-    :func:`~.switch.without_nodes`."""
-    return nodes_enabled() and (cpu.usable(x) or (cuda.usable(x) and cuda.node_ready()))
+    """Whether a C++ node can take this call on ``x`` in place of its Python Function: ``x``
+    contiguous (a node reads it flat), nothing compiling, transforming (functorch) or
+    observing (a dispatch mode) the call, which a node has no fake or batched form for, not
+    inside :func:`~.switch.without_nodes`, and the CPU kernels built (they hold the nodes), on
+    a GPU with Triton (:func:`~.cuda.node_ready`)."""
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active() or \
+            through_dispatcher() or not (nodes_enabled() and x.is_contiguous()):
+        return False
+    return cpu.usable(x) or (cuda.usable(x) and cuda.node_ready())
 
 
 def fused_codec_ops(x: torch.Tensor) -> Any | None:
