@@ -8,17 +8,17 @@ the arithmetic is negligible and what is timed is the host's work.
 
 The model is a stack of ``blocks`` Linear + GELU blocks (``--layer conv``: 3x3 convolution +
 ReLU blocks of ``features`` channels on a ``batch x features x 4 x 4`` input, a host-bound
-ResNet's layers in small, whose ReLUs DropIT makes lean activations); a training step is its forward pass,
-the sum of its output and the backward pass (no optimizer; gradients are set to ``None``
-between steps, outside the timer). The plain stack runs beside the same stack converted with
-``DropITConfig(gamma, strategy, exclude=[]).apply`` (every Linear a DropIT layer), for each
-strategy, with DropIT's fused kernels and on its eager path
-(:func:`~mmdropit.kernels.switch.eager_only`), and for the strategies a DropIT Linear runs
-as its C++ autograd node, on the fused kernels as the Python Function too
-(:func:`~mmdropit.kernels.switch.without_nodes`: what the node saves). The variants
-alternate within each round
-(their order rotating), so that a load from other jobs falls on all of them; each round times
-``steps`` steps of each, and the table gives the minimum and the median over the rounds:
+ResNet's layers in small, whose ReLUs DropIT makes lean activations); a training step is its
+forward pass, the sum of its output and the backward pass (no optimizer; gradients are set to
+``None`` between steps, outside the timer). The plain stack runs beside the same stack
+converted with ``DropITConfig(gamma, strategy, exclude=[]).apply`` (every Linear or
+convolution a DropIT layer), for each strategy, with DropIT's fused kernels and on its eager
+path (:func:`~mmdropit.kernels.switch.eager_only`), and for the strategies a DropIT layer runs
+as its C++ autograd node, on the fused kernels as the Python Functions too
+(:func:`~mmdropit.kernels.switch.without_nodes`: what the nodes save). The variants alternate
+within each round (their order rotating), so that a load from other jobs falls on all of
+them; each round times ``steps`` steps of each, and the table gives the minimum and the median
+over the rounds:
 
 - ``us/step``: host time of a step;
 - ``+us/layer``: what a DropIT layer adds over the plain block (minimum: minimum over

@@ -2,8 +2,8 @@
 
 Setting ``MMDROPIT_FUSED=0``, or :func:`eager_only` around a step, keeps DropIT on the eager
 PyTorch path (side-by-side comparisons in one process, or ruling the kernels out);
-:func:`without_nodes` keeps DropIT's Linear and convolution on their Python autograd Functions,
-on the fused kernels (to measure what their C++ nodes save).
+:func:`without_nodes` keeps DropIT's Linear and convolution and the lean ReLU / Hardtanh on
+their Python autograd Functions, on the fused kernels (to measure what their C++ nodes save).
 
 Example:
     >>> with eager_only():
@@ -35,8 +35,8 @@ def eager_only() -> contextlib.AbstractContextManager[None]:
 
 
 def without_nodes() -> contextlib.AbstractContextManager[None]:
-    """Run DropIT's Linear and convolution as their Python autograd Functions inside, never as
-    their C++ nodes."""
+    """Run DropIT's Linear and convolution and the lean ReLU / Hardtanh as their Python
+    autograd Functions inside, never as their C++ nodes."""
     return _switched_off('nodes')
 
 

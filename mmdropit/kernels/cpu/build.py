@@ -2,9 +2,9 @@
 
 Compiles the sources of :data:`~.library.SOURCES` (``dropit_kernels.cpp``, the C++ nodes of
 ``dropit_linear.cpp``, ``dropit_conv.cpp`` and ``lean_activation.cpp``, the codecs' and the
-lean masks' kernels) with
-torch's ``cpp_extension`` (ninja, the C++ compiler torch was built for) into
-:func:`~.library.build_directory` and writes the stamp that lets :func:`~.library.load` use it.
+lean masks' kernels) with torch's ``cpp_extension`` (ninja, the C++ compiler torch was built
+for) into :func:`~.library.build_directory` and writes the stamp that lets
+:func:`~.library.load` use it.
 A second run with the same sources and torch does nothing. Without a C++ compiler or ninja it
 prints one line and exits 0: DropIT and the integer codecs then run on their eager paths.
 """

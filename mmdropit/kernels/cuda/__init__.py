@@ -9,8 +9,7 @@
   codec runs on a GPU;
 - :func:`node_ready`: the selection and mask kernels registered as the CPU library's operators'
   CUDA implementations, so the C++ autograd nodes (DropIT's Linear and convolution, the lean
-  ReLU and Hardtanh) run on a GPU
-  (:mod:`.nodes`).
+  ReLU and Hardtanh) run on a GPU (:mod:`.nodes`).
 
 Example:
     >>> usable(torch.randn(4))
