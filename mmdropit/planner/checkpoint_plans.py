@@ -102,7 +102,8 @@ class CheckpointPlans(Technique):
         """The per-block plan of the recorded model
         (:func:`~mmdropit.checkpoint.per_block_plan`; ``None`` when it has no repeated
         blocks), offered beside the searched plan so that the search's choice is measured
-        against it."""
+        against it; a searched plan with the same checkpoints (in any order) is offered as
+        this one, under its name."""
         if not self._per_block_searched:
             self._per_block, self._per_block_searched = per_block_plan(self.chain,
                                                                        self._model), True
@@ -114,13 +115,13 @@ class CheckpointPlans(Technique):
             return
         exact = estimate.activation_bytes / estimate.lossy.activation_ratio
         plan = self._plan((budget_bytes - estimate.fixed_bytes) / exact)
-        if plan.targets:
+        block = self.per_block
+        if plan.targets and (block is None or set(plan.targets) != set(block.targets)):
             count = len(plan.targets)
             yield self._planned(estimate, plan, f'checkpoint plan ({count} top-level checkpoint'
                                 f'{"" if count == 1 else "s"}, {plan.activation_share:.2f} of '
                                 'the activations)')
-        block = self.per_block
-        if block is not None and block.targets != plan.targets:
+        if block is not None:
             yield self._planned(estimate, block, f'per-block checkpointing ({len(block.targets)}'
                                 f' blocks, {block.activation_share:.2f} of the activations)')
 

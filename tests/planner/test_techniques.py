@@ -1,14 +1,18 @@
-"""The techniques' own caches: a checkpoint plan searched once answers every share it fits."""
+"""The techniques' own caches and candidates: a checkpoint plan searched once answers every
+share it fits; the per-block plan is offered once."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import nn
 
 from mmdropit.checkpoint import build_chain, plan_for_chain, record_step
 from mmdropit.errors import ConfigError
+from mmdropit.planner import checkpoint_plans
 from mmdropit.planner.checkpoint_plans import CheckpointPlans
+from mmdropit.planner.estimate import Estimate
 
 
 def test_cached_plans_fit_every_share_a_fresh_search_fits():
@@ -35,3 +39,30 @@ def test_cached_plans_fit_every_share_a_fresh_search_fits():
         fitted += 1
         assert got.activation_share <= asked + 1e-9, (share, got.activation_share)
     assert fitted >= 4
+
+
+def test_a_searched_plan_with_the_per_block_checkpoints_is_offered_once_as_per_block(
+        monkeypatch):
+    """The search may answer with exactly the per-block plan's checkpoints (here in another
+    order): it is one candidate, named per-block checkpointing, so that a decision between the
+    two is never a tie between one plan and itself."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 32), nn.Sequential(
+        *[nn.Sequential(nn.Linear(32, 32), nn.GELU()) for _ in range(4)]), nn.Linear(32, 1))
+    x = torch.randn(64, 16)
+    record = record_step(net, lambda: net(x).sum())
+    plans = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0,
+                            model=net)
+    block = plans.per_block
+    searched = replace(block, targets=block.targets[::-1])
+    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget: searched)
+    offered = [estimate.summary for estimate in plans.candidates(Estimate(100, 900), 600)]
+    assert offered[1:] == [f'per-block checkpointing (4 blocks, '
+                           f'{block.activation_share:.2f} of the activations)'], offered
+
+    other = replace(block, targets=block.targets[:2])
+    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget: other)
+    plans._plans.clear()
+    offered = [estimate.summary for estimate in plans.candidates(Estimate(100, 900), 600)]
+    assert [summary.split(' (')[0] for summary in offered[1:]] == \
+        ['checkpoint plan', 'per-block checkpointing'], offered
