@@ -26,9 +26,9 @@ BATCH = 512
 
 def _probe(per_block_factor: float, other_plan_factor: float) -> StepProbe:
     """Six repeated blocks; a pass takes ``0.3 + its share of the batch`` seconds, times
-    ``per_block_factor`` while exactly the blocks are checkpointed, plainly, and
+    ``per_block_factor`` while exactly the blocks are checkpointed, each whole and plainly, and
     ``other_plan_factor`` under any other checkpoints (the search may checkpoint the same
-    blocks selectively)."""
+    blocks selectively, or a run of a block's children on the block)."""
     torch.manual_seed(0)
     blocks = nn.Sequential(*[nn.Sequential(nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 128),
                                            nn.GELU()) for _ in range(BLOCKS)])
@@ -42,6 +42,7 @@ def _probe(per_block_factor: float, other_plan_factor: float) -> StepProbe:
 
     def seconds(size: int, passes: int = 2) -> float:
         checkpointed = {name: getattr(module, '_mmdropit_selective', False)
+                        or hasattr(module, '_mmdropit_runs')
                         for name, module in net.named_modules() if is_checkpointed(module)}
         exactly_per_block = set(checkpointed) == per_block and not any(checkpointed.values())
         factor = (1.0 if not checkpointed else
