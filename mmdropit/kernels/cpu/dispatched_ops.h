@@ -1,6 +1,6 @@
-// DropIT's selection operators as the C++ autograd nodes call them: through the dispatcher, so a
-// node runs on every device that registers mmdropit_cpu::keep_topk and scatter_bitmask (the CPU
-// kernels of dropit_kernels.cpp; on a GPU the Triton kernels, mmdropit/kernels/cuda/nodes.py).
+// The library's operators as its C++ autograd nodes call them: through the dispatcher, so a node
+// runs on every device that registers them (the CPU kernels of dropit_kernels.cpp and
+// lean_mask_kernels.cpp; on a GPU the Triton kernels, mmdropit/kernels/cuda/nodes.py).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -8,7 +8,7 @@
 
 #include <tuple>
 
-namespace mmdropit_selection {
+namespace mmdropit_dispatched {
 
 // The `kept` largest-magnitude elements of the contiguous 1-d `flat`: (bitmask, values).
 inline std::tuple<at::Tensor, at::Tensor> keep_topk(const at::Tensor& flat, int64_t kept) {
@@ -28,4 +28,20 @@ inline at::Tensor scatter_bitmask(const at::Tensor& bits, const at::Tensor& valu
   return op.call(bits, values, numel);
 }
 
-}  // namespace mmdropit_selection
+// One bit an element of the contiguous 1-d `flat`: low < x, and x < high where `bounded`.
+inline at::Tensor pack_between(const at::Tensor& flat, double low, double high, bool bounded) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("mmdropit_cpu::pack_between", "")
+                       .typed<at::Tensor(const at::Tensor&, double, double, bool)>();
+  return op.call(flat, low, high, bounded);
+}
+
+// The contiguous 1-d `grad` where a bit of `bits` is set, zero elsewhere.
+inline at::Tensor where_bits(const at::Tensor& grad, const at::Tensor& bits) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("mmdropit_cpu::where_bits", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op.call(grad, bits);
+}
+
+}  // namespace mmdropit_dispatched

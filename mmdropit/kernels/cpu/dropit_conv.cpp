@@ -13,7 +13,7 @@
 //
 // The same operators in the same order as the Python Function, so the outputs and gradients are
 // bit-identical to it; keep_topk and scatter_bitmask are called through the dispatcher
-// (selection_ops.h), so the node runs on every device that registers them.
+// (dispatched_ops.h), so the node runs on every device that registers them.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -22,7 +22,7 @@
 #include <optional>
 #include <vector>
 
-#include "selection_ops.h"
+#include "dispatched_ops.h"
 
 namespace mmdropit {
 
@@ -35,7 +35,7 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
                             const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                             int64_t kept) {
-    auto [bits, values] = mmdropit_selection::keep_topk(x.view(-1), kept);
+    auto [bits, values] = mmdropit_dispatched::keep_topk(x.view(-1), kept);
     ctx->save_for_backward({weight, bits, values});
     // one saved list (each saved value costs host time): groups, whether there is a bias,
     // then stride, padding, dilation and the input's sizes
@@ -64,7 +64,7 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
     at::Tensor x;
     if (need_weight) {
       const int64_t numel = c10::multiply_integers(sizes);
-      x = mmdropit_selection::scatter_bitmask(saved[1], saved[2], numel).view(sizes);
+      x = mmdropit_dispatched::scatter_bitmask(saved[1], saved[2], numel).view(sizes);
     } else {  // only the shape is read, as in torch.nn.grad.conv2d_input
       x = grad_out.new_empty({1}).expand(sizes);
     }

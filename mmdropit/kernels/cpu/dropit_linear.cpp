@@ -12,7 +12,7 @@
 //
 // The same operators in the same order as the Python Function, so the outputs and gradients are
 // bit-identical to it. keep_topk and scatter_bitmask are called through the dispatcher, so the
-// node runs on any device that registers them (selection_ops.h). A Python autograd Function
+// node runs on any device that registers them (dispatched_ops.h). A Python autograd Function
 // costs a host-bound GPU step its context, its Python backward node and the Python between the
 // operators, every layer, every step (docs/dropit.md, "Host time a layer adds").
 #include <ATen/ATen.h>
@@ -21,12 +21,12 @@
 
 #include <optional>
 
-#include "selection_ops.h"
+#include "dispatched_ops.h"
 
 namespace {
 
-using mmdropit_selection::keep_topk;
-using mmdropit_selection::scatter_bitmask;
+using mmdropit_dispatched::keep_topk;
+using mmdropit_dispatched::scatter_bitmask;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 

@@ -13,30 +13,15 @@
 // node runs on every device that registers them (on a GPU the Triton kernels,
 // mmdropit/kernels/cuda/nodes.py).
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
-namespace {
-
-at::Tensor pack_between(const at::Tensor& flat, double low, double high, bool bounded) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("mmdropit_cpu::pack_between", "")
-                       .typed<at::Tensor(const at::Tensor&, double, double, bool)>();
-  return op.call(flat, low, high, bounded);
-}
-
-at::Tensor where_bits(const at::Tensor& grad, const at::Tensor& bits) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("mmdropit_cpu::where_bits", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-  return op.call(grad, bits);
-}
-
-}  // namespace
+#include "dispatched_ops.h"
 
 namespace mmdropit {
 
+using mmdropit_dispatched::pack_between;
+using mmdropit_dispatched::where_bits;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
