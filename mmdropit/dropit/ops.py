@@ -32,6 +32,8 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.library import custom_op, register_fake
 
@@ -41,7 +43,8 @@ from ..kernels import fused_ops
 from .compact import (CompactLayout, compress, dense_layout, encode, encoded_bytes, index_dtype,
                       restore_shape, scatter_kept, smaller_encoding, worth_compressing)
 from .quantize import dequantize_kept
-from .strategies import FIXED_COUNT, SAMPLE_SIZE, kept_count, sampled_threshold, select
+from .strategies import (FIXED_COUNT, SAMPLE_SIZE, host_reads_are_free, kept_count,
+                         sampled_threshold, select)
 
 NODE_STRATEGIES = frozenset({'mink'})
 """Strategies a DropIT Linear or convolution runs as its C++ autograd node (the fused ``mink`` in
@@ -203,6 +206,11 @@ class SavePlan:
                                         encoded_bytes(numel, self.kept, size)[self.encoding])
         else:  # mink_approx: the count, hence the layout, depends on the data
             self.layout = None
+            if numel > SAMPLE_SIZE and not host_reads_are_free(x.device):
+                warnings.warn(f"DropIT strategy 'mink_approx' reads its kept count back from "
+                              f'the {x.device.type} device once a layer, which stalls the step; '
+                              "strategy='mink' selects exactly without reading anything back.",
+                              stacklevel=2)
 
     @staticmethod
     def key_of(x: torch.Tensor, gamma: float, strategy: str) -> tuple:

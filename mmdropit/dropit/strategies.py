@@ -71,16 +71,17 @@ def _sample(flat: torch.Tensor) -> torch.Tensor:
     return flat.take(index)
 
 
-def _host_reads_are_free(device: torch.device) -> bool:
+def host_reads_are_free(device: torch.device) -> bool:
     """Whether reading a value back from ``device`` costs no wait (the CPU): only there does the
-    exact threshold use the sampled bracket, whose check reads counts."""
+    exact threshold use the sampled bracket, whose check reads counts, and does ``mink_approx``
+    read its kept count back without stalling the step."""
     return device.type == 'cpu'
 
 
 def _kth_largest(magnitude: torch.Tensor, kept: int) -> torch.Tensor:
     """The ``kept``-th largest element (``kept >= 1``), exactly, as a 0-d tensor; bracketed by
     a sample when large and on the CPU, selected on the device without a host sync elsewhere."""
-    if not _host_reads_are_free(magnitude.device):
+    if not host_reads_are_free(magnitude.device):
         return magnitude.topk(kept, sorted=False).values.min()
     numel = magnitude.numel()
     rank = numel - kept + 1  # the same element counted from the smallest

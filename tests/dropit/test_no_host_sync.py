@@ -4,6 +4,8 @@ the host until the device catches up (issue 37). On the CPU the ATen operators a
 recorded and the reading ones refused; on a GPU, CUDA's sync debug mode refuses them itself."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -67,8 +69,10 @@ def _eager_step_reads(strategy: str, rows: int, device: str = 'cpu') -> list[str
 
 @pytest.fixture
 def device_path(monkeypatch):
-    """This CPU takes the path a GPU takes (no sampled bracket, whose check reads counts)."""
-    monkeypatch.setattr(strategies, '_host_reads_are_free', lambda device: False)
+    """This CPU takes the path a GPU takes (no sampled bracket, whose check reads counts; a
+    warning where ``mink_approx`` reads back)."""
+    monkeypatch.setattr(strategies, 'host_reads_are_free', lambda device: False)
+    monkeypatch.setattr(ops, 'host_reads_are_free', lambda device: False)
 
 
 @pytest.mark.parametrize('rows', [4, LARGE_ROWS])
@@ -82,7 +86,15 @@ def test_mink_approx_reads_nothing_back_on_inputs_under_its_sample():
 
 
 def test_mink_approx_reads_its_data_dependent_count_back_once(device_path):
-    assert _eager_step_reads('mink_approx', LARGE_ROWS) == ['aten.nonzero.default']
+    with pytest.warns(UserWarning, match="'mink_approx' reads its kept count back .* "
+                                         "strategy='mink' selects exactly"):
+        assert _eager_step_reads('mink_approx', LARGE_ROWS) == ['aten.nonzero.default']
+
+
+def test_mink_approx_does_not_warn_where_reading_back_is_free():
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        _eager_step_reads('mink_approx', LARGE_ROWS)
 
 
 @pytest.mark.cuda
