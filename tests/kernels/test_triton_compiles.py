@@ -4,6 +4,7 @@ code that the compiler rejects, which only a GPU session would otherwise find.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +21,22 @@ def test_every_launch_compiles_for_sm90():
                           cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert 'kernel builds compiled for sm_90' in done.stdout
+
+
+def test_the_instruction_table_counts_every_pass_of_a_selection_and_a_rebuild():
+    """``--instructions``: each kernel of ``keep_topk`` and ``scatter_bitmask`` gets the size
+    of its main loop in the ``sm_90`` machine code, in bfloat16 and float32."""
+    environment = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
+    done = subprocess.run([sys.executable, '-m', 'tests.helpers.compile_triton_kernels',
+                           '--instructions'], cwd=ROOT, env=environment, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    counts = re.findall(r'^(_\w+_kernel) (\w+) .*: (\d+) instructions a block$', done.stdout,
+                        re.MULTILINE)
+    passes = [(name, dtype) for name, dtype, _ in counts if name == '_digit_histogram_kernel']
+    assert passes.count(('_digit_histogram_kernel', 'bfloat16')) == 2, done.stdout
+    assert passes.count(('_digit_histogram_kernel', 'float32')) == 4, done.stdout
+    assert {name for name, _, _ in counts} == {
+        '_digit_histogram_kernel', '_count_kernel', '_write_kernel', '_popcount_kernel',
+        '_scatter_kernel'}, done.stdout
+    assert all(int(size) > 100 for _, _, size in counts), done.stdout

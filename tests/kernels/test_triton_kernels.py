@@ -88,10 +88,10 @@ def _neighbours(value: float, count: int) -> torch.Tensor:
     return (start + torch.arange(count, dtype=torch.int32)).view(torch.float32)
 
 
-def _fresh_histograms(x: torch.Tensor) -> torch.Tensor:
+def _fresh_histograms(kernels, x: torch.Tensor) -> torch.Tensor:
     """Zeroed histograms of their own for a direct ``_select`` (the cached workspace is left
     filled by it: only ``keep_topk``'s write zeroes it)."""
-    return torch.zeros(4 * 256, dtype=torch.int32, device=x.device)
+    return torch.zeros(kernels._WORKSPACE_INTS, dtype=torch.int32, device=x.device)
 
 
 @pytest.mark.parametrize('case', ['ulps', 'ties', 'specials'])
@@ -106,7 +106,7 @@ def test_the_radix_select_finds_the_exact_kth_magnitude(kernels, case):
                                    float('-inf'), 3.0e38] * 300)}[case]
     x = x[torch.randperm(x.numel(), generator=generator)].to(DEVICE)
     for rank in sorted({1, 2, x.numel() // 3, x.numel() // 2, x.numel() - 1, x.numel()}):
-        found = kernels._select(x, rank, _fresh_histograms(x))[0]
+        found = kernels._select(x, rank, _fresh_histograms(kernels, x))[0]
         assert found.dtype == torch.float32 and found.shape == (1,)
         assert torch.equal(found.view(torch.int32), x.abs().kthvalue(rank).values.reshape(1)
                            .view(torch.int32)), rank
@@ -119,7 +119,7 @@ def test_half_precision_needs_fewer_radix_passes(kernels, dtype):
     x = kernel_input(20_000, dtype, 'scaled', DEVICE)
     magnitudes = x.float().abs()
     for rank in (1, 777, 10_000, 19_999, 20_000):
-        found = kernels._select(x, rank, _fresh_histograms(x))[0]
+        found = kernels._select(x, rank, _fresh_histograms(kernels, x))[0]
         assert torch.equal(found, magnitudes.kthvalue(rank).values.reshape(1)), rank
 
 
@@ -154,10 +154,10 @@ def test_the_histogram_workspace_is_left_zero_for_the_next_call(kernels):
                 bits, values = kernels.keep_topk(x, kept_count(x.numel(), gamma), True)
                 assert torch.equal(bits, pack_bits(keep)), (dtype, kind, gamma)
                 assert torch.equal(values, x[keep]), (dtype, kind, gamma)
-                cached = zeroed_histograms(x.device, 4 * 256)
+                cached = zeroed_histograms(x.device, kernels._WORKSPACE_INTS)
                 assert workspace is None or cached is workspace
                 workspace = cached
-                assert cached.dtype == torch.int32 and cached.numel() == 4 * 256
+                assert cached.dtype == torch.int32 and cached.numel() == kernels._WORKSPACE_INTS
                 assert not cached.any(), (dtype, kind, gamma, cached.nonzero().flatten()[:8])
 
 
@@ -166,7 +166,7 @@ def test_a_failed_call_leaves_no_stale_histograms(kernels, monkeypatch):
     filled workspace: the next call takes a zeroed one and equals the eager ``mink``."""
     x = kernel_input(3001, torch.float32, 'normal', DEVICE)
     kept = kept_count(x.numel(), 0.9)
-    before = zeroed_histograms(x.device, 4 * 256)
+    before = zeroed_histograms(x.device, kernels._WORKSPACE_INTS)
 
     def failing_write(*args, **kwargs):
         raise RuntimeError('launch failed')
@@ -175,7 +175,7 @@ def test_a_failed_call_leaves_no_stale_histograms(kernels, monkeypatch):
         kernels.keep_topk(x, kept, True)
     monkeypatch.undo()
     assert before.any()  # filled by the histogram passes, and no longer cached
-    after = zeroed_histograms(x.device, 4 * 256)
+    after = zeroed_histograms(x.device, kernels._WORKSPACE_INTS)
     assert after is not before and not after.any()
     keep, _ = mink(x, 0.9)
     bits, values = kernels.keep_topk(x, kept, True)
@@ -189,7 +189,7 @@ def test_selections_of_everything_and_of_nothing_leave_the_workspace_zero(kernel
         for kept in {0, numel}:
             bits, values = kernels.keep_topk(x, kept, True)
             assert values.numel() == kept and int(bits.numel()) == (numel + 7) // 8
-            assert not zeroed_histograms(x.device, 4 * 256).any(), (numel, kept)
+            assert not zeroed_histograms(x.device, kernels._WORKSPACE_INTS).any(), (numel, kept)
 
 
 @pytest.mark.cuda

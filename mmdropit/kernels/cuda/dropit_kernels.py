@@ -13,8 +13,9 @@ the write or scatter program adds up where its chunk's output starts (a sum over
   bit patterns (non-negative floats order as their bits do): one pass per byte that the input's
   dtype can set, from the highest (four for float32, three for float16, two for bfloat16), each
   a histogram of that byte over the elements whose higher bytes match those chosen so far. Each
-  program of a pass works the chosen bytes out again from the earlier histograms (256 counts a
-  pass), so no launch goes to picking them. A count pass then finds, per chunk, the elements
+  program of a pass works the chosen bytes out again from the earlier histograms (128 counts
+  for the top byte, whose highest bit is the sign's, 256 for each later one), so no launch
+  goes to picking them. A count pass then finds, per chunk, the elements
   above the threshold and those equal to it; a write pass writes the bitmask (or indices) and
   the kept values, with the ties that fill the count taken first in memory order, as the eager
   ``mink`` does.
@@ -29,25 +30,33 @@ float32 (3 with every element kept: a fill, count, write; none of them touches t
 histograms); ``above_counts`` and ``write_above`` one pass each (after a fill where the
 threshold is a number), ``scatter_bitmask`` 2.
 
-The radix select's histograms (at most 4 x 256 int32) live in a cached workspace that the write
-kernel leaves zero (:mod:`.histogram_workspace`): no zeroing launch, one launch saved per
-DropIT layer's forward, paid in host time on a host-bound step (issue 37).
+The radix select's histograms (at most 128 + 3 x 256 int32) live in a cached workspace that
+the write kernel leaves zero (:mod:`.histogram_workspace`): no zeroing launch, one launch saved
+per DropIT layer's forward, paid in host time on a host-bound step (issue 37).
 
 Memory traffic per input element of ``e`` bytes (2 for bfloat16 and float16, 4 for float32),
 the prediction for a GPU run to check (a 19.4 M-element bfloat16 input is 38.8 MB a read pass,
 about 13 us at 3 TB/s): each histogram pass and the count read ``e``
 bytes; the write reads ``e`` and writes 1/8 byte of bitmask (or nothing) per element plus
 ``e`` (``e + 4`` with indices) per kept element; the popcount reads 1/8 byte and the scatter
-1/8 byte plus ``e`` per kept element, and writes ``e``. Beside those: 256 atomics a program
-per histogram pass (fewer after the first: only non-empty bins), 8 bytes a program from the
+1/8 byte plus ``e`` per kept element, and writes ``e``. Beside those: at most 128 atomics a
+program in the first histogram pass and 256 in a later one (only non-empty bins: few after the
+first), 8 bytes a program from the
 count, and 8 bytes per chunk that every write program reads (``PROGRAMS`` squared times 8
 bytes at most, 36 MB, from L2; 20 MB for the 19.4 M elements, 1576 programs of 3 blocks).
 ``keep_topk`` on bfloat16 is so four read passes (2 bytes each) plus its output.
 
 A histogram pass costs beyond its read: ``tl.histogram``'s lowering costs about in proportion
 to its bins (per element, a ballot per bit of the bin, then a popcount per bin a lane owns),
-hence 256 bins, the elements left out counted into bin 0 and taken off. What an H200 measured
-before that change, and the prediction for the next run: docs/dropit.md, *Fused kernels (CPU and GPU)*.
+hence no more bins than a byte can take (128 for the top one), the elements left out counted
+into bin 0 and taken off. Instructions a thread runs per block in the ``sm_90`` build (the
+loop of each kernel, 4,096 elements of bfloat16 a block, 4 warps; from the SASS, a proxy for
+an instruction-bound pass: at ~0.93 T warp instructions a second on 132 SMs, 2,000 of them
+over 19.4 M elements take ~40 us, a read at 3 TB/s 13 us): first histogram ~1,450, later one
+~2,070, count ~330, write ~1,100 on blocks without a tie to keep (~1,850 with one), popcount
+~340, scatter ~710; a plain read of the block ~490. What an H200 measured before these
+changes, and the prediction for the next run: docs/dropit.md, *Fused kernels (CPU and
+GPU)*.
 
 The threshold and the offsets stay in device memory and every output size follows from the
 shape: ``keep_topk`` never waits for the GPU. ``write_above`` needs its kept count on the
@@ -82,21 +91,38 @@ contiguous chunk of blocks, adds its histogram to the shared one once (the globa
 the 256 bins are ``PROGRAMS`` a pass, not one per few blocks) and stores one count a chunk.
 The write and scatter programs each add up to ``next_power_of_2(PROGRAMS)`` = 4096 chunk
 counts in registers (no spills in the ``sm_90`` build)."""
-_DIGITS = 256  # values of one byte of the bit pattern: the radix select's histogram bins
+_TOP_DIGITS = 128
+"""Bins of the first histogram: the top byte of a magnitude's bit pattern, whose highest bit (the
+sign's) is clear, takes 128 values. A histogram's cost grows with its bins: in the ``sm_90``
+build the first pass's loop runs ~1,450 instructions a thread and block with 128 bins, ~1,980
+with 256."""
+_DIGITS = 256
+"""Bins of every later histogram: one byte of the bit pattern."""
 _PASSES = {torch.float32: 4, torch.float16: 3, torch.bfloat16: 2}
 """Radix-select passes per input dtype: the bytes of a magnitude's float32 bit pattern that the
 dtype can set (a bfloat16 sets the upper two, a float16's 10-bit mantissa ends in bit 13)."""
-_WORKSPACE_INTS = max(_PASSES.values()) * _DIGITS
+
+
+def _histograms_before(done: int) -> int:
+    """Where histogram ``done`` starts in the workspace: after the bins of those before it."""
+    return 0 if done == 0 else _TOP_DIGITS + (done - 1) * _DIGITS
+
+
+_WORKSPACE_INTS = _histograms_before(max(_PASSES.values()))
 
 
 @triton.jit
 def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr):
     """The upper ``PASSES`` bytes of the ``rank``-th smallest bit pattern, read from the first
-    ``PASSES`` histograms (each program of a later pass works them out again: 256 bins each)."""
+    ``PASSES`` histograms (each program of a later pass works them out again: 128 bins, then
+    256 each, one after another in the workspace)."""
     prefix = 0
     remaining = rank
     for done in tl.static_range(PASSES):
-        counts = tl.load(hist_ptr + done * 256 + tl.arange(0, 256))
+        if done == 0:
+            counts = tl.load(hist_ptr + tl.arange(0, 128))
+        else:
+            counts = tl.load(hist_ptr + 128 + (done - 1) * 256 + tl.arange(0, 256))
         below = tl.cumsum(counts, 0) - counts
         chosen = below < remaining
         digit = tl.sum(chosen.to(tl.int32), 0) - 1
@@ -107,16 +133,17 @@ def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr):
 
 @triton.jit
 def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: tl.constexpr,
-                            BLOCK: tl.constexpr):
+                            BINS: tl.constexpr, AT: tl.constexpr, BLOCK: tl.constexpr):
     """Add the histogram of byte ``3 - PASS`` of the magnitudes' bit patterns in the program's
     ``chunk`` blocks (of ``blocks``), over the elements whose upper bytes equal those the earlier
-    passes chose, to histogram ``PASS``: one 256-bin ``tl.histogram`` a block, with the other
-    elements counted into bin 0 and taken off it once, then one atomic per non-empty bin."""
+    passes chose, to histogram ``PASS`` (``BINS`` bins at ``hist_ptr + AT``: 128 for the top
+    byte, 256 after): one ``tl.histogram`` a block, with the other elements counted into bin 0 and
+    taken off it once, then one atomic per non-empty bin."""
     shift: tl.constexpr = 24 - 8 * PASS
     prefix = 0
     if PASS > 0:
         prefix = _selected_prefix(hist_ptr, rank, PASS)
-    counts = tl.zeros((256,), dtype=tl.int32)
+    counts = tl.zeros((BINS,), dtype=tl.int32)
     misses = 0
     first_block = tl.program_id(0) * chunk
     for block in range(first_block, tl.minimum(first_block + chunk, blocks)):
@@ -127,14 +154,13 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: t
         match = inside
         if PASS > 0:
             match = match & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
-        # 256 bins, not a 257th for the rest (a histogram's cost grows with its bins): the
-        # elements that do not match (or lie past the end) go to bin 0 and come off it below
-        counts += tl.histogram(tl.where(match, (key >> shift) & 255, 0), 256)
+        # no extra bin for the rest (a histogram's cost grows with its bins): the elements
+        # that do not match (or lie past the end) go to bin 0 and come off it below
+        counts += tl.histogram(tl.where(match, (key >> shift) & (BINS - 1), 0), BINS)
         misses += tl.sum((~match).to(tl.int32), 0)
-    bins = tl.arange(0, 256)
+    bins = tl.arange(0, BINS)
     counts -= tl.where(bins == 0, misses, 0)
-    tl.atomic_add(hist_ptr + PASS * 256 + bins, counts,
-                  mask=counts > 0)  # few bins after the first pass
+    tl.atomic_add(hist_ptr + AT + bins, counts, mask=counts > 0)  # few bins after the first pass
 
 
 @triton.jit
@@ -171,13 +197,18 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
     it, in memory order, that fill ``kept``; write the bitmask bytes (or indices) and the kept
     values of the program's ``chunk`` blocks. Where the chunk's output starts follows from the
     per-chunk counts (at most ``CHUNKS``, added up here: no scan launch), and the program
-    carries it from block to block. Program 0 also zeroes the ``CLEAR`` 256-bin histograms at
-    ``hist_ptr`` (the radix select's, read by nothing after the count kernel) for the next
-    call."""
+    carries it from block to block; a block without a tie that could fill ``kept`` skips the
+    ties' cumulative sum (a third of the kernel's instructions in the ``sm_90`` build). Program 0
+    also zeroes the ``CLEAR`` histograms at ``hist_ptr`` (the radix select's, read by nothing
+    after the count kernel) for the next call."""
     pid = tl.program_id(0)
     for cleared in tl.static_range(CLEAR):
-        tl.store(hist_ptr + cleared * 256 + tl.arange(0, 256), tl.zeros((256,), dtype=tl.int32),
-                 mask=pid == 0)
+        if cleared == 0:
+            tl.store(hist_ptr + tl.arange(0, 128), tl.zeros((128,), dtype=tl.int32),
+                     mask=pid == 0)
+        else:
+            tl.store(hist_ptr + 128 + (cleared - 1) * 256 + tl.arange(0, 256),
+                     tl.zeros((256,), dtype=tl.int32), mask=pid == 0)
     threshold = tl.load(threshold_ptr)
     chunks = tl.arange(0, CHUNKS)
     above = tl.load(counts_ptr + chunks, mask=chunks < tl.num_programs(0), other=0)
@@ -196,8 +227,10 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
         keep = (magnitude > threshold) & inside
         if TIES:
             tie = ((magnitude == threshold) & inside).to(tl.int32)
-            keep = keep | ((tie == 1) & (ties_before + tl.cumsum(tie, 0) - 1 < missing))
-            ties_before += tl.sum(tie, 0)
+            tied = tl.sum(tie, 0)
+            if (tied > 0) & (ties_before < missing):
+                keep = keep | ((tie == 1) & (ties_before + tl.cumsum(tie, 0) - 1 < missing))
+            ties_before += tied
         keep_int = keep.to(tl.int32)
         slots = kept_before + tl.cumsum(keep_int, 0) - 1
         tl.store(values_ptr + slots, x, mask=keep)
@@ -276,7 +309,8 @@ def _select(flat: torch.Tensor, rank: int,
     grid, chunk = _chunked_grid(blocks)
     for done in range(passes):
         _digit_histogram_kernel[grid](flat, numel, hist, rank, blocks, chunk, PASS=done,
-                                      BLOCK=BLOCK)
+                                      BINS=_TOP_DIGITS if done == 0 else _DIGITS,
+                                      AT=_histograms_before(done), BLOCK=BLOCK)
     threshold = flat.new_empty(1, dtype=torch.float32)
     counts = flat.new_empty((2, grid[0]), dtype=torch.int32)
     _count_kernel[grid](flat, numel, hist, rank, threshold, counts, blocks, chunk,
