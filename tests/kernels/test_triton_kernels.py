@@ -112,6 +112,24 @@ def test_the_radix_select_finds_the_exact_kth_magnitude(kernels, case):
                            .view(torch.int32)), rank
 
 
+@pytest.mark.parametrize('programs', [1, 2112], ids=['one-program', 'a-program-a-block'])
+def test_the_later_passes_skip_blocks_where_nothing_matches_and_stay_exact(kernels, programs,
+                                                                            monkeypatch):
+    """Neighbouring float32 bit patterns fill one block, between blocks of far smaller and far
+    larger magnitudes: where the threshold lies among the neighbours, the third and fourth
+    passes match in that block alone and skip the others, whose elements must then not be
+    taken off the histograms either (visible where a program walks several blocks, as on
+    inputs of more than ``PROGRAMS`` blocks)."""
+    monkeypatch.setattr(kernels, 'PROGRAMS', programs)
+    block = kernels.BLOCK
+    x = torch.cat([torch.full((2 * block,), 1e-3), _neighbours(1.0, block),
+                   torch.full((block,), -1e3)]).to(DEVICE)
+    for rank in (5, 2 * block + 1, 2 * block + 777, 3 * block - 1, 3 * block, 4 * block):
+        found = kernels._select(x, rank, _fresh_histograms(kernels, x))[0]
+        assert torch.equal(found.view(torch.int32), x.abs().kthvalue(rank).values.reshape(1)
+                           .view(torch.int32)), rank
+
+
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=str)
 def test_half_precision_needs_fewer_radix_passes(kernels, dtype):
     """A bfloat16 magnitude sets only the upper two bytes of its float32 pattern, a float16 the

@@ -138,7 +138,8 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: t
     ``chunk`` blocks (of ``blocks``), over the elements whose upper bytes equal those the earlier
     passes chose, to histogram ``PASS`` (``BINS`` bins at ``hist_ptr + AT``: 128 for the top
     byte, 256 after): one ``tl.histogram`` a block, with the other elements counted into bin 0 and
-    taken off it once, then one atomic per non-empty bin."""
+    taken off it once (the third and fourth passes skip the blocks where nothing matches), then
+    one atomic per non-empty bin."""
     shift: tl.constexpr = 24 - 8 * PASS
     prefix = 0
     if PASS > 0:
@@ -156,8 +157,15 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: t
             match = match & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
         # no extra bin for the rest (a histogram's cost grows with its bins): the elements
         # that do not match (or lie past the end) go to bin 0 and come off it below
-        counts += tl.histogram(tl.where(match, (key >> shift) & (BINS - 1), 0), BINS)
-        misses += tl.sum((~match).to(tl.int32), 0)
+        digits = tl.where(match, (key >> shift) & (BINS - 1), 0)
+        if PASS < 2:  # the first two passes match most of a block
+            counts += tl.histogram(digits, BINS)
+            misses += tl.sum((~match).to(tl.int32), 0)
+        else:
+            hits = tl.sum(match.to(tl.int32), 0)
+            if hits > 0:  # later passes match few: most blocks of a float32 input have none
+                counts += tl.histogram(digits, BINS)
+                misses += BLOCK - hits
     bins = tl.arange(0, BINS)
     counts -= tl.where(bins == 0, misses, 0)
     tl.atomic_add(hist_ptr + AT + bins, counts, mask=counts > 0)  # few bins after the first pass
