@@ -207,7 +207,7 @@ class SavePlan:
         else:  # mink_approx: the count, hence the layout, depends on the data
             self.layout = None
             if numel > SAMPLE_SIZE and not host_reads_are_free(x.device):
-                warnings.warn(f"DropIT strategy 'mink_approx' reads its kept count back from "
+                warnings.warn("DropIT strategy 'mink_approx' reads its kept count back from "
                               f'the {x.device.type} device once a layer, which stalls the step; '
                               "strategy='mink' selects exactly without reading anything back.",
                               stacklevel=2)

@@ -49,12 +49,12 @@ def _type(value) -> str:
     raise TypeError(f'no Triton type for {value!r}')
 
 
-def _attrs(names: tuple[str, ...], args: tuple) -> dict[tuple[int], list]:
+def _attrs(args: tuple) -> dict[tuple[int], list]:
     """The divisibility Triton's CUDA launcher specialises on: every tensor (CUDA allocations
     are aligned), and each integer argument divisible by 16."""
-    return {(index,): [['tt.divisibility', 16]] for index, value in enumerate(args[:len(names)])
-            if isinstance(value, torch.Tensor)
-            or (type(value) is int and value % 16 == 0)}  # noqa: E721 (bool is not one)
+    return {(index,): [['tt.divisibility', 16]] for index, value in enumerate(args)
+            if isinstance(value, torch.Tensor) or (
+                isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0)}
 
 
 DEIT_S_INPUT = 256 * 197 * 384
@@ -63,7 +63,9 @@ DEIT_S_INPUT = 256 * 197 * 384
 
 def _loop_instructions(cubin: bytes) -> int:
     """Instructions of the longest loop (the span of a backward branch) in ``cubin``'s SASS."""
-    nvdisasm = Path(__import__('triton').__file__).parent / 'backends/nvidia/bin/nvdisasm'
+    import triton
+
+    nvdisasm = Path(triton.__file__).parent / 'backends/nvidia/bin/nvdisasm'
     with tempfile.NamedTemporaryFile(suffix='.cubin') as file:
         file.write(cubin)
         file.flush()
@@ -153,7 +155,7 @@ def main() -> int:
                    if name in _LAUNCH_OPTIONS}
         signature = {name: _type(value) for name, value in zip(names, launch.args)}
         signature.update({name: 'constexpr' for name in constants})
-        attrs = _attrs(names, launch.args)
+        attrs = _attrs(launch.args)
         key = (launch.name, tuple(signature.items()), tuple(launch.constants.items()),
                tuple(attrs))
         if key in built:
