@@ -17,6 +17,14 @@ forward hooks at batch 1 on the CPU, then scaled to each batch), in each dtype, 
 - ``copy``: ``torch.empty_like(x).copy_(x)``, the device's copy bandwidth on the same bytes;
 - ``gemm``: the layer's forward Linear / convolution with its real weight shape.
 
+On a GPU a second table takes the Triton ``keep_topk`` and ``scatter_bitmask`` apart on the
+DeiT-S inputs at ``--launch-batch`` (256): each launch (histogram passes, count, write;
+popcount, scatter) recorded once, then replayed alone in its order, round after round (the
+histogram workspace zeroed before each round, as a call finds it), and timed: its time, the
+input's bytes over it (``input GB/s``: one read of the input at bandwidth is about half the
+copy's time) and its time over the input's copy (``x copy``). What it checks: the instruction
+counts of ``python -m tests.helpers.compile_triton_kernels --instructions`` (docs/dropit.md).
+
 On a GPU each is timed with CUDA events (warm-up, then the median of ``--reps`` >= 8 runs); on the
 CPU with ``time.perf_counter``. ``GB/s`` is the bytes of the tensors a kernel reads and writes
 (its inputs and outputs, each once) over its median time; ``x copy`` that bandwidth over the
@@ -25,8 +33,8 @@ copy's (1.0: as fast as a copy; the selection reads its input more than once, so
 50 MB L2 cache, so their bandwidths (the copy's too) can exceed the memory's.
 
 Run ``python -m mmdropit.bench.kernel_speed OUT`` (``OUT/kernel_speed.{json,md}``; meant to take
-well under 60 s on an H100, untried there yet); ``--device cpu --quick`` runs batch 1 in fp32 with two timed runs, where the table
-forms but the figures mean little.
+well under 60 s on an H100); ``--device cpu --quick`` runs batch 1 in fp32 with two timed runs,
+where the table forms but the figures mean little.
 
 Example:
     >>> LAYERS['deit_small']
@@ -38,6 +46,7 @@ import argparse
 import importlib
 import json
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,6 +62,7 @@ from ..dropit.compact import encode, scatter_kept
 from ..dropit.strategies import kept_count, mink
 from ..kernels import fused_ops
 from ..reporting.provenance import provenance, provenance_markdown
+from .triton_launches import Launch, recorded_launches
 
 GAMMA = 0.9
 DTYPES = {'bf16': torch.bfloat16, 'fp32': torch.float32}
@@ -67,6 +77,8 @@ LAYERS = {
 """The layers timed per model: the DeiT-S block's two input widths; ResNet-50 convolutions
 from each stage."""
 TIMM_ARCH = {'deit_small': 'deit_small_patch16_224', 'resnet50': 'resnet50'}
+LAUNCH_MODEL = 'deit_small'
+"""The model whose layer inputs get the launch-by-launch table."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,14 @@ def layer_inputs(model_name: str) -> list[LayerInput]:
     return [found[name] for name in LAYERS[model_name]]
 
 
+def dropit_triton_kernels() -> ModuleType | None:
+    """``mmdropit.kernels.cuda.dropit_kernels``, or ``None`` where Triton cannot be imported."""
+    try:
+        return importlib.import_module('mmdropit.kernels.cuda.dropit_kernels')
+    except ImportError:
+        return None
+
+
 def codec_kernels() -> ModuleType | None:
     """``mmdropit.kernels.cuda.codec_kernels`` with ``quantize_int8`` / ``dequantize_int8``, or
     ``None`` when it is absent or lacks them."""
@@ -147,6 +167,34 @@ class Timer:
         torch.cuda.synchronize(self.device)
         return statistics.median(start.elapsed_time(end) for start, end in events) / 1e3
 
+    def each(self, functions: Sequence[Callable[[], object]],
+             before: Callable[[], object]) -> list[float]:
+        """The median time of each of ``functions``, run in their order after ``before`` (not
+        timed), ``warmup`` untimed rounds and then ``reps`` timed ones, in seconds."""
+        cuda = self.device.type == 'cuda'
+        times: list[list[float]] = [[] for _ in functions]
+        for round_index in range(self.warmup + self.reps):
+            before()
+            if cuda:
+                events = [(torch.cuda.Event(enable_timing=True),
+                           torch.cuda.Event(enable_timing=True)) for _ in functions]
+                for function, (start, end) in zip(functions, events):
+                    start.record()
+                    function()
+                    end.record()
+                torch.cuda.synchronize(self.device)
+                measured = [start.elapsed_time(end) / 1e3 for start, end in events]
+            else:
+                measured = []
+                for function in functions:
+                    start = time.perf_counter()
+                    function()
+                    measured.append(time.perf_counter() - start)
+            if round_index >= self.warmup:
+                for index, seconds in enumerate(measured):
+                    times[index].append(seconds)
+        return [statistics.median(kept) for kept in times]
+
 
 def _bytes(*tensors: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -177,6 +225,61 @@ class Row:
     def of_gemm(self) -> float:
         """Time as a multiple of the layer's GEMM."""
         return self.ms / self.gemm_ms
+
+
+@dataclass
+class LaunchRow:
+    """One Triton launch of ``keep_topk`` or ``scatter_bitmask`` on one layer input, timed
+    alone."""
+
+    model: str
+    layer: str
+    batch: int
+    dtype: str
+    numel: int
+    launch: str
+    us: float
+    input_gbps: float
+    copy_us: float
+
+    @property
+    def of_copy(self) -> float:
+        """Time as a multiple of the input's copy (a read of the input at bandwidth: ~0.5)."""
+        return self.us / self.copy_us
+
+
+def launch_rows(layer: LayerInput, batch: int, dtype_name: str, timer: Timer,
+                kernels: ModuleType) -> list[LaunchRow]:
+    """``keep_topk`` at gamma 0.9 in the bitmask encoding and ``scatter_bitmask`` on the
+    layer's input, launch by launch (see the module)."""
+    device, dtype = timer.device, DTYPES[dtype_name]
+    x = torch.randn((batch, *layer.shape[1:]), device=device, dtype=dtype,
+                    generator=torch.Generator(device).manual_seed(0))
+    flat = x.view(-1)
+    with recorded_launches(kernels) as selection:
+        bits, values = kernels.keep_topk(flat, kept_count(flat.numel(), GAMMA), True)
+    with recorded_launches(kernels) as rebuild:
+        kernels.scatter_bitmask(bits, values, flat.numel())
+    launches: list[Launch] = selection.triton + rebuild.triton
+    histograms = next(launch.argument('hist_ptr') for launch in launches
+                      if 'PASS' in launch.constants)
+    seconds = timer.each([launch.replay for launch in launches], before=histograms.zero_)
+    copy_us = timer.seconds(lambda: torch.empty_like(x).copy_(x)) * 1e6
+    input_bytes = _bytes(flat)
+    return [LaunchRow(layer.model, layer.name, batch, dtype_name, flat.numel(), launch.label,
+                      time_s * 1e6, input_bytes / time_s / 1e9, copy_us)
+            for launch, time_s in zip(launches, seconds)]
+
+
+def launch_table(rows: Sequence[LaunchRow]) -> str:
+    """The launch rows as a Markdown table."""
+    lines = ['| model | layer | batch | dtype | elements | launch | us | input GB/s | copy us '
+             '| x copy |', '|' + '---|' * 10]
+    for row in rows:
+        lines.append(f'| {row.model} | {row.layer} | {row.batch} | {row.dtype} | {row.numel} | '
+                     f'{row.launch} | {row.us:.1f} | {row.input_gbps:.1f} | {row.copy_us:.1f} '
+                     f'| {row.of_copy:.2f} |')
+    return '\n'.join(lines)
 
 
 def _kernels(x: torch.Tensor, codec: ModuleType | None) -> list[tuple[str, str, Callable]]:
@@ -261,15 +364,21 @@ def table(rows: Sequence[Row]) -> str:
     return '\n'.join(lines)
 
 
-def write(out: Path, record: dict, device: torch.device, rows: Sequence[Row]) -> None:
-    """``out/kernel_speed.md`` (the run and the table) and ``out/kernel_speed.json``."""
+def write(out: Path, record: dict, device: torch.device, rows: Sequence[Row],
+          launches: Sequence[LaunchRow] = ()) -> None:
+    """``out/kernel_speed.md`` (the run, the table and the launch table when there is one) and
+    ``out/kernel_speed.json``."""
     out.mkdir(parents=True, exist_ok=True)
+    launch_part = ('\n## keep_topk and scatter_bitmask, launch by launch\n\n'
+                   + launch_table(launches) + '\n') if launches else ''
     (out / 'kernel_speed.md').write_text(
-        '# DropIT kernel speed\n\n' + provenance_markdown(record) + '\n\n' + table(rows) + '\n')
+        '# DropIT kernel speed\n\n' + provenance_markdown(record) + '\n\n' + table(rows) + '\n'
+        + launch_part)
     (out / 'kernel_speed.json').write_text(json.dumps(
         {'run': record, 'device': str(device), 'gamma': GAMMA,
          'rows': [asdict(row) | {'of_copy': row.of_copy, 'of_gemm': row.of_gemm}
-                  for row in rows]}, indent=1))
+                  for row in rows],
+         'launches': [asdict(row) | {'of_copy': row.of_copy} for row in launches]}, indent=1))
 
 
 def main(argv: Sequence[str] | None = None) -> list[Row]:
@@ -283,6 +392,8 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument('--dtypes', nargs='+', default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--reps', type=int, default=10, help='timed runs (median), >= 8')
+    parser.add_argument('--launch-batch', type=int, default=256,
+                        help=f'batch of the {LAUNCH_MODEL} inputs timed launch by launch (GPU)')
     parser.add_argument('--quick', action='store_true',
                         help='batch 1, fp32, one warm-up, two timed runs (a smoke test)')
     args = parser.parse_args(argv)
@@ -299,14 +410,23 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     record = provenance(None if argv is None else
                         ['-m', 'mmdropit.bench.kernel_speed', *argv])
     rows: list[Row] = []
+    inputs = {model: layer_inputs(model) for model in args.models}
     with torch.no_grad():
         for model in args.models:
-            for layer in layer_inputs(model):
+            for layer in inputs[model]:
                 for batch in args.batches:
                     for dtype_name in args.dtypes:
                         rows += measure(layer, batch, dtype_name, timer, codec)
                 write(args.out, record, device, rows)  # a run stopped by a limit keeps these
-    print(table(rows))
+        print(table(rows))
+        kernels = dropit_triton_kernels() if device.type == 'cuda' else None
+        launches: list[LaunchRow] = []
+        if kernels is not None and LAUNCH_MODEL in args.models:
+            for layer in inputs[LAUNCH_MODEL]:
+                for dtype_name in args.dtypes:
+                    launches += launch_rows(layer, args.launch_batch, dtype_name, timer, kernels)
+                write(args.out, record, device, rows, launches)
+            print(launch_table(launches))
     return rows
 
 

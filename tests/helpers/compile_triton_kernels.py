@@ -132,7 +132,7 @@ def main() -> int:
     from triton.compiler import ASTSource
 
     from mmdropit.kernels.cuda import codec_kernels, dropit_kernels
-    from tests.helpers.triton_launches import recorded_launches
+    from mmdropit.bench.triton_launches import recorded_launches
 
     instructions = '--instructions' in sys.argv[1:]
     with recorded_launches(dropit_kernels, run=False) as launches:

@@ -13,6 +13,7 @@ import shutil
 import pytest
 import torch
 
+from mmdropit.bench.triton_launches import recorded_launches
 from mmdropit.codecs import GROUP
 from mmdropit.codecs.derivative_codes import encode, scale_gradient
 from mmdropit.codecs.int8 import dequantize, quantize
@@ -22,7 +23,6 @@ from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.switch import eager_only
 from tests.helpers.kernel_inputs import (KINDS, derivative_code_input, derivative_table_on,
                                          kernel_input)
-from tests.helpers.triton_launches import recorded_launches
 
 triton = pytest.importorskip('triton', reason='Triton ships with the CUDA build of torch')
 

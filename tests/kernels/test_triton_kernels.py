@@ -10,13 +10,13 @@ import torch
 from torch import nn
 
 from mmdropit import from_dropit, to_dropit
+from mmdropit.bench.triton_launches import recorded_launches
 from mmdropit.common.random_source import reseed
 from mmdropit.dropit.compact import encode, pack_bits, scatter_kept
 from mmdropit.dropit.strategies import kept_count, mink, sampled_threshold
 from mmdropit.kernels.cuda.histogram_workspace import zeroed_histograms
 from mmdropit.kernels.switch import eager_only
 from tests.helpers.kernel_inputs import KINDS, kernel_input
-from tests.helpers.triton_launches import recorded_launches
 
 triton = pytest.importorskip('triton', reason='Triton ships with the CUDA build of torch')
 

@@ -34,7 +34,9 @@
 #   kernels          DropIT's kernels (keep_topk at gamma 0.9 fused and eager, scatter_bitmask,
 #                    the codec kernels when there) on DeiT-S and ResNet-50 layer inputs at batch
 #                    64 and 256, bf16 and fp32: GB/s beside the copy's, time beside the layer's
-#                    GEMM (python -m mmdropit.bench.kernel_speed; needs no mmcv; kernels/)
+#                    GEMM, then keep_topk and scatter_bitmask launch by launch on the DeiT-S
+#                    inputs at batch 256 (python -m mmdropit.bench.kernel_speed; needs no mmcv;
+#                    kernels/)
 #   bench            DeiT-S and ResNet-50, batch 64: baseline, per-block checkpointing, DropIT
 #                    (Triton kernels and eager path, exact and sampled threshold, fp32 and bf16),
 #                    least-memory plan, plan at 0.5, 4 micro-batches, bf16 and fp16 autocast,

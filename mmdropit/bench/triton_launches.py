@@ -1,6 +1,17 @@
 """What DropIT's host code asks of the GPU: its Triton launches, recorded (and, for compiling
 them ahead of time, not run), and the PyTorch operations between them that launch kernels of
-their own."""
+their own. The tests count them; :mod:`.kernel_speed` replays each launch alone to time it.
+
+Example (on a GPU; with ``TRITON_INTERPRET=1``, as the tests run it, on CPU tensors too):
+    >>> import torch
+    >>> from mmdropit.kernels.cuda import dropit_kernels
+    >>> device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    >>> flat = torch.randn(1000, dtype=torch.bfloat16, device=device)
+    >>> with recorded_launches(dropit_kernels) as launches:
+    ...     _ = dropit_kernels.keep_topk(flat, 100, True)
+    >>> [launch.label for launch in launches.triton]
+    ['digit_histogram[0]', 'digit_histogram[1]', 'count', 'write']
+"""
 from __future__ import annotations
 
 import contextlib
@@ -26,6 +37,21 @@ class Launch:
     grid: tuple
     args: tuple
     constants: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """The kernel's name without its underscore and ``_kernel``, and its pass where it
+        has one (``digit_histogram[1]``)."""
+        label = self.name.removeprefix('_').removesuffix('_kernel')
+        return f'{label}[{self.constants["PASS"]}]' if 'PASS' in self.constants else label
+
+    def argument(self, name: str) -> Any:
+        """The runtime argument ``name`` it was given."""
+        return dict(zip(self.kernel.arg_names, self.args))[name]
+
+    def replay(self) -> None:
+        """Launch it again, with the same grid, arguments and constants."""
+        self.kernel[self.grid](*self.args, **self.constants)
 
 
 @dataclass
