@@ -16,8 +16,8 @@ It prints one line per distinct kernel build and exits non-zero on the first tha
 ``--instructions`` it prints instead, for ``keep_topk`` and ``scatter_bitmask`` on a DeiT-S
 layer's input at batch 256 (19.4 M elements) in bfloat16 and float32, the instructions of each
 kernel's main loop (one block of ``BLOCK`` elements, per thread) in the ``sm_90`` machine code
-(``nvdisasm``): without a GPU, a proxy for the time of a pass whose instructions, not its
-memory traffic, set the pace.
+(``nvdisasm``; static: both sides of a branch inside the loop are counted): without a GPU, a
+proxy for the time of a pass whose instructions, not its memory traffic, set the pace.
 """
 from __future__ import annotations
 
