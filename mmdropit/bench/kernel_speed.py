@@ -17,16 +17,18 @@ forward hooks at batch 1 on the CPU, then scaled to each batch), in each dtype, 
 - ``copy``: ``torch.empty_like(x).copy_(x)``, the device's copy bandwidth on the same bytes;
 - ``gemm``: the layer's forward Linear / convolution with its real weight shape.
 
-On a GPU a second table takes the Triton ``keep_topk`` and ``scatter_bitmask`` apart on the
-DeiT-S inputs at ``--launch-batch`` (256): each launch (histogram passes, count, write;
-popcount, scatter) recorded once, then replayed alone in its order, round after round (the
-histogram workspace zeroed before each round, as a call finds it), and timed: its time, the
-input's bytes over it (``input GB/s``: one read of the input at bandwidth is about half the
-copy's time) and its time over the input's copy (``x copy``). What it checks: the instruction
-counts of ``python -m tests.helpers.compile_triton_kernels --instructions`` (docs/dropit.md).
+On a GPU a second table (measured first, in a few seconds) takes the Triton ``keep_topk`` and
+``scatter_bitmask`` apart on the DeiT-S inputs at ``--launch-batch`` (256): each launch
+(histogram passes, count, write; popcount, scatter) recorded once, then replayed alone in its
+order, round after round (the histogram workspace zeroed before each round, as a call finds
+it), and timed: its time, the input's bytes over it (``input GB/s``: one read of the input at
+bandwidth is about half the copy's time) and its time over the input's copy (``x copy``). What
+it checks: the instruction counts of ``python -m tests.helpers.compile_triton_kernels
+--instructions`` (docs/dropit.md).
 
-On a GPU each is timed with CUDA events (warm-up, then the median of ``--reps`` >= 8 runs); on the
-CPU with ``time.perf_counter``. ``GB/s`` is the bytes of the tensors a kernel reads and writes
+On a GPU each is timed with CUDA events (warm-up, then the median of ``--reps`` >= 8 runs, each
+behind a short device sleep so that the host's launch time is not counted: see :class:`Timer`);
+on the CPU with ``time.perf_counter``. ``GB/s`` is the bytes of the tensors a kernel reads and writes
 (its inputs and outputs, each once) over its median time; ``x copy`` that bandwidth over the
 copy's (1.0: as fast as a copy; the selection reads its input more than once, so it lands below);
 ``x gemm`` the kernel's time over the layer's GEMM. Inputs of batch 64 in bf16 fit in an H100's
@@ -46,7 +48,6 @@ import argparse
 import importlib
 import json
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -79,6 +80,10 @@ from each stage."""
 TIMM_ARCH = {'deit_small': 'deit_small_patch16_224', 'resnet50': 'resnet50'}
 LAUNCH_MODEL = 'deit_small'
 """The model whose layer inputs get the launch-by-launch table."""
+HOST_AHEAD_CYCLES = 1_000_000
+"""GPU clock cycles a timed round waits behind (about 0.5 ms at 2 GHz): more than the host takes
+to launch a round (a Triton launch costs tens of microseconds on the host, ``keep_topk`` four to
+six of them)."""
 
 
 @dataclass(frozen=True)
@@ -144,56 +149,48 @@ def codec_kernels() -> ModuleType | None:
 
 
 class Timer:
-    """Median time of a function on a device: CUDA events on a GPU, ``perf_counter`` on the
-    CPU, after ``warmup`` untimed runs."""
+    """Median times of functions on a device, after ``warmup`` untimed rounds: CUDA events on a
+    GPU, each round enqueued behind a device sleep of :data:`HOST_AHEAD_CYCLES` (so the host has
+    enqueued its launches before the device reaches them, and their launch time on the host is
+    not counted); ``perf_counter`` on the CPU."""
 
     def __init__(self, device: torch.device, warmup: int, reps: int) -> None:
         self.device, self.warmup, self.reps = device, warmup, reps
 
     def seconds(self, function: Callable[[], object]) -> float:
         """The median over ``reps`` runs of ``function``, in seconds."""
-        for _ in range(self.warmup):
-            function()
-        if self.device.type != 'cuda':
-            return statistics.median(seconds_of(function, self.device)
-                                     for _ in range(self.reps))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(self.reps)]
-        torch.cuda.synchronize(self.device)
-        for start, end in events:
-            start.record()
-            function()
-            end.record()
-        torch.cuda.synchronize(self.device)
-        return statistics.median(start.elapsed_time(end) for start, end in events) / 1e3
+        return self.each([function])[0]
 
     def each(self, functions: Sequence[Callable[[], object]],
-             before: Callable[[], object]) -> list[float]:
+             before: Callable[[], object] | None = None) -> list[float]:
         """The median time of each of ``functions``, run in their order after ``before`` (not
-        timed), ``warmup`` untimed rounds and then ``reps`` timed ones, in seconds."""
-        cuda = self.device.type == 'cuda'
-        times: list[list[float]] = [[] for _ in functions]
-        for round_index in range(self.warmup + self.reps):
-            before()
-            if cuda:
-                events = [(torch.cuda.Event(enable_timing=True),
-                           torch.cuda.Event(enable_timing=True)) for _ in functions]
-                for function, (start, end) in zip(functions, events):
+        timed) in each of ``reps`` rounds, in seconds."""
+        for _ in range(self.warmup):
+            for function in (before, *functions) if before else functions:
+                function()
+        if self.device.type != 'cuda':
+            times = []
+            for _ in range(self.reps):
+                if before:
+                    before()
+                times.append([seconds_of(function, self.device) for function in functions])
+        else:
+            events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                       for _ in functions] for _ in range(self.reps)]
+            torch.cuda.synchronize(self.device)
+            for round_events in events:
+                if before:
+                    before()
+                torch.cuda._sleep(HOST_AHEAD_CYCLES)
+                for function, (start, end) in zip(functions, round_events):
                     start.record()
                     function()
                     end.record()
-                torch.cuda.synchronize(self.device)
-                measured = [start.elapsed_time(end) / 1e3 for start, end in events]
-            else:
-                measured = []
-                for function in functions:
-                    start = time.perf_counter()
-                    function()
-                    measured.append(time.perf_counter() - start)
-            if round_index >= self.warmup:
-                for index, seconds in enumerate(measured):
-                    times[index].append(seconds)
-        return [statistics.median(kept) for kept in times]
+            torch.cuda.synchronize(self.device)
+            times = [[start.elapsed_time(end) / 1e3 for start, end in round_events]
+                     for round_events in events]
+        return [statistics.median(round_times[index] for round_times in times)
+                for index in range(len(functions))]
 
 
 def _bytes(*tensors: torch.Tensor) -> int:
@@ -410,23 +407,23 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     record = provenance(None if argv is None else
                         ['-m', 'mmdropit.bench.kernel_speed', *argv])
     rows: list[Row] = []
+    launches: list[LaunchRow] = []
     inputs = {model: layer_inputs(model) for model in args.models}
-    with torch.no_grad():
+    kernels = dropit_triton_kernels() if device.type == 'cuda' else None
+    with torch.no_grad():  # the launch table first: a few seconds, kept if the stage is cut
+        if kernels is not None and LAUNCH_MODEL in args.models:
+            for layer in inputs[LAUNCH_MODEL]:
+                for dtype_name in args.dtypes:
+                    launches += launch_rows(layer, args.launch_batch, dtype_name, timer, kernels)
+            write(args.out, record, device, rows, launches)
+            print(launch_table(launches))
         for model in args.models:
             for layer in inputs[model]:
                 for batch in args.batches:
                     for dtype_name in args.dtypes:
                         rows += measure(layer, batch, dtype_name, timer, codec)
-                write(args.out, record, device, rows)  # a run stopped by a limit keeps these
-        print(table(rows))
-        kernels = dropit_triton_kernels() if device.type == 'cuda' else None
-        launches: list[LaunchRow] = []
-        if kernels is not None and LAUNCH_MODEL in args.models:
-            for layer in inputs[LAUNCH_MODEL]:
-                for dtype_name in args.dtypes:
-                    launches += launch_rows(layer, args.launch_batch, dtype_name, timer, kernels)
-                write(args.out, record, device, rows, launches)
-            print(launch_table(launches))
+                write(args.out, record, device, rows, launches)  # kept if the stage is cut
+    print(table(rows))
     return rows
 
 
