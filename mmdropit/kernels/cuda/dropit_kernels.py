@@ -112,6 +112,16 @@ _WORKSPACE_INTS = _histograms_before(max(_PASSES.values()))
 
 
 @triton.jit
+def _histogram_at(done: tl.constexpr):
+    """The workspace's indices of histogram ``done`` (:func:`_histograms_before`): 128 bins
+    (:data:`_TOP_DIGITS`) for the top byte, then 256 (:data:`_DIGITS`) each."""
+    if done == 0:
+        return tl.arange(0, 128)
+    else:
+        return 128 + (done - 1) * 256 + tl.arange(0, 256)
+
+
+@triton.jit
 def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr):
     """The upper ``PASSES`` bytes of the ``rank``-th smallest bit pattern, read from the first
     ``PASSES`` histograms (each program of a later pass works them out again: 128 bins, then
@@ -119,10 +129,7 @@ def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr):
     prefix = 0
     remaining = rank
     for done in tl.static_range(PASSES):
-        if done == 0:
-            counts = tl.load(hist_ptr + tl.arange(0, 128))
-        else:
-            counts = tl.load(hist_ptr + 128 + (done - 1) * 256 + tl.arange(0, 256))
+        counts = tl.load(hist_ptr + _histogram_at(done))
         below = tl.cumsum(counts, 0) - counts
         chosen = below < remaining
         digit = tl.sum(chosen.to(tl.int32), 0) - 1
@@ -133,10 +140,10 @@ def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr):
 
 @triton.jit
 def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: tl.constexpr,
-                            BINS: tl.constexpr, AT: tl.constexpr, BLOCK: tl.constexpr):
+                            BINS: tl.constexpr, BLOCK: tl.constexpr):
     """Add the histogram of byte ``3 - PASS`` of the magnitudes' bit patterns in the program's
     ``chunk`` blocks (of ``blocks``), over the elements whose upper bytes equal those the earlier
-    passes chose, to histogram ``PASS`` (``BINS`` bins at ``hist_ptr + AT``: 128 for the top
+    passes chose, to histogram ``PASS`` (``BINS`` bins at :func:`_histogram_at`: 128 for the top
     byte, 256 after): one ``tl.histogram`` a block, with the other elements counted into bin 0 and
     taken off it once (the third and fourth passes skip the blocks where nothing matches), then
     one atomic per non-empty bin."""
@@ -166,9 +173,9 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: t
             if hits > 0:  # later passes match few: most blocks of a float32 input have none
                 counts += tl.histogram(digits, BINS)
                 misses += BLOCK - hits
-    bins = tl.arange(0, BINS)
-    counts -= tl.where(bins == 0, misses, 0)
-    tl.atomic_add(hist_ptr + AT + bins, counts, mask=counts > 0)  # few bins after the first pass
+    counts -= tl.where(tl.arange(0, BINS) == 0, misses, 0)
+    tl.atomic_add(hist_ptr + _histogram_at(PASS), counts,
+                  mask=counts > 0)  # few bins after the first pass
 
 
 @triton.jit
@@ -211,12 +218,8 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
     after the count kernel) for the next call."""
     pid = tl.program_id(0)
     for cleared in tl.static_range(CLEAR):
-        if cleared == 0:
-            tl.store(hist_ptr + tl.arange(0, 128), tl.zeros((128,), dtype=tl.int32),
-                     mask=pid == 0)
-        else:
-            tl.store(hist_ptr + 128 + (cleared - 1) * 256 + tl.arange(0, 256),
-                     tl.zeros((256,), dtype=tl.int32), mask=pid == 0)
+        bins = _histogram_at(cleared)
+        tl.store(hist_ptr + bins, tl.zeros_like(bins), mask=pid == 0)
     threshold = tl.load(threshold_ptr)
     chunks = tl.arange(0, CHUNKS)
     above = tl.load(counts_ptr + chunks, mask=chunks < tl.num_programs(0), other=0)
@@ -311,14 +314,13 @@ def _select(flat: torch.Tensor, rank: int,
     """The ``rank``-th smallest magnitude of ``flat`` (1-based), exactly, as a one-element
     float32 tensor on its device (a radix select; nothing is read back), and the per-chunk
     counts above it (row 0) and equal to it (row 1). The histograms go to ``hist`` (zeroed
-    int32, at least ``passes * 256``; left filled: :func:`_write` with ``clear`` zeroes them)."""
+    int32, at least :data:`_WORKSPACE_INTS`; left filled: :func:`_write` with ``clear`` zeroes them)."""
     numel, blocks = flat.numel(), _blocks(flat.numel())
     passes = _PASSES[flat.dtype]
     grid, chunk = _chunked_grid(blocks)
     for done in range(passes):
         _digit_histogram_kernel[grid](flat, numel, hist, rank, blocks, chunk, PASS=done,
-                                      BINS=_TOP_DIGITS if done == 0 else _DIGITS,
-                                      AT=_histograms_before(done), BLOCK=BLOCK)
+                                      BINS=_TOP_DIGITS if done == 0 else _DIGITS, BLOCK=BLOCK)
     threshold = flat.new_empty(1, dtype=torch.float32)
     counts = flat.new_empty((2, grid[0]), dtype=torch.int32)
     _count_kernel[grid](flat, numel, hist, rank, threshold, counts, blocks, chunk,
