@@ -211,11 +211,15 @@ def layer_of(kind: str, features: int) -> nn.Module:
             else nn.Linear(features, features))
 
 
+def input_shape(kind: str, batch: int, features: int) -> tuple[int, ...]:
+    """The shape of :func:`layer_of`'s input: ``batch x features`` (``batch x features x 4 x
+    4`` for a convolution)."""
+    return (batch, features, 4, 4) if kind == 'conv' else (batch, features)
+
+
 def input_of(kind: str, batch: int, features: int, device: str = 'cpu') -> torch.Tensor:
-    """A random input of :func:`layer_of`'s layer: ``batch x features`` (``batch x features x
-    4 x 4`` for a convolution)."""
-    shape = (batch, features, 4, 4) if kind == 'conv' else (batch, features)
-    return torch.randn(shape, device=device)
+    """A random input of :func:`layer_of`'s layer (:func:`input_shape`)."""
+    return torch.randn(input_shape(kind, batch, features), device=device)
 
 
 def block_stack(blocks: int, features: int, seed: int = 0,
@@ -324,7 +328,7 @@ def summarise(chosen: Sequence[Variant], times: dict[str, list[float]],
 def markdown(rows: Sequence[Row], settings: Settings) -> str:
     """The rows as a Markdown table (min / median per cell)."""
     layer = layer_of(settings.layer, settings.features)
-    shape = 'x'.join(map(str, input_of(settings.layer, settings.batch, settings.features).shape))
+    shape = 'x'.join(map(str, input_shape(settings.layer, settings.batch, settings.features)))
     lines = [f'{settings.blocks} x ({layer} + {_activation_of(settings.layer)}), '
              f'input {shape}, gamma {settings.gamma:g}, '
              f'{settings.device}, 1 thread; '
