@@ -23,10 +23,10 @@ and buffers its first pass changed as they were before it; after the recomputati
 put back, so BatchNorm statistics are those of one forward pass. The RNG state is restored
 before recomputing (``preserve_rng_state``), so dropout drops the same elements. Eval mode and
 ``torch.no_grad`` run the plain forward. Compressed modules inside a plain checkpoint
-(:func:`~mmdropit.codecs.compress_activations`) store their codes when the region is recomputed,
-so for a region holding one the checkpoint does not compare what its two passes saved
-(``determinism_check='none'``). A *selective* checkpoint (:mod:`.selective`) keeps the outputs
-of its costly ops and recomputes only the rest. Under ``torch.compile`` the checkpoints become
+(:func:`~mmdropit.codecs.compress_activations`) store their codes when the region is recomputed
+and placeholders of the codes' size in the first pass, so the checkpoint compares the two
+passes' saved tensors as for any region. A *selective* checkpoint (:mod:`.selective`) keeps the
+outputs of its costly ops and recomputes only the rest. Under ``torch.compile`` the checkpoints become
 dynamo's checkpoint regions (the selective policy passes as a module-level ``context_fn``, the
 only form dynamo takes), each pass on its own containers, and the compiled backward does the
 recomputation.
@@ -96,13 +96,8 @@ def _checkpointed(region: Region, run: Callable, selective: bool, *args, **kwarg
         return checkpoint(_each_pass(run, copies), *args, use_reentrant=False, **policy,
                           **kwargs)
     first_pass = FirstPass(region, args, kwargs)
-    # a compressed module stores codes when recomputed where the first pass saved dense
-    # tensors: the two passes' saved tensors then differ by design, and are not compared
     output = checkpoint(_each_pass(run, copies), *args, use_reentrant=False,
-                        context_fn=lambda: _contexts(first_pass, selective),
-                        determinism_check=('none' if region.compact and not selective
-                                           else 'default'),
-                        **kwargs)
+                        context_fn=lambda: _contexts(first_pass, selective), **kwargs)
     first_pass.finish()
     return output
 

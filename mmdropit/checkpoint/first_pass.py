@@ -61,7 +61,6 @@ from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 from torch.utils._pytree import tree_leaves, tree_map
 
-from ..common.recompute_region import COMPACT_WHEN_RECOMPUTED
 from ..common.training_state import values_restored
 
 _CONTAINERS = (list, tuple, dict)
@@ -116,19 +115,6 @@ class Region:
         self.slots = tuple(_BufferSlot(module, name, f'{prefix}.{name}' if prefix else name)
                            for prefix, module in named for name in module._buffers)
         self.copied_before: set[int] | None = None
-        self._kinds: tuple[type, ...] = ()
-        self._compact = False
-
-    @property
-    def compact(self) -> bool:
-        """Whether a module inside stores other tensors when recomputed than in its first pass
-        (:data:`~mmdropit.common.recompute_region.COMPACT_WHEN_RECOMPUTED`; read from the
-        classes, which a conversion may swap after the plan was applied)."""
-        kinds = tuple(map(type, self.modules))
-        if kinds != self._kinds:
-            self._kinds = kinds
-            self._compact = any(getattr(kind, COMPACT_WHEN_RECOMPUTED, False) for kind in kinds)
-        return self._compact
 
     def matches(self, members: list[nn.Module]) -> bool:
         """Whether ``root`` holds exactly ``members``, in order (for a run of children)."""

@@ -53,8 +53,8 @@ from torch import nn
 from ..common.class_swap import ClassSwap
 from ..common.listeners import Listeners
 from ..common.name_patterns import matches
-from ..common.recompute_region import (in_recomputation, in_recomputed_region,
-                                       saved_tensors_dropped)
+from ..common.recompute_region import (checkpoint_pass, in_recomputation,
+                                       in_recomputed_region, saved_tensors_dropped)
 from ..common.saved_tensors import report_kept
 from ..errors import ConfigError
 from .bits import dequantize_values, quantize_values
@@ -145,19 +145,21 @@ class CompressedActivations:
     """
 
     compression: Compression
-    _mmdropit_compact_when_recomputed = True  # COMPACT_WHEN_RECOMPUTED
 
     def forward(self, *args, **kwargs):
         if self.compression.bits is None:
             return super().forward(*args, **kwargs)
-        if in_recomputed_region():  # hand what is saved to the checkpoint, or step aside
-            hooks, recomputation = None, in_recomputation()
-            if saved_tensors_dropped() or recomputation:
-                hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes, recomputation,
-                                         functools.partial(_COMPRESSIONS.notify,
-                                                           self.compression))
-            with hooks or contextlib.nullcontext():
+        dropped, recomputation = saved_tensors_dropped(), in_recomputation()
+        if dropped or recomputation:  # a plain checkpoint's pass: hand what is saved to it
+            hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes, recomputation,
+                                     functools.partial(_COMPRESSIONS.notify, self.compression))
+            if hooks is None:  # this torch does not say which hooks are the checkpoint's
                 return super().forward(*args, **kwargs)
+            # marked again: the modules inside see this pass under the hooks handing on
+            with hooks, checkpoint_pass(first=dropped, recomputation=recomputation):
+                return super().forward(*args, **kwargs)
+        if in_recomputed_region():  # a selective checkpoint or a recorded step: step aside
+            return super().forward(*args, **kwargs)
         pack = functools.partial(_pack, self.compression)
         with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
             return super().forward(*args, **kwargs)
@@ -166,9 +168,8 @@ class CompressedActivations:
 class LeanDerivative(CompressedActivations):
     """Mixin put in front of a converted GELU's or SiLU's class: it saves 4-bit codes of its
     derivative (:func:`~.derivative_codes.lean_activation`) instead of its input; inside a
-    checkpoint's region it steps aside."""
-
-    _mmdropit_compact_when_recomputed = False
+    checkpoint plan's region it steps aside (in a model's own ``torch.utils.checkpoint`` it
+    saves the same codes in both passes)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if in_recomputed_region():

@@ -1,24 +1,26 @@
 """Compressed activations inside a plain checkpoint: codes stored when the region is recomputed.
 
-A plain checkpoint (:mod:`mmdropit.checkpoint`) drops what its region saves in the first forward
+A plain checkpoint (a plan's, :mod:`mmdropit.checkpoint`, or one the model makes with
+``torch.utils.checkpoint``, non-reentrant: timm's ``set_grad_checkpointing()``) drops what its region saves in the first forward
 pass and saves it again when backward recomputes the region; that recomputation, held while the
 region's backward runs, sets the least peak a plan reaches. A converted module's own hooks, the
 innermost, would hide its saved tensors from the checkpoint's hooks; inside a region it
 therefore hands each saved tensor on to the hooks on top of the stack when it runs, the
 checkpoint's (:func:`checkpoint_hooks`):
 
-- in the first pass as it is: the checkpoint drops it;
+- in the first pass as an uninitialised uint8 tensor of its codes' size: the checkpoint drops
+  it, and finds the two passes alike where it compares what they saved by shape and dtype
+  (``torch.utils.checkpoint`` does);
 - in the recomputation as its codes joined into one uint8 tensor
   (:func:`~.bits.join_codes`): the checkpoint holds those bytes for backward instead of the
   dense tensor;
 - in backward, the checkpoint hands the joined codes back, and the tensor is rebuilt from them.
 
-The two passes then save different tensors by design, so the checkpoint must not compare them
-(:data:`~mmdropit.common.recompute_region.COMPACT_WHEN_RECOMPUTED`). Whether a tensor is stored
-as codes depends on it alone (the same test in both passes), so the passes hand on the same
-number of tensors in the same order. A selective checkpoint replays its first pass's ops in
-order; the encoding would add ops to its recomputation, so converted modules step aside there
-(the checkpoint keeps or recomputes their dense tensors).
+Whether a tensor is stored as codes depends on it alone (the same test in both passes), so the
+passes hand on the same number of tensors of the same shapes in the same order. A selective
+checkpoint replays its first pass's ops in order; the encoding would add ops to its
+recomputation, so converted modules step aside there (the checkpoint keeps or recomputes their
+dense tensors).
 
 Example:
     >>> from torch import nn
@@ -36,7 +38,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .bits import dequantize_values, join_codes, quantize_values, split_codes
+from .bits import (dequantize_values, join_codes, quantize_values, quantized_values_bytes,
+                   split_codes)
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,8 @@ def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
         bits: The converted module's bit width.
         stored_as_codes: Whether a saved tensor is stored as codes (a test of the tensor alone).
         recomputation: Whether this is the checkpoint's recomputation (the tensors are encoded)
-            or its first pass (they are handed on as they are, and dropped).
+            or its first pass (uninitialised bytes of their codes' size are handed on, and
+            dropped).
         stored: Called as ``stored(dense, code_bytes)`` for each tensor the recomputation
             stores as codes.
     """
@@ -81,8 +85,11 @@ def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
     def pack(tensor: torch.Tensor) -> _Handed:
         if not stored_as_codes(tensor):
             return _Handed(outer_pack(tensor), None, tensor.shape, tensor.dtype)
-        kept = (join_codes(quantize_values(tensor.detach().reshape(-1), bits)) if recomputation
-                else tensor)
+        if recomputation:
+            kept = join_codes(quantize_values(tensor.detach().reshape(-1), bits))
+        else:
+            kept = tensor.new_empty(quantized_values_bytes(tensor.numel(), bits),
+                                    dtype=torch.uint8)
         if recomputation and stored is not None:
             stored(tensor, kept.nbytes)
         return _Handed(outer_pack(kept), bits, tensor.shape, tensor.dtype)

@@ -5,16 +5,23 @@ a module that stores its saved tensors compactly (:mod:`mmdropit.codecs.activati
 the innermost saved-tensor hook, keep its codes there instead of letting them be dropped, and
 its hooks would hide the recomputed tensors from the checkpoint. The checkpoint wrapper
 (:mod:`mmdropit.checkpoint.apply`) therefore marks its region, in the first forward pass and in
-the recomputation, and such modules step aside inside it. The mark is per thread: autograd may
-recompute on another thread than the forward pass's.
+the recomputation, and such modules hand what they save to the checkpoint's hooks there
+(:mod:`mmdropit.codecs.recomputed`), or step aside in a selective checkpoint. The mark is per
+thread: autograd may recompute on another thread than the forward pass's.
 
 Within a region, the first forward pass's saved tensors are dropped at once and only the
 recomputation's are used (:func:`saved_tensors_dropped`): a DropIT layer saves placeholders of
 the right shapes there instead of selecting twice. A plain checkpoint's recomputation is marked
 too (:func:`in_recomputation`): a compressed module stores its codes there, through the
-checkpoint's own hooks. A module that saves other tensors when recomputed than in the first
-pass sets :data:`COMPACT_WHEN_RECOMPUTED` to true, so that the checkpoint does not compare the
-two passes' saved tensors.
+checkpoint's own hooks.
+
+The passes of ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` called by the
+model itself (timm's ``set_grad_checkpointing()``) count as a plain checkpoint's: they are told
+by the saved-tensor hooks on top of autograd's stack, which are that checkpoint's own while its
+region runs (its first pass's pack drops what it is given, its recomputation's keeps it). A
+mark of :func:`checkpoint_pass` notes the hooks on top when it was made: while they are still
+on top, the mark is the innermost pass; a checkpoint called inside it pushes new ones. (A
+reentrant checkpoint runs its first pass without autograd: nothing is saved there.)
 
 Example:
     >>> in_recomputed_region()
@@ -32,14 +39,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+import torch
 
 _STATE = threading.local()
-
-COMPACT_WHEN_RECOMPUTED = '_mmdropit_compact_when_recomputed'
-"""The attribute of a module class whose saved tensors differ between a checkpoint's first pass
-and its recomputation (compressed in the recomputation only)."""
-
+_TOP_HOOKS: Callable[[bool], tuple | None] | None = getattr(
+    torch._C._autograd, '_top_saved_tensors_default_hooks', None)
+_TORCH_PASSES = {'_checkpoint_hook.__init__.<locals>.pack_hook': 'first',
+                 '_recomputation_hook.__init__.<locals>.pack_hook': 'recomputation'}
+"""The pack hooks of ``torch.utils.checkpoint``'s non-reentrant checkpoint by qualified name,
+and the pass each marks."""
 
 @contextlib.contextmanager
 def recomputed_region() -> Iterator[None]:
@@ -64,16 +74,44 @@ def checkpoint_pass(first: bool, recomputation: bool = False) -> Iterator[None]:
     (its recomputation replays the first pass's ops in order, so a layer must run the same ops
     in both)."""
     passes = _STATE.__dict__.setdefault('passes', [])
-    passes.append('first' if first else 'recomputation' if recomputation else 'kept')
+    name = 'first' if first else 'recomputation' if recomputation else 'kept'
+    passes.append((name, _top_pack()))
     try:
         yield
     finally:
         passes.pop()
 
 
+def _top_pack() -> Callable | None:
+    """The pack hook on top of autograd's saved-tensor hooks (``None``: none, this torch does
+    not say, or dynamo is tracing: it takes checkpoints as regions of its own, and only the
+    marks count)."""
+    if _TOP_HOOKS is None or torch.compiler.is_compiling():
+        return None
+    hooks = _TOP_HOOKS(False)
+    return None if hooks is None else hooks[0]
+
+
+def _torch_checkpoint_pass(pack: Callable | None) -> str | None:
+    """``'first'`` or ``'recomputation'`` where ``pack`` is the pack hook of that pass of
+    ``torch.utils.checkpoint``'s non-reentrant checkpoint, else ``None``."""
+    if pack is None or getattr(pack, '__module__', None) != 'torch.utils.checkpoint':
+        return None
+    return _TORCH_PASSES.get(pack.__qualname__)
+
+
 def _innermost_pass() -> str | None:
+    """The innermost checkpoint pass on this thread: a mark of :func:`checkpoint_pass` whose
+    hooks are still on top, or a non-reentrant ``torch.utils.checkpoint`` pass inside it (or
+    outside any mark)."""
     passes = getattr(_STATE, 'passes', None)
-    return passes[-1] if passes else None
+    pack = _top_pack()
+    if passes and passes[-1][1] is pack:
+        return passes[-1][0]
+    torch_pass = _torch_checkpoint_pass(pack)
+    if torch_pass is not None:
+        return torch_pass
+    return passes[-1][0] if passes else None
 
 
 def saved_tensors_dropped() -> bool:
@@ -86,3 +124,9 @@ def in_recomputation() -> bool:
     """Whether the innermost checkpoint pass on this thread is a plain checkpoint's
     recomputation: what is saved now is what its backward uses."""
     return _innermost_pass() == 'recomputation'
+
+
+def in_plain_checkpoint() -> bool:
+    """Whether the innermost checkpoint pass on this thread is a plain checkpoint's first pass
+    or recomputation: what is saved now must have the shapes the other pass saves."""
+    return _innermost_pass() in ('first', 'recomputation')

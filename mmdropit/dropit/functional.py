@@ -31,13 +31,13 @@ from torch._C._functorch import unwrap_if_dead
 
 from ..common.backward_workspace import note_workspace
 from ..common.listeners import Listeners
-from ..common.recompute_region import saved_tensors_dropped
+from ..common.recompute_region import in_plain_checkpoint, saved_tensors_dropped
 from ..kernels import fused_conv_node, fused_linear_node
 from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
 from .ops import SavePlan, keep_fixed, keep_sampled, unkeep, unkeep_rows
 from .quantize import quantize_kept
 from .state import DropITState
-from .strategies import FIXED_COUNT
+from .strategies import FIXED_COUNT, counted_strategy
 
 SaveObserver = Callable[[DropITState, torch.Tensor, CompactLayout], None]
 _SAVES: Listeners[[DropITState, torch.Tensor, CompactLayout]] = Listeners()
@@ -64,7 +64,7 @@ def _save_input(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor
     plan = _save_plan(x, state)
     if plan.compress:
         flat = x.view(-1)
-        if plan.fixed:
+        if plan.fixed or in_plain_checkpoint():  # mink_approx selects as mink there
             tensors, layout = plan.keep(flat), plan.layout
         else:
             tensors, layout = keep_sampled(flat, state.gamma, x.shape, None)
@@ -87,9 +87,9 @@ def _save_any(x: torch.Tensor, state: DropITState) -> tuple[tuple[torch.Tensor, 
     is read in memory order) and while compiled, deciding at each call."""
     if worth_compressing(state.gamma, x.element_size()):
         flat, order = flatten_in_memory_order(x)
-        if state.strategy in FIXED_COUNT:
-            tensors, layout = keep_fixed(flat, state.gamma, state.strategy, x.shape, order,
-                                         placeholders=saved_tensors_dropped())
+        if state.strategy in FIXED_COUNT or in_plain_checkpoint():
+            tensors, layout = keep_fixed(flat, state.gamma, counted_strategy(state.strategy),
+                                         x.shape, order, placeholders=saved_tensors_dropped())
         else:
             tensors, layout = keep_sampled(flat, state.gamma, x.shape, order)
         state.count(tensors[-1].numel(), x.numel(), x.device)

@@ -43,8 +43,8 @@ from ..kernels import fused_ops
 from .compact import (CompactLayout, compress, dense_layout, encode, encoded_bytes, index_dtype,
                       restore_shape, scatter_kept, smaller_encoding, worth_compressing)
 from .quantize import dequantize_kept
-from .strategies import (FIXED_COUNT, SAMPLE_SIZE, host_reads_are_free, kept_count,
-                         sampled_threshold, select)
+from .strategies import (FIXED_COUNT, SAMPLE_SIZE, counted_strategy, host_reads_are_free,
+                         kept_count, sampled_threshold, select)
 
 NODE_STRATEGIES = frozenset({'mink'})
 """Strategies a DropIT Linear or convolution runs as its C++ autograd node (the fused ``mink`` in
@@ -166,12 +166,15 @@ def unkeep_rows(tensors: tuple[torch.Tensor, ...], layout: CompactLayout) -> tor
 
 class SavePlan:
     """How a layer saves a contiguous input of one shape, dtype and device at one gamma and
-    strategy: whether compact storage is smaller, the count kept, the encoding and (for the
-    fixed-count strategies) the layout, worked out once and reused while these stay the same.
+    strategy: whether compact storage is smaller, the count a fixed-count selection keeps, its
+    encoding and layout, worked out once and reused while these stay the same.
 
     A DropIT layer keeps its plan (:attr:`~.state.DropITState.save_plan`): building these
     afresh at every call cost a few microseconds of host time a layer, which a host-bound GPU
-    step pays one for one. :meth:`keep` selects and encodes exactly as :func:`keep_fixed` does.
+    step pays one for one. :meth:`keep` selects and encodes exactly as :func:`keep_fixed` does,
+    with the strategy itself or, for ``mink_approx`` (whose count depends on the data: ``fixed``
+    is false), with ``mink`` (:func:`~.strategies.counted_strategy`: what it keeps inside a plain
+    checkpoint).
 
     Example:
         >>> x = torch.randn(4, 16)
@@ -183,12 +186,13 @@ class SavePlan:
         [(8,), (16,)]
     """
 
-    __slots__ = ('key', 'gamma', 'strategy', 'compress', 'fixed', 'numel', 'kept', 'encoding',
-                 'bitmask', 'layout', 'workspace', 'fused_node')
+    __slots__ = ('key', 'gamma', 'strategy', 'counted', 'compress', 'fixed', 'numel', 'kept',
+                 'encoding', 'bitmask', 'layout', 'workspace', 'fused_node')
 
     def __init__(self, x: torch.Tensor, gamma: float, strategy: str) -> None:
         self.key = self.key_of(x, gamma, strategy)
         self.gamma, self.strategy = gamma, strategy
+        self.counted = counted_strategy(strategy)
         numel, size = x.numel(), x.element_size()
         self.compress = worth_compressing(gamma, size)
         self.fixed = strategy in FIXED_COUNT
@@ -201,16 +205,14 @@ class SavePlan:
         self.fused_node = self.compress and self.bitmask and strategy in NODE_STRATEGIES
         if not self.compress:
             self.layout = dense_layout(x)
-        elif self.fixed:
-            self.layout = CompactLayout(x.shape, x.dtype, self.encoding, None,
-                                        encoded_bytes(numel, self.kept, size)[self.encoding])
-        else:  # mink_approx: the count, hence the layout, depends on the data
-            self.layout = None
-            if numel > SAMPLE_SIZE and not host_reads_are_free(x.device):
-                warnings.warn("DropIT strategy 'mink_approx' reads its kept count back from "
-                              f'the {x.device.type} device once a layer, which stalls the step; '
-                              "strategy='mink' selects exactly without reading anything back.",
-                              stacklevel=2)
+            return
+        self.layout = CompactLayout(x.shape, x.dtype, self.encoding, None,
+                                    encoded_bytes(numel, self.kept, size)[self.encoding])
+        if not self.fixed and numel > SAMPLE_SIZE and not host_reads_are_free(x.device):
+            warnings.warn("DropIT strategy 'mink_approx' reads its kept count back from "
+                          f'the {x.device.type} device once a layer, which stalls the step; '
+                          "strategy='mink' selects exactly without reading anything back.",
+                          stacklevel=2)
 
     @staticmethod
     def key_of(x: torch.Tensor, gamma: float, strategy: str) -> tuple:
@@ -218,14 +220,15 @@ class SavePlan:
         return x.shape, x.dtype, x.device, gamma, strategy
 
     def keep(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The fixed-count selection of ``flat`` (the input flattened), encoded: what
-        :func:`keep_fixed` returns, placeholders in a checkpoint's first pass included."""
+        """The fixed-count selection of ``flat`` (the input flattened) by :attr:`counted`,
+        encoded: what :func:`keep_fixed` returns, placeholders in a checkpoint's first pass
+        included."""
         if saved_tensors_dropped():
-            return _keep_shapes(flat, self.gamma, self.strategy, self.encoding)
+            return _keep_shapes(flat, self.gamma, self.counted, self.encoding)
         if through_dispatcher():
-            return torch.ops.mmdropit.keep(flat, self.gamma, self.strategy, self.encoding)
-        fused = fused_ops(flat) if self.strategy == 'mink' else None
+            return torch.ops.mmdropit.keep(flat, self.gamma, self.counted, self.encoding)
+        fused = fused_ops(flat) if self.counted == 'mink' else None
         if fused is not None:
             return fused.keep_topk(flat, self.kept, self.bitmask)
-        keep, scale = select(self.strategy, flat, self.gamma)
+        keep, scale = select(self.counted, flat, self.gamma)
         return encode(flat, keep, scale, self.encoding, self.kept)

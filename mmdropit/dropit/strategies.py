@@ -25,7 +25,9 @@ Training", ICLR 2023): they contribute least to the weight gradient.
 
 ``mink`` and ``random`` (:data:`FIXED_COUNT`) keep a number of elements fixed by the shape and
 gamma, so what a layer saves has static shapes (``torch.compile`` traces it whole, see
-:mod:`.ops`).
+:mod:`.ops`). Inside a plain checkpoint's region ``mink_approx`` selects as ``mink``
+(:func:`counted_strategy`): the recomputation must save tensors of the shapes the first pass
+saved (``torch.utils.checkpoint`` compares them), and two samples would keep two counts.
 
 Samples and masks are drawn from the plugin's own generator
 (:mod:`mmdropit.common.random_source`), never from the global one, so dropout and drop-path
@@ -53,6 +55,17 @@ FIXED_COUNT = ('mink', 'random')
 """Strategies that keep exactly :func:`kept_count` elements."""
 
 Selection = tuple[torch.Tensor, float]
+
+
+def counted_strategy(strategy: str) -> str:
+    """The fixed-count strategy that selects for ``strategy`` where the count kept must follow
+    from the shape (inside a plain checkpoint): ``strategy`` itself, ``mink`` for ``mink_approx``.
+
+    Example:
+        >>> counted_strategy('random'), counted_strategy('mink_approx')
+        ('random', 'mink')
+    """
+    return strategy if strategy in FIXED_COUNT else 'mink'
 
 
 def kept_count(numel: int, gamma: float) -> int:

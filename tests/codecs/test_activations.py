@@ -142,25 +142,32 @@ def _grads(vit: nn.Module, images: torch.Tensor) -> tuple[list[torch.Tensor], in
     return torch.autograd.grad(loss, list(vit.parameters())), meter.result.total_bytes
 
 
-def test_inside_a_plain_checkpoint_the_recomputation_stores_codes():
+@pytest.mark.parametrize('checkpoints', ['ours', 'timm'])
+def test_inside_a_plain_checkpoint_the_recomputation_stores_codes(checkpoints):
     """A plain checkpoint drops what its region saves and holds the codes of the recomputed
     tensors: the gradients are those of the compressed model without checkpoints (8 bits round
     to the nearest: the same codes), not the exact ones, and the forward saves less than with
-    compression alone."""
+    compression alone (0.15 of it here). So with the model's own checkpoints (timm's
+    ``set_grad_checkpointing()``: ``torch.utils.checkpoint``, non-reentrant, comparing the two
+    passes' saved tensors), where the modules' own hooks kept every block's codes through the
+    first pass (0.59 of it)."""
     from mmdropit.checkpoint import checkpoint_module, uncheckpoint
 
     vit, images = _checkpointed_vit()
     exact, _ = _grads(vit, images)
     compress_activations(vit)
     compressed, compressed_bytes = _grads(vit, images)
-    for block in vit.blocks:
-        checkpoint_module(block)
+    if checkpoints == 'ours':
+        for block in vit.blocks:
+            checkpoint_module(block)
+    else:
+        vit.set_grad_checkpointing()
     planned, planned_bytes = _grads(vit, images)
     for block in vit.blocks:
         uncheckpoint(block)
     assert all(torch.equal(a, b) for a, b in zip(planned, compressed))
     assert not all(torch.equal(a, b) for a, b in zip(planned, exact))
-    assert planned_bytes < 0.6 * compressed_bytes
+    assert planned_bytes < 0.3 * compressed_bytes
 
 
 @pytest.mark.xfail(strict=True, reason='known miss (2026-11-26): inside a recomputed segment '

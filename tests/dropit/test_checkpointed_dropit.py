@@ -1,14 +1,17 @@
-"""Inside a checkpoint's region a DropIT layer selects once per step, in the recomputation:
-the first forward pass, whose saved tensors the checkpoint drops, saves placeholders."""
+"""Inside a checkpoint's region (ours, or ``torch.utils.checkpoint`` called by the model) a
+DropIT layer selects once per step, in the recomputation: the first forward pass, whose saved
+tensors the checkpoint drops, saves placeholders."""
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint
 
 from mmdropit import from_dropit, to_dropit
 from mmdropit.checkpoint.apply import checkpoint_module, checkpoint_run, uncheckpoint
+from mmdropit.dropit.strategies import SAMPLE_SIZE
 
 
 def _model() -> nn.Sequential:
@@ -72,3 +75,58 @@ def test_selective_checkpoints_replay_dropit_selections(outer_selective):
         uncheckpoint(module)
     for got, want in zip(planned, unplanned):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+class _TorchCheckpointed(nn.Module):
+    """``module`` run under ``torch.utils.checkpoint`` (non-reentrant), as timm's
+    ``set_grad_checkpointing()`` runs a block: no mark of ours, only torch's hooks."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.module, x, use_reentrant=False)
+
+
+@pytest.mark.parametrize('strategy', ['mink', 'random'])
+@pytest.mark.parametrize('fused', ['1', '0'])
+def test_inside_a_models_own_checkpoint_each_layer_selects_once(strategy, fused, monkeypatch):
+    """The first pass of ``torch.utils.checkpoint`` drops what is saved: DropIT saves
+    placeholders there (the two layers inside selected twice: 5 selections a step) and the same
+    gradients come out (``mink``: those of the step without the checkpoint)."""
+    monkeypatch.setenv('MMDROPIT_FUSED', fused)
+    model = to_dropit(_model(), gamma=0.9, strategy=strategy)
+    x = torch.randn(32, 64)
+    unplanned = _step(model, x)
+    model[2] = _TorchCheckpointed(model[2])
+    with SelectionCounter() as planned_count:
+        planned = _step(model, x)
+    assert planned_count.calls == 3
+    if strategy == 'mink':
+        for got, want in zip(planned, unplanned):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('checkpoints', ['ours', 'torch'])
+@pytest.mark.parametrize('fused', ['1', '0'])
+def test_inside_a_checkpoint_mink_approx_keeps_the_count_of_mink(checkpoints, fused,
+                                                                   monkeypatch):
+    """``mink_approx`` keeps a count that depends on its random sample, so a checkpoint's two
+    passes kept two counts and ``torch.utils.checkpoint`` raised ``CheckpointError`` (the
+    recomputation's saved tensors had other shapes). Inside a plain checkpoint it selects as
+    ``mink``: the checkpointed layers' gradients are ``mink``'s."""
+    monkeypatch.setenv('MMDROPIT_FUSED', fused)
+    x = torch.randn(640, 64)  # 81,920 elements into each inner Linear: above the sample
+    assert x.shape[0] * 128 > SAMPLE_SIZE
+    exact = to_dropit(_model(), gamma=0.9, strategy='mink')
+    _step(exact, x)
+    model = to_dropit(_model(), gamma=0.9, strategy='mink_approx')
+    inner = model[2]
+    if checkpoints == 'ours':
+        checkpoint_module(inner)
+    else:
+        model[2] = _TorchCheckpointed(inner)
+    _step(model, x)
+    for got, want in zip(inner.parameters(), exact[2].parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,60 @@
+"""Which checkpoint pass is running: our marks, and ``torch.utils.checkpoint``'s own passes told
+by the saved-tensor hooks on top of autograd's stack."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from mmdropit.common.recompute_region import (checkpoint_pass, in_plain_checkpoint,
+                                              in_recomputation, saved_tensors_dropped)
+
+
+def _pass() -> str:
+    if saved_tensors_dropped():
+        return 'dropped'
+    return 'recomputation' if in_recomputation() else 'kept'
+
+
+@pytest.mark.parametrize('reentrant', [False, True])
+def test_torchs_own_checkpoint_passes_are_told(reentrant):
+    """Non-reentrant: the first pass drops what is saved, the recomputation keeps it (a plain
+    checkpoint's passes). Reentrant: the first pass runs without autograd, and neither is
+    marked."""
+    seen = []
+
+    def region(x: torch.Tensor) -> torch.Tensor:
+        seen.append((_pass(), in_plain_checkpoint()))
+        return x.sin()
+
+    x = torch.randn(4, requires_grad=True)
+    checkpoint(region, x, use_reentrant=reentrant).sum().backward()
+    if reentrant:
+        assert seen == [('kept', False), ('kept', False)]
+    else:
+        assert seen == [('dropped', True), ('recomputation', True)]
+    assert (_pass(), in_plain_checkpoint()) == ('kept', False)
+
+
+def test_the_innermost_checkpoint_decides():
+    """A mark made inside torch's checkpoint (as our checkpoints make theirs: a selective one's
+    passes are kept) holds while the hooks it found stay on top; a checkpoint called inside it
+    is the innermost until it returns, in the outer one's first pass and in its recomputation
+    alike."""
+    seen = []
+
+    def inner(x: torch.Tensor) -> torch.Tensor:
+        seen.append(('inner', _pass()))
+        return x.sin()
+
+    def outer(x: torch.Tensor) -> torch.Tensor:
+        with checkpoint_pass(first=False):
+            seen.append(('outer', _pass()))
+            y = checkpoint(inner, x, use_reentrant=False)
+            seen.append(('after', _pass()))
+        return y.cos()
+
+    x = torch.randn(4, requires_grad=True)
+    checkpoint(outer, x, use_reentrant=False).sum().backward()
+    first = [('outer', 'kept'), ('inner', 'dropped'), ('after', 'kept')]
+    assert seen == first + first + [('inner', 'recomputation')]
