@@ -77,9 +77,10 @@ FRONTIER_SIMPLE = (BASELINE, 'grad-ckpt', 'micro-2', 'micro-4', 'grad-ckpt+micro
 micro-batches, and their combinations."""
 FRONTIER_OURS = ('ckpt-plan-0.5', 'ckpt-plan-min', *BUDGET_VARIANTS, 'ckpt-plan-0.5+bf16',
                  'ckpt-plan-min+bf16', 'budget-0.5+bf16', 'budget-0.25+bf16',
-                 'budget-least+bf16')
+                 'budget-least+bf16', 'dropit-mink+bf16', 'dropit-mink+grad-ckpt+bf16')
 """Ours on the frontier: plans at 0.5 and least memory, the budget at 0.5 / 0.25 / least, exact
-(fp32 and bf16) and lossy."""
+(fp32 and bf16) and lossy, and DropIT 0.9 in bf16, alone and inside the model's own per-block
+checkpoints (the simple recipe with DropIT's layers)."""
 FRONTIER_GPU = ('compile', 'compile+bf16', 'compile+grad-ckpt+bf16', f'offload-{OFFLOAD_SHARE}',
                 f'offload-{OFFLOAD_SHARE}+bf16', f'budget-{OFFLOAD_SHARE}-offload+bf16')
 """On a GPU only: ``torch.compile`` (simple) and activation offload (ours; on a CPU nothing
@@ -181,6 +182,8 @@ def catalogue() -> dict[str, Variant]:
                 precision=LOSSY),
         Variant('dropit-mink+bf16', prepare=dropit('mink'), forward=bf16_autocast,
                 precision=LOSSY),
+        Variant('dropit-mink+grad-ckpt+bf16', prepare=stacked(dropit('mink'), grad_checkpointing),
+                forward=bf16_autocast, precision=LOSSY),
         Variant('dropit-mink-eager+bf16', prepare=dropit('mink', fused=False),
                 forward=bf16_autocast, precision=LOSSY),
         Variant('dropit-int8', prepare=dropit('mink', value_bits=8), precision=LOSSY),

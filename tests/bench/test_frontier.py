@@ -150,8 +150,8 @@ def test_the_frontier_variants_say_their_precision_and_kind():
         variant = variants[name]
         assert variant.simple == (name in FRONTIER_SIMPLE or name.startswith('compile')), name
         bf16 = name == 'bf16-autocast' or name.endswith('+bf16')
-        assert variant.precision == ('lossy' if name.endswith('-lossy')
-                                     else 'bf16' if bf16 else 'fp32'), name
+        lossy = name.endswith('-lossy') or name.startswith('dropit')
+        assert variant.precision == ('lossy' if lossy else 'bf16' if bf16 else 'fp32'), name
     assert {name for name in variants if name.startswith('compile')} == {
         'compile', 'compile+bf16', 'compile+grad-ckpt+bf16'}
     assert all(variants[name].compiled for name in FRONTIER_GPU if name.startswith('compile'))
