@@ -6,7 +6,9 @@ group of a :class:`~.host_copies.HostCopies` (``method='prefetch'``: side-stream
 prefetched one group ahead in backward) or inside PyTorch's
 ``torch.autograd.graph.save_on_cpu(pin_memory=True)`` (``method='save_on_cpu'``, the baseline).
 Inside a region that a checkpoint recomputes the modules step aside: the checkpoint already
-drops what they save. :func:`restore_offload` removes the hooks.
+drops what they save. So inside a model's own non-reentrant ``torch.utils.checkpoint`` (timm's
+``set_grad_checkpointing()``), where their hooks, the innermost, kept (or copied to the host)
+what the checkpoint drops. :func:`restore_offload` removes the hooks.
 
 :func:`modules_holding_share` picks, from a recorded forward pass, the earliest modules among
 the candidates until they saved ``share`` of the step's bytes: the tensors saved first wait
@@ -35,7 +37,7 @@ from torch import nn
 from ..checkpoint.record import record_step
 from ..common.blocks import block_sequences
 from ..common.name_patterns import matches
-from ..common.recompute_region import in_recomputed_region
+from ..common.recompute_region import in_plain_checkpoint, in_recomputed_region
 from ..errors import ConfigError
 from .host_copies import HostCopies
 
@@ -61,7 +63,7 @@ class Offload:
 
     def context(self) -> contextlib.AbstractContextManager:
         """The context one call of an offloaded module runs in."""
-        if in_recomputed_region():
+        if in_recomputed_region() or in_plain_checkpoint():
             return contextlib.nullcontext()
         if self.method == 'save_on_cpu':
             return torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available())

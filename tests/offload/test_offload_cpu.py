@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from mmdropit.common.recompute_region import recomputed_region
 from mmdropit.errors import ConfigError
@@ -66,6 +67,39 @@ def test_offload_steps_aside_where_a_checkpoint_recomputes():
     with recomputed_region():
         assert type(offload.context()).__name__ == 'nullcontext'
     assert type(offload.context()).__name__ == '_GeneratorContextManager'
+
+
+class _TorchCheckpointed(nn.Module):
+    """``module`` under ``torch.utils.checkpoint`` (non-reentrant), as timm's
+    ``set_grad_checkpointing()`` runs a block."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.module, x, use_reentrant=False)
+
+
+@pytest.mark.parametrize('method', ['prefetch', 'save_on_cpu'])
+def test_offload_steps_aside_inside_a_models_own_checkpoint(method):
+    """The offloaded modules' hooks, the innermost, kept what the model's own checkpoint drops
+    (and would copy it to the host on a GPU): inside it they step aside, and the forward
+    keeps what checkpointing alone keeps."""
+    model, x = _mlp(4), torch.randn(32, 64)
+    model[0], model[1] = _TorchCheckpointed(model[0]), _TorchCheckpointed(model[1])
+    with SavedTensorMeter(model) as plain:
+        expected = _grads(model, x)
+    offload = offload_activations(model, ['0.module', '1.module'], method)
+    contexts = []
+    context = offload.context
+    offload.context = lambda: contexts.append(context()) or contexts[-1]
+    with SavedTensorMeter(model) as meter:
+        got = _grads(model, x)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert meter.result.total_bytes == plain.result.total_bytes
+    assert len(contexts) == 4  # two modules, each in the first pass and the recomputation
+    assert {type(each).__name__ for each in contexts} == {'nullcontext'}
 
 
 def test_a_forward_that_raises_leaves_no_hook_behind():
