@@ -6,9 +6,10 @@ group of a :class:`~.host_copies.HostCopies` (``method='prefetch'``: side-stream
 prefetched one group ahead in backward) or inside PyTorch's
 ``torch.autograd.graph.save_on_cpu(pin_memory=True)`` (``method='save_on_cpu'``, the baseline).
 Inside a region that a checkpoint recomputes the modules step aside: the checkpoint already
-drops what they save. So inside a model's own non-reentrant ``torch.utils.checkpoint`` (timm's
-``set_grad_checkpointing()``), where their hooks, the innermost, kept (or copied to the host)
-what the checkpoint drops. :func:`restore_offload` removes the hooks.
+drops what they save. So inside a model's own ``torch.utils.checkpoint``: a non-reentrant one's
+(timm's ``set_grad_checkpointing()``) first pass and recomputation, where their hooks, the
+innermost, kept (or copied to the host) what the checkpoint drops, and a reentrant one's
+recomputation (mmdet's ``with_cp=True``), which runs inside the backward pass. :func:`restore_offload` removes the hooks.
 
 :func:`modules_holding_share` picks, from a recorded forward pass, the earliest modules among
 the candidates until they saved ``share`` of the step's bytes: the tensors saved first wait
@@ -63,11 +64,18 @@ class Offload:
 
     def context(self) -> contextlib.AbstractContextManager:
         """The context one call of an offloaded module runs in."""
-        if in_recomputed_region() or in_plain_checkpoint():
+        if in_recomputed_region() or in_plain_checkpoint() or _in_backward():
             return contextlib.nullcontext()
         if self.method == 'save_on_cpu':
             return torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available())
         return self.copies.group()
+
+
+def _in_backward() -> bool:
+    """Whether autograd's backward pass is running on this thread: a module called now is a
+    reentrant checkpoint's recomputation (mmdet's ``with_cp=True``), whose saved tensors its
+    own backward uses at once."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def _enter(offload: Offload, stack: list) -> Callable:
