@@ -196,10 +196,13 @@ def test_under_bf16_autocast_the_node_saves_and_computes_in_bf16(kind, device):
         assert got.dtype == torch.float32 and torch.equal(got.to(torch.bfloat16), expected)
 
 
+@pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
-def test_under_a_checkpoint_the_node_gives_the_python_functions_gradients(kind):
-    """Non-reentrant checkpointing drops what the node saved and runs it again in backward."""
-    layer, x = _layer(kind)
+def test_under_a_checkpoint_the_node_gives_the_python_functions_gradients(kind, device):
+    """Non-reentrant checkpointing drops what the first pass saves (the Python Function's
+    placeholders there) and runs the layer again in backward (the node), comparing the two
+    passes' saved tensors by shape and dtype."""
+    layer, x = _layer(kind, device=device)
 
     def grads(python: bool) -> tuple[torch.Tensor, ...]:
         def block(inputs: torch.Tensor) -> torch.Tensor:
