@@ -143,8 +143,9 @@ def test_half_precision_needs_fewer_radix_passes(kernels, dtype):
 
 # Kernel launches per call: a GPU step of a host-bound model pays every one of them in host time
 # (the first GPU run spent ~24 launches on each DropIT layer's selection)
-# (now one pass per byte, the count and the write: the write leaves the histograms zero)
-SELECT_LAUNCHES = {torch.float32: 6, torch.float16: 5, torch.bfloat16: 4}
+# (now one pass per byte and the write: the write leaves the histograms zero, and the last pass
+# counts what each chunk keeps)
+SELECT_LAUNCHES = {torch.float32: 5, torch.float16: 4, torch.bfloat16: 3}
 
 
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)

@@ -7,7 +7,8 @@ The input is cut into blocks of :data:`BLOCK` elements. Every pass runs at most
 a histogram pass adds its program's histogram to the shared one once (one atomic per bin a
 program), and a count or popcount pass stores one count per program (per chunk), from which
 the write or scatter program adds up where its chunk's output starts (a sum over at most
-``PROGRAMS`` numbers, in registers) and carries it from block to block: no scan launch.
+``PROGRAMS`` numbers, in registers) and carries it from block to block: no scan launch. The
+radix select's last pass works those starts out itself (:func:`_finish_select`).
 
 - ``keep_topk`` (``mink``): the exact threshold by a radix select on the magnitudes' float32
   bit patterns (non-negative floats order as their bits do): one pass per byte that the input's
@@ -15,36 +16,38 @@ the write or scatter program adds up where its chunk's output starts (a sum over
   a histogram of that byte over the elements whose higher bytes match those chosen so far. Each
   program of a pass works the chosen bytes out again from the earlier histograms (128 counts
   for the top byte, whose highest bit is the sign's, 256 for each later one), so no launch
-  goes to picking them. A count pass then finds, per chunk, the elements
-  above the threshold and those equal to it; a write pass writes the bitmask (or indices) and
-  the kept values, with the ties that fill the count taken first in memory order, as the eager
-  ``mink`` does.
+  goes to picking them. The last pass also counts, per program, the elements above in the
+  upper bytes and keeps its histogram of the last byte; the last of its programs to finish
+  (a count of finished programs, no waiting) reads from them, for the threshold now known,
+  where each chunk's kept elements and ties start. A write pass then writes the bitmask (or
+  indices) and the kept values, with the ties that fill the count taken first in memory order,
+  as the eager ``mink`` does: no counting pass reads the input again.
 - ``above_counts`` / ``write_above`` (``mink_approx``): the count and write passes with a given
   threshold and no ties kept.
 - ``scatter_bitmask`` (backward): per-chunk popcounts of the bitmask, then one pass that writes
   every element of the dense input (kept values or zero).
 
 Launches per call (what a host-bound GPU step pays for, docs/benchmarks.md, GPU section):
-``keep_topk`` makes one pass per byte + count + write: 4 for bfloat16, 5 for float16, 6 for
-float32 (3 with every element kept: a fill, count, write; none of them touches the
-histograms); ``above_counts`` and ``write_above`` one pass each (after a fill where the
+``keep_topk`` makes one pass per byte + write: 3 for bfloat16, 4 for float16, 5 for float32
+(one fewer since 2026-11-27, when a count pass ran between them; 3 with every element kept: a
+fill, count, write; none of them touches the histograms); ``above_counts`` and ``write_above`` one pass each (after a fill where the
 threshold is a number), ``scatter_bitmask`` 2.
 
-The radix select's histograms (at most 128 + 3 x 256 int32) live in a cached workspace that
-the write kernel leaves zero (:mod:`.histogram_workspace`): no zeroing launch, one launch saved
-per DropIT layer's forward, paid in host time on a host-bound step (issue 37).
+The radix select's histograms (at most 128 + 3 x 256 int32) and the last pass's count of
+finished programs live in a cached workspace that the write kernel and that pass's last
+program leave zero (:mod:`.histogram_workspace`): no zeroing launch, one launch saved per
+DropIT layer's forward, paid in host time on a host-bound step (issue 37).
 
 Memory traffic per input element of ``e`` bytes (2 for bfloat16 and float16, 4 for float32),
 the prediction for a GPU run to check (a 19.4 M-element bfloat16 input is 38.8 MB a read pass,
-about 13 us at 3 TB/s): each histogram pass and the count read ``e``
-bytes; the write reads ``e`` and writes 1/8 byte of bitmask (or nothing) per element plus
-``e`` (``e + 4`` with indices) per kept element; the popcount reads 1/8 byte and the scatter
-1/8 byte plus ``e`` per kept element, and writes ``e``. Beside those: at most 128 atomics a
-program in the first histogram pass and 256 in a later one (only non-empty bins: few after the
-first), 8 bytes a program from the
-count, and 8 bytes per chunk that every write program reads (``PROGRAMS`` squared times 8
-bytes at most, 36 MB, from L2; 20 MB for the 19.4 M elements, 1576 programs of 3 blocks).
-``keep_topk`` on bfloat16 is so four read passes (2 bytes each) plus its output.
+about 13 us at 3 TB/s): each histogram pass reads ``e`` bytes; the write reads ``e`` and
+writes 1/8 byte of bitmask (or nothing) per element plus ``e`` (``e + 4`` with indices) per
+kept element; the popcount reads 1/8 byte and the scatter 1/8 byte plus ``e`` per kept element,
+and writes ``e``. Beside those: at most 128 atomics a program in the first histogram pass and
+256 in a later one (only non-empty bins: few after the first); the last pass's 2 KB row a
+program (3.2 MB for the 19.4 M elements, 1576 programs of 3 blocks), of which its last program
+reads 8 bytes a row, and 12 bytes a program that the write reads. ``keep_topk`` on bfloat16 is
+so three read passes (2 bytes each) plus its output (four before 2026-11-27, with the count).
 
 A histogram pass costs beyond its read: ``tl.histogram``'s lowering costs about in proportion
 to its bins (per element, a ballot per bit of the bin, then a popcount per bin a lane owns),
@@ -53,8 +56,10 @@ into bin 0 and taken off. Instructions a thread runs per block in the ``sm_90`` 
 loop of each kernel, 4,096 elements of bfloat16 a block, 4 warps; from the SASS, a proxy for
 an instruction-bound pass: at ~0.93 T warp instructions a second on 132 SMs, 2,000 of them
 over 19.4 M elements take ~40 us, a read at 3 TB/s 13 us): first histogram ~1,450, later one
-~2,070, count ~330, write ~1,100 on blocks without a tie to keep (~1,850 with one), popcount
-~340, scatter ~710; a plain read of the block ~490. What an H200 measured before these
+~2,070 (~2,290 as the last, counting what is above), write ~1,910 with its branch that keeps
+ties (~1,850 before the guard against slots past ``kept``; blocks without a tie skip ~750 of
+it), popcount ~340, scatter ~710; a plain read of the block ~490; the count pass the last
+histogram pass replaced ~330. What an H200 measured before these
 changes, and the prediction for the next run: docs/dropit.md, *Fused kernels (CPU and
 GPU)*.
 
@@ -89,8 +94,9 @@ PROGRAMS = 2112
 """Most programs of every pass (16 a streaming multiprocessor of a 132-SM H100): each walks a
 contiguous chunk of blocks, adds its histogram to the shared one once (the global atomics on
 the 256 bins are ``PROGRAMS`` a pass, not one per few blocks) and stores one count a chunk.
-The write and scatter programs each add up to ``next_power_of_2(PROGRAMS)`` = 4096 chunk
-counts in registers (no spills in the ``sm_90`` build)."""
+The scatter programs, the write programs after a given threshold and the radix select's last
+program each add up to ``next_power_of_2(PROGRAMS)`` = 4096 chunk counts in registers (no
+spills in the ``sm_90`` build)."""
 _TOP_DIGITS = 128
 """Bins of the first histogram: the top byte of a magnitude's bit pattern, whose highest bit (the
 sign's) is clear, takes 128 values. A histogram's cost grows with its bins: in the ``sm_90``
@@ -108,7 +114,21 @@ def _histograms_before(done: int) -> int:
     return 0 if done == 0 else _TOP_DIGITS + (done - 1) * _DIGITS
 
 
-_WORKSPACE_INTS = _histograms_before(max(_PASSES.values()))
+_COUNTER_AT = _histograms_before(max(_PASSES.values()))
+"""Where the last histogram pass counts its finished programs in the workspace (the last one
+to finish sets it back to zero)."""
+_WORKSPACE_INTS = _COUNTER_AT + 1
+_ROW = 2 * _DIGITS
+"""Ints a program of the last histogram pass writes to the scratch: for each value the last
+byte may take, the program's elements above the threshold that value would make, then those
+equal to it."""
+
+
+def _scratch_ints(programs: int) -> int:
+    """The scratch of a radix select over ``programs`` programs (:func:`_finish_select`): the
+    count of ties still to keep, each program's kept elements and ties before it, and each
+    program's row (:data:`_ROW`)."""
+    return 1 + programs * (2 + _ROW)
 
 
 @triton.jit
@@ -122,14 +142,15 @@ def _histogram_at(done: tl.constexpr):
 
 
 @triton.jit
-def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr):
+def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr, VOLATILE: tl.constexpr = False):
     """The upper ``PASSES`` bytes of the ``rank``-th smallest bit pattern, read from the first
     ``PASSES`` histograms (each program of a later pass works them out again: 128 bins, then
-    256 each, one after another in the workspace)."""
+    256 each, one after another in the workspace); ``VOLATILE``: read past every cache, as the
+    last program of a pass reads what the others added in it."""
     prefix = 0
     remaining = rank
     for done in tl.static_range(PASSES):
-        counts = tl.load(hist_ptr + _histogram_at(done))
+        counts = tl.load(hist_ptr + _histogram_at(done), volatile=VOLATILE)
         below = tl.cumsum(counts, 0) - counts
         chosen = below < remaining
         digit = tl.sum(chosen.to(tl.int32), 0) - 1
@@ -139,20 +160,24 @@ def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr):
 
 
 @triton.jit
-def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: tl.constexpr,
-                            BINS: tl.constexpr, BLOCK: tl.constexpr):
+def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, threshold_ptr,
+                            scratch_ptr, PASS: tl.constexpr, BINS: tl.constexpr,
+                            LAST: tl.constexpr, CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
     """Add the histogram of byte ``3 - PASS`` of the magnitudes' bit patterns in the program's
     ``chunk`` blocks (of ``blocks``), over the elements whose upper bytes equal those the earlier
     passes chose, to histogram ``PASS`` (``BINS`` bins at :func:`_histogram_at`: 128 for the top
     byte, 256 after): one ``tl.histogram`` a block, with the other elements counted into bin 0 and
     taken off it once (the third and fourth passes skip the blocks where nothing matches), then
-    one atomic per non-empty bin."""
+    one atomic per non-empty bin. The ``LAST`` pass also counts the elements whose upper bytes
+    are above those chosen (not NaN, as the write's float comparison sees them) and hands its
+    counts on to :func:`_finish_select`: the selection needs no counting pass of its own."""
     shift: tl.constexpr = 24 - 8 * PASS
     prefix = 0
     if PASS > 0:
         prefix = _selected_prefix(hist_ptr, rank, PASS)
     counts = tl.zeros((BINS,), dtype=tl.int32)
     misses = 0
+    above = 0
     first_block = tl.program_id(0) * chunk
     for block in range(first_block, tl.minimum(first_block + chunk, blocks)):
         offsets = block * BLOCK + tl.arange(0, BLOCK)
@@ -161,7 +186,12 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: t
         key = magnitude.to(tl.int32, bitcast=True)  # >= 0: the sign bit is clear
         match = inside
         if PASS > 0:
-            match = match & ((key >> (shift + 8)) == (prefix >> (shift + 8)))
+            upper = key >> (shift + 8)
+            chosen = prefix >> (shift + 8)
+            match = match & (upper == chosen)
+            if LAST:
+                higher = inside & (upper > chosen) & (magnitude == magnitude)
+                above += tl.sum(higher.to(tl.int32), 0)
         # no extra bin for the rest (a histogram's cost grows with its bins): the elements
         # that do not match (or lie past the end) go to bin 0 and come off it below
         digits = tl.where(match, (key >> shift) & (BINS - 1), 0)
@@ -176,32 +206,68 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, PASS: t
     counts -= tl.where(tl.arange(0, BINS) == 0, misses, 0)
     tl.atomic_add(hist_ptr + _histogram_at(PASS), counts,
                   mask=counts > 0)  # few bins after the first pass
+    if LAST:
+        _finish_select(hist_ptr, rank, numel, threshold_ptr, scratch_ptr, counts, above,
+                       PASS, CHUNKS)
 
 
 @triton.jit
-def _count_kernel(x_ptr, numel, hist_ptr, rank, threshold_ptr, counts_ptr, blocks, chunk,
-                  PASSES: tl.constexpr, BLOCK: tl.constexpr):
-    """Over the program's ``chunk`` blocks: the magnitudes above the threshold (row 0, one
-    count a program) and equal to it (row 1). The threshold is the radix select's (``PASSES``
-    histograms; program 0 stores it at ``threshold_ptr``), or, with ``PASSES == 0``, the one
-    at ``threshold_ptr``."""
+def _finish_select(hist_ptr, rank, numel, threshold_ptr, scratch_ptr, counts, above,
+                   LAST_PASS: tl.constexpr, CHUNKS: tl.constexpr):
+    """The last histogram pass's end, in each program: its row of the scratch (for each value
+    ``d`` the last byte may take, its elements above the threshold that ``d`` would make: those
+    above in the upper bytes and those matching them with a larger last byte; then those
+    matching it all), and a count of finished programs. The last program to finish, seeing
+    every histogram complete, works the threshold out (stored at ``threshold_ptr``) and, per
+    program, the kept elements and ties before it (from the rows, in memory order) and the ties
+    still to keep, for the write kernel (:func:`_scratch_ints` for the layout); it sets the
+    counter back to zero for the next call."""
     pid = tl.program_id(0)
-    if PASSES > 0:
-        threshold = _selected_prefix(hist_ptr, rank, PASSES).to(tl.float32, bitcast=True)
-        tl.store(threshold_ptr, threshold, mask=pid == 0)
-    else:
-        threshold = tl.load(threshold_ptr)
+    programs = tl.num_programs(0)
+    rows = scratch_ptr + 1 + 2 * programs
+    bins = tl.arange(0, 256)
+    row = rows + pid * 512
+    tl.store(row + bins, above + tl.cumsum(counts, 0, reverse=True) - counts)
+    tl.store(row + 256 + bins, counts)
+    tl.debug_barrier()  # every thread's stores before the count that publishes them
+    finished = tl.atomic_add(hist_ptr + _counter_at(), 1, sem='acq_rel', scope='gpu')
+    if finished == programs - 1:
+        prefix = _selected_prefix(hist_ptr, rank, LAST_PASS + 1, VOLATILE=True)
+        tl.store(threshold_ptr, prefix.to(tl.float32, bitcast=True))
+        digit = (prefix >> (24 - 8 * LAST_PASS)) & 255
+        chunks = tl.arange(0, CHUNKS)
+        inside = chunks < programs
+        above_chunks = tl.load(rows + chunks * 512 + digit, mask=inside, other=0, volatile=True)
+        ties_chunks = tl.load(rows + chunks * 512 + 256 + digit, mask=inside, other=0,
+                              volatile=True)
+        tl.store(scratch_ptr, numel - rank - tl.sum(above_chunks, 0))
+        tl.store(scratch_ptr + 1 + chunks, tl.cumsum(above_chunks, 0) - above_chunks,
+                 mask=inside)
+        tl.store(scratch_ptr + 1 + programs + chunks, tl.cumsum(ties_chunks, 0) - ties_chunks,
+                 mask=inside)
+        tl.store(hist_ptr + _counter_at(), 0)
+
+
+@triton.jit
+def _counter_at():
+    """Where the last histogram pass counts its finished programs (:data:`_COUNTER_AT`)."""
+    return 128 + 3 * 256
+
+
+@triton.jit
+def _count_kernel(x_ptr, numel, threshold_ptr, counts_ptr, blocks, chunk, BLOCK: tl.constexpr):
+    """Over the program's ``chunk`` blocks: the magnitudes above the threshold at
+    ``threshold_ptr`` (one count a program)."""
+    pid = tl.program_id(0)
+    threshold = tl.load(threshold_ptr)
     above_here = 0
-    ties_here = 0
     first_block = pid * chunk
     for block in range(first_block, tl.minimum(first_block + chunk, blocks)):
         offsets = block * BLOCK + tl.arange(0, BLOCK)
         inside = offsets < numel
         magnitude = tl.abs(tl.load(x_ptr + offsets, mask=inside, other=0).to(tl.float32))
         above_here += tl.sum(((magnitude > threshold) & inside).to(tl.int32), 0)
-        ties_here += tl.sum(((magnitude == threshold) & inside).to(tl.int32), 0)
     tl.store(counts_ptr + pid, above_here)
-    tl.store(counts_ptr + tl.num_programs(0) + pid, ties_here)
 
 
 @triton.jit
@@ -210,25 +276,30 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
                   CHUNKS: tl.constexpr, CLEAR: tl.constexpr, BLOCK: tl.constexpr):
     """Keep the magnitudes above the threshold and (with ``TIES``) the first of those equal to
     it, in memory order, that fill ``kept``; write the bitmask bytes (or indices) and the kept
-    values of the program's ``chunk`` blocks. Where the chunk's output starts follows from the
-    per-chunk counts (at most ``CHUNKS``, added up here: no scan launch), and the program
-    carries it from block to block; a block without a tie that could fill ``kept`` skips the
-    ties' cumulative sum (a third of the kernel's instructions in the ``sm_90`` build). Program 0
-    also zeroes the ``CLEAR`` histograms at ``hist_ptr`` (the radix select's, read by nothing
-    after the count kernel) for the next call."""
+    values of the program's ``chunk`` blocks, and carry where the next goes from block to block.
+    Where the chunk's output starts: with ``TIES``, read from the radix select's scratch at
+    ``counts_ptr`` (:func:`_finish_select`: the kept elements and ties before the chunk, the
+    ties still to keep); without, the sum of the per-chunk counts at ``counts_ptr`` before it
+    (at most ``CHUNKS``, added up here: no scan launch). A block without a tie that could fill
+    ``kept`` skips the ties' cumulative sum (a third of the kernel's instructions in the
+    ``sm_90`` build); no slot past ``kept`` is written, whatever the counts say (a float
+    comparison and a bit pattern disagree on NaNs only, but a write past the end would corrupt
+    memory). Program 0 also zeroes the ``CLEAR`` histograms at ``hist_ptr`` (the radix
+    select's, read by nothing after its last pass) for the next call."""
     pid = tl.program_id(0)
     for cleared in tl.static_range(CLEAR):
         bins = _histogram_at(cleared)
         tl.store(hist_ptr + bins, tl.zeros_like(bins), mask=pid == 0)
     threshold = tl.load(threshold_ptr)
-    chunks = tl.arange(0, CHUNKS)
-    above = tl.load(counts_ptr + chunks, mask=chunks < tl.num_programs(0), other=0)
-    kept_before = tl.sum(tl.where(chunks < pid, above, 0), 0)
     if TIES:  # the ties that fill ``kept``: the first ``missing`` in memory order
-        missing = kept - tl.sum(above, 0)
-        ties = tl.load(counts_ptr + tl.num_programs(0) + chunks, mask=chunks < pid, other=0)
-        ties_before = tl.sum(ties, 0)
+        missing = tl.load(counts_ptr)
+        kept_before = tl.load(counts_ptr + 1 + pid)
+        ties_before = tl.load(counts_ptr + 1 + tl.num_programs(0) + pid)
         kept_before += tl.minimum(ties_before, missing)
+    else:
+        chunks = tl.arange(0, CHUNKS)
+        above = tl.load(counts_ptr + chunks, mask=chunks < pid, other=0)
+        kept_before = tl.sum(above, 0)
     first_block = pid * chunk
     for block in range(first_block, tl.minimum(first_block + chunk, blocks)):
         offsets = block * BLOCK + tl.arange(0, BLOCK)
@@ -244,14 +315,15 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
             ties_before += tied
         keep_int = keep.to(tl.int32)
         slots = kept_before + tl.cumsum(keep_int, 0) - 1
-        tl.store(values_ptr + slots, x, mask=keep)
+        stored = keep & (slots < kept)
+        tl.store(values_ptr + slots, x, mask=stored)
         if BITMASK:
             bits = tl.reshape(keep_int, (BLOCK // 8, 8)) << tl.arange(0, 8)[None, :]
             byte_offsets = block * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
             tl.store(first_ptr + byte_offsets, tl.sum(bits, 1).to(tl.uint8),
                      mask=byte_offsets < (numel + 7) // 8)
         else:
-            tl.store(first_ptr + slots, offsets.to(first_ptr.dtype.element_ty), mask=keep)
+            tl.store(first_ptr + slots, offsets.to(first_ptr.dtype.element_ty), mask=stored)
         kept_before += tl.sum(keep_int, 0)
 
 
@@ -312,30 +384,30 @@ def _on_device(threshold: float | torch.Tensor, flat: torch.Tensor) -> torch.Ten
 def _select(flat: torch.Tensor, rank: int,
             hist: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``rank``-th smallest magnitude of ``flat`` (1-based), exactly, as a one-element
-    float32 tensor on its device (a radix select; nothing is read back), and the per-chunk
-    counts above it (row 0) and equal to it (row 1). The histograms go to ``hist`` (zeroed
-    int32, at least :data:`_WORKSPACE_INTS`; left filled: :func:`_write` with ``clear`` zeroes them)."""
+    float32 tensor on its device (a radix select; nothing is read back), and the scratch that
+    says where each chunk's kept elements start (:func:`_finish_select`). The histograms go to
+    ``hist`` (zeroed int32, at least :data:`_WORKSPACE_INTS`; left filled: :func:`_write` with
+    ``clear`` zeroes them)."""
     numel, blocks = flat.numel(), _blocks(flat.numel())
     passes = _PASSES[flat.dtype]
     grid, chunk = _chunked_grid(blocks)
-    for done in range(passes):
-        _digit_histogram_kernel[grid](flat, numel, hist, rank, blocks, chunk, PASS=done,
-                                      BINS=_TOP_DIGITS if done == 0 else _DIGITS, BLOCK=BLOCK)
     threshold = flat.new_empty(1, dtype=torch.float32)
-    counts = flat.new_empty((2, grid[0]), dtype=torch.int32)
-    _count_kernel[grid](flat, numel, hist, rank, threshold, counts, blocks, chunk,
-                        PASSES=passes, BLOCK=BLOCK)
-    return threshold, counts
+    scratch = flat.new_empty(_scratch_ints(grid[0]), dtype=torch.int32)
+    chunks = triton.next_power_of_2(grid[0])
+    for done in range(passes):
+        _digit_histogram_kernel[grid](flat, numel, hist, rank, blocks, chunk, threshold, scratch,
+                                      PASS=done, BINS=_TOP_DIGITS if done == 0 else _DIGITS,
+                                      LAST=done == passes - 1, CHUNKS=chunks, BLOCK=BLOCK)
+    return threshold, scratch
 
 
 def _counts(flat: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """Per chunk of blocks (see :func:`_chunked_grid`), the magnitudes above ``threshold`` (a
-    tensor on the device; row 0) and equal to it (row 1)."""
+    tensor on the device)."""
     blocks = _blocks(flat.numel())
     grid, chunk = _chunked_grid(blocks)
-    counts = flat.new_empty((2, grid[0]), dtype=torch.int32)
-    _count_kernel[grid](flat, flat.numel(), counts, 0, threshold, counts, blocks, chunk,
-                        PASSES=0, BLOCK=BLOCK)
+    counts = flat.new_empty(grid[0], dtype=torch.int32)
+    _count_kernel[grid](flat, flat.numel(), threshold, counts, blocks, chunk, BLOCK=BLOCK)
     return counts
 
 
@@ -343,8 +415,9 @@ def _write(flat: torch.Tensor, threshold: torch.Tensor, counts: torch.Tensor, ke
            bitmask: bool, ties: bool, hist: torch.Tensor | None = None,
            clear: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Write the kept elements: those above the threshold and, with ``ties``, the first of
-    those equal to it that fill ``kept``, given the per-chunk ``counts`` of :func:`_counts`
-    (row 0 only, without ``ties``); and zero the first ``clear`` histograms of ``hist``."""
+    those equal to it that fill ``kept``, given ``counts``: with ``ties`` the scratch of
+    :func:`_select`, without the per-chunk counts of :func:`_counts`; and zero the first
+    ``clear`` histograms of ``hist``."""
     numel, blocks = flat.numel(), _blocks(flat.numel())
     grid, chunk = _chunked_grid(blocks)
     first = (flat.new_empty((numel + 7) // 8, dtype=torch.uint8) if bitmask
@@ -367,8 +440,8 @@ def keep_topk(flat: torch.Tensor, kept: int, bitmask: bool) -> tuple[torch.Tenso
         return _write(flat, threshold, _counts(flat, threshold), kept, bitmask, ties=False)
     hist = zeroed_histograms(flat.device, _WORKSPACE_INTS)
     try:
-        threshold, counts = _select(flat, numel - kept, hist)
-        return _write(flat, threshold, counts, kept, bitmask, ties=True, hist=hist,
+        threshold, scratch = _select(flat, numel - kept, hist)
+        return _write(flat, threshold, scratch, kept, bitmask, ties=True, hist=hist,
                       clear=_PASSES[flat.dtype])
     except BaseException:  # histograms perhaps left filled: the next call takes new zeros
         forget(hist)
@@ -379,7 +452,7 @@ def above_counts(flat: torch.Tensor, threshold: float | torch.Tensor) -> torch.T
     """Per chunk of blocks, the elements of ``flat`` whose magnitude is above ``threshold`` (a
     number, or a one-element tensor on ``flat``'s device, read there); their sum is the kept
     count."""
-    return _counts(flat, _on_device(threshold, flat))[0]
+    return _counts(flat, _on_device(threshold, flat))
 
 
 def write_above(flat: torch.Tensor, threshold: float | torch.Tensor, counts: torch.Tensor,
