@@ -56,10 +56,9 @@ into bin 0 and taken off. Instructions a thread runs per block in the ``sm_90`` 
 loop of each kernel, 4,096 elements of bfloat16 a block, 4 warps; from the SASS, a proxy for
 an instruction-bound pass: at ~0.93 T warp instructions a second on 132 SMs, 2,000 of them
 over 19.4 M elements take ~40 us, a read at 3 TB/s 13 us): first histogram ~1,450, later one
-~2,070 (~2,290 as the last, counting what is above), write ~1,910 with its branch that keeps
-ties (~1,850 before the guard against slots past ``kept``; blocks without a tie skip ~750 of
-it), popcount ~340, scatter ~710; a plain read of the block ~490; the count pass the last
-histogram pass replaced ~330. What an H200 measured before these
+~2,070 (~2,290 as the last, counting what is above), write ~1,850 with its branch that keeps
+ties (~1,100 on blocks without one), popcount ~340, scatter ~710; a plain read of the block
+~490; the count pass the last histogram pass replaced ~330. What an H200 measured before these
 changes, and the prediction for the next run: docs/dropit.md, *Fused kernels (CPU and
 GPU)*.
 
@@ -282,10 +281,14 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
     ties still to keep); without, the sum of the per-chunk counts at ``counts_ptr`` before it
     (at most ``CHUNKS``, added up here: no scan launch). A block without a tie that could fill
     ``kept`` skips the ties' cumulative sum (a third of the kernel's instructions in the
-    ``sm_90`` build); no slot past ``kept`` is written, whatever the counts say (a float
-    comparison and a bit pattern disagree on NaNs only, but a write past the end would corrupt
-    memory). Program 0 also zeroes the ``CLEAR`` histograms at ``hist_ptr`` (the radix
-    select's, read by nothing after its last pass) for the next call."""
+    ``sm_90`` build). Program 0 also zeroes the ``CLEAR`` histograms at ``hist_ptr`` (the radix
+    select's, read by nothing after its last pass) for the next call.
+
+    No slot past ``kept`` is written: the radix select's rows count every element this float
+    comparison keeps above the threshold (its bit pattern is larger: higher upper bytes, or
+    the same and a larger last byte), and where they count more (NaN patterns beside a
+    threshold of 2**127 or more, which no comparison keeps) the chunks after it start later,
+    never earlier."""
     pid = tl.program_id(0)
     for cleared in tl.static_range(CLEAR):
         bins = _histogram_at(cleared)
@@ -315,15 +318,14 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
             ties_before += tied
         keep_int = keep.to(tl.int32)
         slots = kept_before + tl.cumsum(keep_int, 0) - 1
-        stored = keep & (slots < kept)
-        tl.store(values_ptr + slots, x, mask=stored)
+        tl.store(values_ptr + slots, x, mask=keep)
         if BITMASK:
             bits = tl.reshape(keep_int, (BLOCK // 8, 8)) << tl.arange(0, 8)[None, :]
             byte_offsets = block * (BLOCK // 8) + tl.arange(0, BLOCK // 8)
             tl.store(first_ptr + byte_offsets, tl.sum(bits, 1).to(tl.uint8),
                      mask=byte_offsets < (numel + 7) // 8)
         else:
-            tl.store(first_ptr + slots, offsets.to(first_ptr.dtype.element_ty), mask=stored)
+            tl.store(first_ptr + slots, offsets.to(first_ptr.dtype.element_ty), mask=keep)
         kept_before += tl.sum(keep_int, 0)
 
 
