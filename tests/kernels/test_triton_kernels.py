@@ -141,6 +141,25 @@ def test_half_precision_needs_fewer_radix_passes(kernels, dtype):
         assert torch.equal(found, magnitudes.kthvalue(rank).values.reshape(1)), rank
 
 
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16], ids=str)
+def test_nans_and_infinities_are_kept_as_the_eager_path_keeps_them(kernels, dtype):
+    """A skipped fp16 step's activations hold infinities and NaNs. The eager ``mink`` keeps the
+    infinities and drops the NaNs, which no comparison keeps; so do the kernels: the radix
+    select's last pass counts what lies above in the upper bytes by bit pattern, and leaves
+    NaNs out of that count as the write's float comparison leaves them out (counted in, the
+    chunks after one would start late, leaving holes)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(20_000, generator=generator)
+    x[torch.randperm(x.numel(), generator=generator)[:300]] = float('nan')
+    x[torch.randperm(x.numel(), generator=generator)[:200]] = float('inf')
+    x = x.to(dtype).to(DEVICE)
+    for gamma in (0.5, 0.9):
+        keep, _ = mink(x, gamma)
+        bits, values = kernels.keep_topk(x, kept_count(x.numel(), gamma), True)
+        assert torch.equal(bits, pack_bits(keep)), gamma
+        assert torch.equal(values[:int(keep.sum())], x[keep]), gamma
+
+
 # Kernel launches per call: a GPU step of a host-bound model pays every one of them in host time
 # (the first GPU run spent ~24 launches on each DropIT layer's selection)
 # (now one pass per byte and the write: the write leaves the histograms zero, and the last pass
