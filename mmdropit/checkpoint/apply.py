@@ -23,13 +23,12 @@ and buffers its first pass changed as they were before it; after the recomputati
 put back, so BatchNorm statistics are those of one forward pass. The RNG state is restored
 before recomputing (``preserve_rng_state``), so dropout drops the same elements. Eval mode and
 ``torch.no_grad`` run the plain forward. Compressed modules inside a plain checkpoint
-(:func:`~mmdropit.codecs.compress_activations`) store their codes when the region is recomputed
-and placeholders of the codes' size in the first pass, so the checkpoint compares the two
-passes' saved tensors as for any region. A *selective* checkpoint (:mod:`.selective`) keeps the
-outputs of its costly ops and recomputes only the rest. Under ``torch.compile`` the checkpoints become
-dynamo's checkpoint regions (the selective policy passes as a module-level ``context_fn``, the
-only form dynamo takes), each pass on its own containers, and the compiled backward does the
-recomputation.
+(:func:`~mmdropit.codecs.compress_activations`) store their codes when the region is recomputed and
+placeholders of the codes' size in the first pass, so the checkpoint compares the two passes' saved
+tensors as for any region. A *selective* checkpoint (:mod:`.selective`) keeps the outputs of its
+costly ops and recomputes only the rest. Under ``torch.compile`` the checkpoints become dynamo's
+checkpoint regions (the selective policy passes as a module-level ``context_fn``, the only form
+dynamo takes), each pass on its own containers, and the compiled backward does the recomputation.
 
 Example:
     >>> from torch import nn

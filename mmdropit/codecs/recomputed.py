@@ -1,12 +1,12 @@
 """Compressed activations inside a plain checkpoint: codes stored when the region is recomputed.
 
 A plain checkpoint (a plan's, :mod:`mmdropit.checkpoint`, or one the model makes with
-``torch.utils.checkpoint``, non-reentrant: timm's ``set_grad_checkpointing()``) drops what its region saves in the first forward
-pass and saves it again when backward recomputes the region; that recomputation, held while the
-region's backward runs, sets the least peak a plan reaches. A converted module's own hooks, the
-innermost, would hide its saved tensors from the checkpoint's hooks; inside a region it
-therefore hands each saved tensor on to the hooks on top of the stack when it runs, the
-checkpoint's (:func:`checkpoint_hooks`):
+``torch.utils.checkpoint``, non-reentrant: timm's ``set_grad_checkpointing()``) drops what its
+region saves in the first forward pass and saves it again when backward recomputes the region; that
+recomputation, held while the region's backward runs, sets the least peak a plan reaches. A
+converted module's own hooks, the innermost, would hide its saved tensors from the checkpoint's
+hooks; inside a region it therefore hands each saved tensor on to the hooks on top of the stack when
+it runs, the checkpoint's (:func:`checkpoint_hooks`):
 
 - in the first pass as an uninitialised uint8 tensor of its codes' size: the checkpoint drops
   it, and finds the two passes alike where it compares what they saved by shape and dtype

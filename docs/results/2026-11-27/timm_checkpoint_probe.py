@@ -28,6 +28,6 @@ for what in ('none', 'int8', 'dropit', 'dropit-approx'):
         except Exception as error:  # noqa: BLE001 (the probe reports what failed)
             print(f'{what:14} checkpointed={checkpointed!s:5} {type(error).__name__}')
             continue
-        result = meter.result
-        print(f'{what:14} checkpointed={checkpointed!s:5} step peak {result.peak_bytes / 2**20:5.1f} '
-              f'MiB, activations at the peak {result.by_category["activation"] / 2**20:5.1f} MiB')
+        peak, activations = meter.result.peak_bytes, meter.result.by_category['activation']
+        print(f'{what:14} checkpointed={checkpointed!s:5} step peak {peak / 2**20:5.1f} MiB, '
+              f'activations at the peak {activations / 2**20:5.1f} MiB')

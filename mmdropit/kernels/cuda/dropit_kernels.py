@@ -28,10 +28,10 @@ radix select's last pass works those starts out itself (:func:`_finish_select`).
   every element of the dense input (kept values or zero).
 
 Launches per call (what a host-bound GPU step pays for, docs/benchmarks.md, GPU section):
-``keep_topk`` makes one pass per byte + write: 3 for bfloat16, 4 for float16, 5 for float32
-(one fewer since 2026-11-27, when a count pass ran between them; 3 with every element kept: a
-fill, count, write; none of them touches the histograms); ``above_counts`` and ``write_above`` one pass each (after a fill where the
-threshold is a number), ``scatter_bitmask`` 2.
+``keep_topk`` makes one pass per byte + write: 3 for bfloat16, 4 for float16, 5 for float32 (one
+fewer since 2026-11-27, when a count pass ran between them; 3 with every element kept: a fill,
+count, write; none of them touches the histograms); ``above_counts`` and ``write_above`` one pass
+each (after a fill where the threshold is a number), ``scatter_bitmask`` 2.
 
 The radix select's histograms (at most 128 + 3 x 256 int32) and the last pass's count of
 finished programs live in a cached workspace that the write kernel and that pass's last

@@ -1,18 +1,18 @@
 """The radix select's histograms, kept zeroed between ``keep_topk`` calls
 (:func:`zeroed_histograms`), so that no call spends a launch on zeroing them.
 
-A workspace is cached per thread, device and (on a GPU) current stream, allocated zeroed once:
-a ``keep_topk`` call fills it with its histogram passes (and a count of the last pass's
-finished programs, which the last of them sets back to zero), and its write kernel, which reads
-the threshold the last pass worked out and never the histograms, zeroes them again (after their
-last reader, that pass, on the same stream), so the next call on that stream finds zeros. The key keeps
-apart what could interleave: calls on other streams (which may run concurrently) and calls from
-other threads (which may enqueue on the same stream between another call's launches). Under
-CUDA graph capture a call gets a fresh zeroed tensor, not the cached one: the zeroing is
-captured with the passes (no host cost on replay, where the graph is one launch), the graph owns
-its workspace at a fixed address, shared with no eager call nor other graph, and nothing cached
-waits for a zeroing that only a replay would run. A call that fails after filling it gives it
-back with :func:`forget`: the next one allocates zeros again.
+A workspace is cached per thread, device and (on a GPU) current stream, allocated zeroed once: a
+``keep_topk`` call fills it with its histogram passes (and a count of the last pass's finished
+programs, which the last of them sets back to zero), and its write kernel, which reads the threshold
+the last pass worked out and never the histograms, zeroes them again (after their last reader, that
+pass, on the same stream), so the next call on that stream finds zeros. The key keeps apart what
+could interleave: calls on other streams (which may run concurrently) and calls from other threads
+(which may enqueue on the same stream between another call's launches). Under CUDA graph capture a
+call gets a fresh zeroed tensor, not the cached one: the zeroing is captured with the passes (no
+host cost on replay, where the graph is one launch), the graph owns its workspace at a fixed
+address, shared with no eager call nor other graph, and nothing cached waits for a zeroing that only
+a replay would run. A call that fails after filling it gives it back with :func:`forget`: the next
+one allocates zeros again.
 
 Example:
     >>> hist = zeroed_histograms(torch.device('cpu'), 1024)
