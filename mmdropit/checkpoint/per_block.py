@@ -13,6 +13,8 @@ Example:
     >>> plan = per_block_plan(build_chain(record_step(net, lambda: net(x).sum()), net), net)
     >>> [target.where for target in plan.targets]
     ['1.0', '1.1', '1.2', '1.3']
+    >>> own_checkpointing(net)
+    []
 """
 from __future__ import annotations
 
@@ -38,3 +40,15 @@ def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
         return None
     return CheckpointPlan(targets, baseline=predict(chain, []), planned=predict(chain, segments),
                           forward_seconds=chain.record.calls[0].seconds)
+
+
+OWN_SWITCHES = ('grad_checkpointing', 'with_cp')
+"""The attributes by which models checkpoint their own blocks: timm's
+(``set_grad_checkpointing()``) and OpenMMLab backbones' (``with_cp=True``)."""
+
+
+def own_checkpointing(model: nn.Module) -> list[str]:
+    """The modules of ``model`` that checkpoint their own blocks, as ``'name.switch'`` (a
+    :data:`OWN_SWITCHES` attribute set true; ``''`` names the model itself)."""
+    return [f'{name}.{switch}' if name else switch for name, module in model.named_modules()
+            for switch in OWN_SWITCHES if getattr(module, switch, False) is True]

@@ -83,9 +83,28 @@ def test_init_cfg_is_applied_once():
     assert torch.all(model.model.fc.weight == 2.0)
 
 
+def test_grad_checkpointing_checkpoints_each_block_and_keeps_the_gradients():
+    """``grad_checkpointing=True`` is timm's ``set_grad_checkpointing()`` (the simple recipe's
+    per-block checkpointing), with DropIT's layers inside: the same gradients."""
+    from mmdropit.dropit import to_dropit
+
+    grads = []
+    for checkpointed in (False, True):
+        torch.manual_seed(0)
+        model = _classifier(grad_checkpointing=checkpointed, depth=2)
+        to_dropit(model, gamma=0.9)
+        data = model.data_preprocessor(_batch(), training=True)
+        model(**data, mode='loss')['loss'].backward()
+        grads.append([param.grad for param in model.parameters()])
+        assert model.model.grad_checkpointing is checkpointed
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
 @pytest.mark.parametrize('kwargs,error', [
     (dict(model_name='vit_tiny_patch16_22'), ConfigError),
     (dict(label_smoothing=1.5), ConfigError),
+    (dict(model_name='dla34', grad_checkpointing=True, img_size=None, patch_size=None,
+          embed_dim=None, depth=None, num_heads=None), ConfigError),
     (dict(pretrained_file='/no/such/file.pth'), DataNotFoundError),
 ])
 def test_bad_arguments_say_what_to_do(kwargs, error):

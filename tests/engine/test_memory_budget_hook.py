@@ -234,6 +234,30 @@ def test_two_gloo_ranks_take_one_decision_and_stay_in_sync(tmp_path):
     assert (tmp_path / 'memory_plan.json').is_file()
 
 
+def test_a_model_that_checkpoints_its_own_blocks_is_warned_about():
+    """timm's ``set_grad_checkpointing()`` (``TimmClassifier(grad_checkpointing=True)``), an
+    OpenMMLab backbone's ``with_cp=True`` or MMEngine's ``activation_checkpointing``: the
+    hook's per-block checkpointing would checkpoint those blocks twice."""
+    from mmdropit.engine.classification import TimmClassifier
+    from mmdropit.engine.hooks.memory_budget_hook import checkpointed_twice
+
+    def classifier(**kwargs) -> TimmClassifier:
+        return TimmClassifier('vit_tiny_patch16_224', 10, img_size=28, patch_size=7, in_chans=1,
+                              embed_dim=32, depth=2, num_heads=2, **kwargs)
+
+    assert checkpointed_twice(classifier(), {}) is None
+    warning = checkpointed_twice(classifier(grad_checkpointing=True), {})
+    assert warning.startswith('MemoryBudgetHook: the model checkpoints its own blocks '
+                              '(model.grad_checkpointing): ')
+    assert len(warning.splitlines()) == 1
+    model = classifier()
+    for block in model.model.blocks:
+        block.with_cp = True
+    warning = checkpointed_twice(model, {'activation_checkpointing': ['model.blocks.0']})
+    assert '(model.blocks.0.with_cp, model.blocks.1.with_cp, activation_checkpointing in the ' \
+        'config): ' in warning
+
+
 @pytest.mark.parametrize('kwargs,message', [
     (dict(budget='half'), 'MemoryBudgetHook budget is the peak of a whole training step'),
     (dict(budget=1.5), r'a fraction must lie in \(0, 1\]'),

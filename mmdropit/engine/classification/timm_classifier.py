@@ -8,6 +8,7 @@ Example config::
         num_classes=100,
         pretrained_file='checkpoints/deit_small_patch16_224.pth',  # optional, local file
         label_smoothing=0.1,
+        grad_checkpointing=True,  # optional: timm's per-block checkpointing
         data_preprocessor=dict(type='ClsDataPreprocessor',
                                mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375]))
 """
@@ -41,6 +42,9 @@ class TimmClassifier(BaseModel):
         pretrained_file: a local timm checkpoint to start from; a head of another size is
             dropped and re-initialised, as timm does for fine-tuning.
         label_smoothing: label smoothing of the cross-entropy, in ``[0, 1)``.
+        grad_checkpointing: checkpoint each block, as timm's ``set_grad_checkpointing()`` does
+            (the simple recipe's per-block checkpointing; DropIT layers select once inside,
+            compressed modules and offload hand what they save to the checkpoint).
         data_preprocessor: config of the batch preprocessor (default ``ClsDataPreprocessor``).
         init_cfg: optional MMEngine weight initialisation; without it, timm's own
             initialisation (done at construction) is kept.
@@ -53,6 +57,7 @@ class TimmClassifier(BaseModel):
                  num_classes: int,
                  pretrained_file: str | None = None,
                  label_smoothing: float = 0.0,
+                 grad_checkpointing: bool = False,
                  data_preprocessor: dict | None = None,
                  init_cfg: dict | list | None = None,
                  **timm_kwargs: Any) -> None:
@@ -77,6 +82,12 @@ class TimmClassifier(BaseModel):
             pretrained_cfg_overlay=dict(file=pretrained_file) if pretrained_file else None,
             num_classes=num_classes,
             **timm_kwargs)
+        if grad_checkpointing:
+            try:
+                self.model.set_grad_checkpointing(True)
+            except (AssertionError, NotImplementedError):
+                raise ConfigError(f'timm model {model_name!r} has no per-block checkpointing: '
+                                  'drop grad_checkpointing') from None
 
     def init_weights(self) -> None:
         """Apply ``init_cfg`` if given; timm's own initialisation is otherwise kept.

@@ -27,6 +27,7 @@ from mmengine.registry import HOOKS
 from torch import nn
 
 from ...checkpoint.chain import Chain
+from ...checkpoint.per_block import own_checkpointing
 from ...codecs import CompressedActivations, compressible_modules
 from ...common.budget import parse_budget
 from ...common.class_swap import ClassSwap
@@ -87,6 +88,23 @@ def _prepared(wrapper: OptimWrapper, autocast: bool) -> MicroBatching:
         _WRAPPER_SWAP.swap_in(wrapper, *mixins)
     wrapper.configure_micro_batching(MicroBatchConfig(1))
     return wrapper
+
+
+def checkpointed_twice(model: nn.Module, cfg: dict) -> str | None:
+    """The warning for a model that checkpoints its own blocks (timm's
+    ``set_grad_checkpointing()``, ``with_cp=True``, MMEngine's ``activation_checkpointing`` in
+    ``cfg``), which the hook's per-block checkpointing would checkpoint again; ``None`` when it
+    does not."""
+    own = own_checkpointing(model)
+    if cfg.get('activation_checkpointing'):
+        own.append('activation_checkpointing in the config')
+    if not own:
+        return None
+    more = f' and {len(own) - 3} more' if len(own) > 3 else ''
+    return (f'MemoryBudgetHook: the model checkpoints its own blocks ({", ".join(own[:3])}{more}):'
+            ' a fractional budget is a share of that checkpointed step, and per-block '
+            "checkpointing, one of the hook's candidates, would checkpoint them twice; switch it "
+            'off and let the hook measure it')
 
 
 def _rank0_chain(chain: Chain) -> Chain:
@@ -191,6 +209,9 @@ class MemoryBudgetHook(ShapeBucketHook):
                               'config): its trial passes would measure eager steps; drop '
                               'compile, or use CheckpointPlanHook, which plans for compile')
         model = unwrap(runner.model)
+        twice = checkpointed_twice(model, runner.cfg)
+        if twice:
+            runner.logger.warning(twice)
         if self.offload and any(isinstance(hook, ActivationOffloadHook) for hook in runner.hooks):
             raise ConfigError('MemoryBudgetHook offload=True chooses what to offload itself: '
                               'remove ActivationOffloadHook from custom_hooks')
