@@ -9,6 +9,7 @@ from torch import nn
 
 from mmdropit.offload import offload_activations, restore_offload
 from tests.helpers.split_target import SplitTarget
+from tests.helpers.torch_checkpointed import TorchCheckpointed
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')]
@@ -69,6 +70,22 @@ def test_offload_keeps_the_gradients_and_lowers_the_peak(method):
         assert stats.bytes_moved == 2 * moved and stats.tensors_moved == 2 * 9 * 3
         assert stats.prefetched + stats.fetched_on_demand == stats.tensors_moved
         assert stats.fetched_on_demand <= 2 * 3  # only the first group of each backward pass
+
+
+@pytest.mark.parametrize('reentrant', [False, True])
+def test_inside_the_models_own_checkpoints_nothing_moves(reentrant):
+    """Offloaded blocks that the model checkpoints itself (timm's ``set_grad_checkpointing()``:
+    non-reentrant; OpenMMLab's ``with_cp=True``: reentrant, recomputed inside the backward pass)
+    copy nothing to the host: the checkpoint drops what they save, and a recomputation's tensors
+    are read by the backward pass at once."""
+    model = _mlp()
+    x = torch.randn(2048, 1024, device='cuda', requires_grad=reentrant)
+    for index in range(9):
+        model[index] = TorchCheckpointed(model[index], reentrant)
+    offload = offload_activations(model, [f'{index}.module' for index in range(9)])
+    _step(model, x)
+    restore_offload(model)
+    assert offload.copies.stats.bytes_moved == 0
 
 
 def test_the_memory_budget_measures_offload_and_keeps_its_choice_within_the_budget():

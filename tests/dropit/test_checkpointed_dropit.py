@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.checkpoint import checkpoint
 
 from mmdropit import from_dropit, to_dropit
 from mmdropit.checkpoint.apply import checkpoint_module, checkpoint_run, uncheckpoint
 from mmdropit.dropit.strategies import SAMPLE_SIZE
+from tests.helpers.torch_checkpointed import TorchCheckpointed
 
 
 def _model() -> nn.Sequential:
@@ -77,18 +77,6 @@ def test_selective_checkpoints_replay_dropit_selections(outer_selective):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-class _TorchCheckpointed(nn.Module):
-    """``module`` run under ``torch.utils.checkpoint`` (non-reentrant), as timm's
-    ``set_grad_checkpointing()`` runs a block: no mark of ours, only torch's hooks."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return checkpoint(self.module, x, use_reentrant=False)
-
-
 @pytest.mark.parametrize('strategy', ['mink', 'random'])
 @pytest.mark.parametrize('fused', ['1', '0'])
 def test_inside_a_models_own_checkpoint_each_layer_selects_once(strategy, fused, monkeypatch):
@@ -99,7 +87,7 @@ def test_inside_a_models_own_checkpoint_each_layer_selects_once(strategy, fused,
     model = to_dropit(_model(), gamma=0.9, strategy=strategy)
     x = torch.randn(32, 64)
     unplanned = _step(model, x)
-    model[2] = _TorchCheckpointed(model[2])
+    model[2] = TorchCheckpointed(model[2])
     with SelectionCounter() as planned_count:
         planned = _step(model, x)
     assert planned_count.calls == 3
@@ -126,7 +114,7 @@ def test_inside_a_checkpoint_mink_approx_keeps_the_count_of_mink(checkpoints, fu
     if checkpoints == 'ours':
         checkpoint_module(inner)
     else:
-        model[2] = _TorchCheckpointed(inner)
+        model[2] = TorchCheckpointed(inner)
     _step(model, x)
     for got, want in zip(inner.parameters(), exact[2].parameters()):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-6)

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from mmdropit.common.recompute_region import recomputed_region
 from mmdropit.errors import ConfigError
 from mmdropit.memory import SavedTensorMeter
 from mmdropit.offload import (link_bytes_per_second, modules_holding_share,
                               offload_activations, restore_offload)
+from tests.helpers.torch_checkpointed import TorchCheckpointed
 
 
 def _mlp(blocks: int = 8) -> nn.Sequential:
@@ -68,18 +68,6 @@ def test_offload_steps_aside_where_a_checkpoint_recomputes():
     assert type(offload.context()).__name__ == '_GeneratorContextManager'
 
 
-class _TorchCheckpointed(nn.Module):
-    """``module`` under ``torch.utils.checkpoint``, as timm's ``set_grad_checkpointing()``
-    (non-reentrant) or mmdet's ``with_cp=True`` (reentrant) runs a block."""
-
-    def __init__(self, module: nn.Module, reentrant: bool) -> None:
-        super().__init__()
-        self.module, self.reentrant = module, reentrant
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return checkpoint(self.module, x, use_reentrant=self.reentrant)
-
-
 @pytest.mark.parametrize('reentrant', [False, True])
 @pytest.mark.parametrize('method', ['prefetch', 'save_on_cpu'])
 def test_offload_steps_aside_inside_a_models_own_checkpoint(method, reentrant):
@@ -89,8 +77,8 @@ def test_offload_steps_aside_inside_a_models_own_checkpoint(method, reentrant):
     the forward keeps what checkpointing alone keeps."""
     # a reentrant checkpoint gives its parameters gradients only for an input that needs one
     model, x = _mlp(4), torch.randn(32, 64, requires_grad=True)
-    model[0], model[1] = (_TorchCheckpointed(model[0], reentrant),
-                          _TorchCheckpointed(model[1], reentrant))
+    model[0], model[1] = (TorchCheckpointed(model[0], reentrant),
+                          TorchCheckpointed(model[1], reentrant))
     with SavedTensorMeter(model) as plain:
         expected = _grads(model, x)
     offload = offload_activations(model, ['0.module', '1.module'], method)
