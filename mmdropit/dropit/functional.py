@@ -246,14 +246,14 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     node = _node_for(x, weight, state, fused_linear_node)
     if node is None:
         return _apply(DropITLinearFunction, _LINEAR_APPLY, x, weight, bias, state)
-    return node(x, weight, bias, _kept_by_node(x, state))
+    return node(x, weight, bias, *_node_selection(x, state))
 
 
 def _node_for(x: torch.Tensor, weight: torch.Tensor, state: DropITState,
               fused_node: Callable[[torch.Tensor], Callable | None]) -> Callable | None:
     """The C++ node (``fused_node(x)``: ``None`` where no node can take the call) that computes
     the layer's Python Function for this call, with the layer's plan made for ``x``; ``None``
-    when it cannot: it keeps ``mink`` in the bitmask encoding, with no 8-bit values, no
+    when it cannot: it keeps a compact selection of any strategy, with no 8-bit values, no
     observer and outside a checkpoint's first pass."""
     if not (weight.requires_grad and torch.is_grad_enabled()) or \
             state.value_bits is not None or _SAVES:
@@ -261,16 +261,22 @@ def _node_for(x: torch.Tensor, weight: torch.Tensor, state: DropITState,
     node = fused_node(x)
     if node is None or saved_tensors_dropped():
         return None
-    return node if _save_plan(x, state).fused_node else None
+    return node if _save_plan(x, state).compress else None
 
 
-def _kept_by_node(x: torch.Tensor, state: DropITState) -> int:
-    """The count a node keeps of ``x`` by the layer's plan, counted into the layer's state, and
-    the dense input that backward rebuilds noted (what the Python Functions do)."""
+def _node_selection(x: torch.Tensor, state: DropITState) -> tuple:
+    """The node's arguments after the layer's: the count it keeps, where it selects itself (the
+    fused ``mink`` in the bitmask encoding), else also the selection it is given (another
+    strategy's, or an encoding it does not select in, made here as the Python Function makes
+    it). Either way counted into the layer's state, and the dense input that backward rebuilds
+    noted (what the Python Functions do)."""
     plan = state.save_plan
+    if not plan.fused_node:  # selected outside autograd, as inside a Function's forward
+        first, values = _save_input(x.detach(), state)[0]
+        return values.numel(), first, values
     state.count(plan.kept, plan.numel, x.device)
     note_workspace(plan.workspace)
-    return plan.kept
+    return (plan.kept,)
 
 
 def _tuple(value: int | Sequence[int], spatial: int) -> list[int]:
@@ -303,4 +309,5 @@ def dropit_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         if node is None:
             return DropITConvFunction.apply(x, weight, bias, stride, padding, dilation, groups,
                                             pads, state)
-        return node(x, weight, bias, stride, padding, dilation, groups, _kept_by_node(x, state))
+        return node(x, weight, bias, stride, padding, dilation, groups,
+                    *_node_selection(x, state))

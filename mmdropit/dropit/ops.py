@@ -47,9 +47,9 @@ from .strategies import (FIXED_COUNT, SAMPLE_SIZE, counted_strategy, host_reads_
                          kept_count, sampled_threshold, select)
 
 NODE_STRATEGIES = frozenset({'mink'})
-"""Strategies a DropIT Linear or convolution runs as its C++ autograd node (the fused ``mink`` in
-the bitmask encoding, :func:`~mmdropit.kernels.fused_linear_node`); the others take the Python
-Functions."""
+"""Strategies whose selection a DropIT Linear's or convolution's C++ autograd node makes itself
+(the fused ``mink`` in the bitmask encoding, :func:`~mmdropit.kernels.fused_linear_node`); the
+node is given the others' selections, made by the layer."""
 
 
 def _keep(flat: torch.Tensor, gamma: float, strategy: str,
@@ -172,9 +172,10 @@ class SavePlan:
     A DropIT layer keeps its plan (:attr:`~.state.DropITState.save_plan`): building these
     afresh at every call cost a few microseconds of host time a layer, which a host-bound GPU
     step pays one for one. :meth:`keep` selects and encodes exactly as :func:`keep_fixed` does,
-    with the strategy itself or, for ``mink_approx`` (whose count depends on the data: ``fixed``
-    is false), with ``mink`` (:func:`~.strategies.counted_strategy`: what it keeps inside a plain
-    checkpoint).
+    with the strategy itself or, for ``mink_approx``, with ``mink``
+    (:func:`~.strategies.counted_strategy`): what it keeps on an input of at most
+    :data:`~.strategies.SAMPLE_SIZE` elements and inside a plain checkpoint. ``fixed`` says
+    whether the count follows from the shape (false for ``mink_approx`` on a larger input).
 
     Example:
         >>> x = torch.randn(4, 16)
@@ -195,20 +196,22 @@ class SavePlan:
         self.counted = counted_strategy(strategy)
         numel, size = x.numel(), x.element_size()
         self.compress = worth_compressing(gamma, size)
-        self.fixed = strategy in FIXED_COUNT
+        self.fixed = strategy in FIXED_COUNT or numel <= SAMPLE_SIZE  # mink_approx: as mink
         self.numel = numel
         self.kept = kept_count(numel, gamma)
         self.encoding = smaller_encoding(numel, self.kept, size)
         self.bitmask = self.encoding == 'bitmask'
         self.workspace = numel * size  # backward rebuilds the dense input
-        # what the C++ nodes of DropIT's Linear and convolution save (kernels.fused_*_node)
-        self.fused_node = self.compress and self.bitmask and strategy in NODE_STRATEGIES
+        # what the C++ nodes of DropIT's Linear and convolution select themselves
+        # (kernels.fused_*_node; they are given any other selection)
+        self.fused_node = (self.compress and self.bitmask and self.fixed
+                           and self.counted in NODE_STRATEGIES)
         if not self.compress:
             self.layout = dense_layout(x)
             return
         self.layout = CompactLayout(x.shape, x.dtype, self.encoding, None,
                                     encoded_bytes(numel, self.kept, size)[self.encoding])
-        if not self.fixed and numel > SAMPLE_SIZE and not host_reads_are_free(x.device):
+        if not self.fixed and not host_reads_are_free(x.device):
             warnings.warn("DropIT strategy 'mink_approx' reads its kept count back from "
                           f'the {x.device.type} device once a layer, which stalls the step; '
                           "strategy='mink' selects exactly without reading anything back.",

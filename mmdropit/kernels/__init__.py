@@ -53,7 +53,8 @@ def fused_ops(x: torch.Tensor) -> Any | None:
 
 def fused_linear_node(x: torch.Tensor) -> Any | None:
     """DropIT's Linear as one C++ autograd node for ``x``'s device
-    (``dropit_linear(x, weight, bias, kept)``: ``mink`` kept in the bitmask encoding, the same
+    (``dropit_linear(x, weight, bias, kept, first=None, values=None)``: ``mink`` kept in the
+    bitmask encoding, or the encoded selection ``first`` + ``values`` it is given; the same
     tensors and gradients as :class:`~mmdropit.dropit.functional.DropITLinearFunction`), or
     ``None`` where it cannot run (:func:`_node_runs_on`)."""
     return torch.ops.mmdropit_cpu.dropit_linear.default if _node_runs_on(x) else None
@@ -61,8 +62,9 @@ def fused_linear_node(x: torch.Tensor) -> Any | None:
 
 def fused_conv_node(x: torch.Tensor) -> Any | None:
     """DropIT's N-d convolution as one C++ autograd node for ``x``'s device
-    (``dropit_conv(x, weight, bias, stride, padding, dilation, groups, kept)``: ``mink`` kept
-    in the bitmask encoding, the same tensors and gradients as
+    (``dropit_conv(x, weight, bias, stride, padding, dilation, groups, kept, first=None,
+    values=None)``: ``mink`` kept in the bitmask encoding, or the selection it is given; the
+    same tensors and gradients as
     :class:`~mmdropit.dropit.functional.DropITConvFunction` without its uneven padding), or
     ``None`` where it cannot run (:func:`_node_runs_on`)."""
     return torch.ops.mmdropit_cpu.dropit_conv.default if _node_runs_on(x) else None

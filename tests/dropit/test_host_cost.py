@@ -54,6 +54,24 @@ def test_the_fused_mink_adds_its_two_kernels_alone():
                                      'aten::sum')
 
 
+def test_mink_approx_on_an_input_within_its_sample_runs_as_the_fused_mink():
+    """On at most ``SAMPLE_SIZE`` elements ``mink_approx`` is ``mink``: its plan keeps a fixed
+    count, which the node selects itself, with ``mink``'s operators (it was selected in Python
+    and given to the node, at ~25 us more a layer); above the sample its count depends on the
+    data."""
+    from mmdropit.dropit.ops import SavePlan
+    from mmdropit.dropit.strategies import SAMPLE_SIZE
+
+    if not fused_cpu.load():
+        pytest.skip('the fused CPU kernels are not built')
+    small, large = torch.empty(SAMPLE_SIZE), torch.empty(SAMPLE_SIZE + 1)
+    assert SavePlan(small, 0.9, 'mink_approx').fused_node
+    assert not SavePlan(large, 0.9, 'mink_approx').fused_node
+    approx, mink = count_layer_ops('mink_approx', fused=True), count_layer_ops('mink', fused=True)
+    assert (approx.forward_names, approx.backward_names) == \
+        (mink.forward_names, mink.backward_names)
+
+
 def test_the_fused_mink_convolution_adds_its_two_kernels_alone():
     if not fused_cpu.load():
         pytest.skip('the fused CPU kernels are not built')

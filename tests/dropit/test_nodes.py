@@ -15,7 +15,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from mmdropit.common.random_source import reseed
 from mmdropit.dropit import DropITConfig, DropITConvFunction, DropITLinearFunction
+from mmdropit.dropit.strategies import SAMPLE_SIZE
 from mmdropit.dropit.lean_activations import _LeanActivationFunction, lean_hardtanh, lean_relu
 from mmdropit.kernels import cuda, fused_linear_node
 from mmdropit.kernels.cuda.nodes import register_kernels
@@ -216,13 +218,40 @@ def test_under_a_checkpoint_the_node_gives_the_python_functions_gradients(kind, 
         assert torch.equal(got, expected)
 
 
-@pytest.mark.parametrize('why', ['eager', 'without node', 'value_bits', 'gamma 0.99',
-                                 'no grad'])
+BIGGER = {'linear 3-d': (40, 100, 24), 'conv2d stride 2': (8, 4, 48, 48)}
+"""Inputs of more elements than ``mink_approx`` samples (:data:`SAMPLE_SIZE`)."""
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('kind', list(BIGGER))
+@pytest.mark.parametrize('selection', ['random', 'mink_approx', 'indices'])
+def test_the_node_is_given_the_selections_it_does_not_make(selection, kind, device):
+    """``random``, ``mink_approx`` (on an input above its sample) and the indices encoding
+    (``mink`` at gamma 0.99) are selected by the layer, as its Python Function selects them,
+    and given to the node: the same outputs, gradients and saved tensors, bit for bit (the
+    same draws: DropIT's generator reseeded before each)."""
+    factory, _ = LAYERS[kind]
+    torch.manual_seed(0)
+    layer = factory(device=device)
+    strategy = 'mink' if selection == 'indices' else selection
+    DropITConfig(0.99 if selection == 'indices' else 0.9, strategy, exclude=[]).apply(layer)
+    x = torch.randn(BIGGER[kind], device=device, requires_grad=True)
+    assert x.numel() > SAMPLE_SIZE
+    reseed(0)
+    node = _run(layer, x, python=False)
+    reseed(0)
+    python = _run(layer, x, python=True)
+    _assert_same(node, python, _node(layer))
+    first = node['saved'][1]
+    assert first.dtype == (torch.int32 if selection == 'indices' else torch.uint8)
+
+
+@pytest.mark.parametrize('why', ['eager', 'without node', 'value_bits', 'no grad'])
 @pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
 def test_the_python_function_runs_where_the_node_cannot(why, kind):
-    """The eager path, 8-bit kept values and the indices encoding (gamma 0.99) have no node,
-    nor has a layer inside ``without_nodes``; without grad the layer runs plainly."""
-    layer, x = _layer(kind, gamma=0.99 if why == 'gamma 0.99' else 0.9)
+    """The eager path and 8-bit kept values have no node, nor has a layer inside
+    ``without_nodes``; without grad the layer runs plainly."""
+    layer, x = _layer(kind)
     if why == 'value_bits':
         layer.dropit.value_bits = 8
     x.requires_grad_()

@@ -28,6 +28,14 @@ inline at::Tensor scatter_bitmask(const at::Tensor& bits, const at::Tensor& valu
   return op.call(bits, values, numel);
 }
 
+// The flat dense tensor of `numel` elements that a selection encoded (dropped elements zero):
+// `values` where a bit of the uint8 bitmask `first` is set, or at the int32 / int64 indices
+// `first` (as mmdropit/dropit/compact.py's scatter_kept rebuilds it).
+inline at::Tensor scatter_kept(const at::Tensor& first, const at::Tensor& values, int64_t numel) {
+  if (first.scalar_type() == at::kByte) return scatter_bitmask(first, values, numel);
+  return at::zeros({numel}, values.options()).index_copy_(0, first.to(at::kLong), values);
+}
+
 // One bit an element of the contiguous 1-d `flat`: low < x, and x < high where `bounded`.
 inline at::Tensor pack_between(const at::Tensor& flat, double low, double high, bool bounded) {
   static auto op = c10::Dispatcher::singleton()

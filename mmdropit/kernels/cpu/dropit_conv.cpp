@@ -1,13 +1,14 @@
 // DropIT's convolution as one C++ autograd node (operator mmdropit_cpu::dropit_conv).
 //
-// What mmdropit/dropit/functional.py's DropITConvFunction does for a contiguous input with the
-// fused `mink` selection in the bitmask encoding and symmetric padding, without Python between
-// the operators:
+// What mmdropit/dropit/functional.py's DropITConvFunction does for a contiguous input with
+// symmetric padding, without Python between the operators:
 //
-//   forward    keep_topk (the kept elements of the input as bitmask + values), saved with the
-//              weight; the output of at::convolution (N-d, not transposed).
+//   forward    the kept elements of the input: keep_topk's bitmask + values (the fused `mink`),
+//              or the encoded selection it is given (`first` + `values`: another strategy's,
+//              selected by the layer), saved with the weight; the output of at::convolution
+//              (N-d, not transposed).
 //   backward   one at::convolution_backward for the gradients autograd needs: the input's and
-//              the bias's exact, the weight's from the dense input rebuilt by scatter_bitmask
+//              the bias's exact, the weight's from the dense input rebuilt by scatter_kept
 //              (where the weight needs none, an expanded one-element tensor of the input's
 //              shape stands in: only its shape is read).
 //
@@ -34,9 +35,14 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-                            int64_t kept) {
-    auto [bits, values] = mmdropit_dispatched::keep_topk(x.view(-1), kept);
-    ctx->save_for_backward({weight, bits, values});
+                            int64_t kept, const std::optional<at::Tensor>& first,
+                            const std::optional<at::Tensor>& values) {
+    if (first.has_value() && first->defined()) {
+      ctx->save_for_backward({weight, *first, *values});
+    } else {
+      auto [bits, kept_values] = mmdropit_dispatched::keep_topk(x.view(-1), kept);
+      ctx->save_for_backward({weight, bits, kept_values});
+    }
     // one saved list (each saved value costs host time): groups, whether there is a bias,
     // then stride, padding, dilation and the input's sizes
     std::vector<int64_t> geometry{groups, bias.has_value() && bias->defined()};
@@ -64,7 +70,7 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
     at::Tensor x;
     if (need_weight) {
       const int64_t numel = c10::multiply_integers(sizes);
-      x = mmdropit_dispatched::scatter_bitmask(saved[1], saved[2], numel).view(sizes);
+      x = mmdropit_dispatched::scatter_kept(saved[1], saved[2], numel).view(sizes);
     } else {  // only the shape is read, as in torch.nn.grad.conv2d_input
       x = grad_out.new_empty({1}).expand(sizes);
     }
@@ -76,7 +82,7 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
         grad_out, x, weight, bias_sizes, stride, padding, dilation, false, output_padding,
         geometry[0], {ctx->needs_input_grad(0), need_weight, has_bias && ctx->needs_input_grad(2)});
     return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -87,16 +93,18 @@ namespace {
 at::Tensor dropit_conv(const at::Tensor& x, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-                       int64_t kept) {
+                       int64_t kept, const std::optional<at::Tensor>& first,
+                       const std::optional<at::Tensor>& values) {
   return mmdropit::DropITConvNode::apply(x, weight, bias, stride, padding, dilation, groups,
-                                         kept);
+                                         kept, first, values);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(mmdropit_cpu, m) {
   m.def("dropit_conv(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
-        "int[] dilation, int groups, int kept) -> Tensor");
+        "int[] dilation, int groups, int kept, Tensor? first=None, Tensor? values=None) "
+        "-> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mmdropit_cpu, CompositeImplicitAutograd, m) {

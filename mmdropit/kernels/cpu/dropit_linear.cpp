@@ -1,14 +1,16 @@
 // DropIT's Linear as one C++ autograd node (operator mmdropit_cpu::dropit_linear).
 //
-// What mmdropit/dropit/functional.py's DropITLinearFunction does for a contiguous input with
-// the fused `mink` selection in the bitmask encoding, without Python between the operators:
+// What mmdropit/dropit/functional.py's DropITLinearFunction does for a contiguous input, without
+// Python between the operators:
 //
-//   forward    keep_topk (the kept elements of the input as bitmask + values), saved with the
-//              weight; the output as F.linear computes it, as a tensor of its own (not a view:
-//              a custom node's output may then be changed in place, as DETR's heads do).
+//   forward    the kept elements of the input: keep_topk's bitmask + values (the fused `mink`),
+//              or the encoded selection it is given (`first` + `values`: another strategy's,
+//              selected by the layer), saved with the weight; the output as F.linear computes
+//              it, as a tensor of its own (not a view: a custom node's output may then be
+//              changed in place, as DETR's heads do).
 //   backward   input gradient grad_out @ weight (exact), bias gradient the sum of grad_out
 //              over rows (exact), weight gradient grad_out^T @ the dense input rebuilt by
-//              scatter_bitmask; each only when autograd needs it.
+//              scatter_kept; each only when autograd needs it.
 //
 // The same operators in the same order as the Python Function, so the outputs and gradients are
 // bit-identical to it. keep_topk and scatter_bitmask are called through the dispatcher, so the
@@ -26,7 +28,7 @@
 namespace {
 
 using mmdropit_dispatched::keep_topk;
-using mmdropit_dispatched::scatter_bitmask;
+using mmdropit_dispatched::scatter_kept;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
@@ -55,9 +57,15 @@ namespace mmdropit {
 // grad_fn: torch::autograd::CppNode<mmdropit::DropITLinearNode>
 struct DropITLinearNode : public torch::autograd::Function<DropITLinearNode> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, int64_t kept) {
-    auto [bits, values] = keep_topk(x.view(-1), kept);
-    ctx->save_for_backward({weight, bits, values});
+                            const std::optional<at::Tensor>& bias, int64_t kept,
+                            const std::optional<at::Tensor>& first,
+                            const std::optional<at::Tensor>& values) {
+    if (first.has_value() && first->defined()) {
+      ctx->save_for_backward({weight, *first, *values});
+    } else {
+      auto [bits, kept_values] = keep_topk(x.view(-1), kept);
+      ctx->save_for_backward({weight, bits, kept_values});
+    }
     ctx->saved_data["numel"] = x.numel();
     ctx->saved_data["features"] = x.dim() ? x.size(-1) : int64_t(1);
     ctx->saved_data["bias"] = bias.has_value() && bias->defined();
@@ -77,13 +85,13 @@ struct DropITLinearNode : public torch::autograd::Function<DropITLinearNode> {
     if (ctx->needs_input_grad(1)) {
       const int64_t numel = ctx->saved_data["numel"].toInt();
       const int64_t features = ctx->saved_data["features"].toInt();
-      grad_weight = flat_grad.t().mm(scatter_bitmask(saved[1], saved[2], numel)
+      grad_weight = flat_grad.t().mm(scatter_kept(saved[1], saved[2], numel)
                                          .view({-1, features}));
     }
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
       grad_bias = flat_grad.sum(0);
     }
-    return {grad_input, grad_weight, grad_bias, at::Tensor()};
+    return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -92,14 +100,17 @@ struct DropITLinearNode : public torch::autograd::Function<DropITLinearNode> {
 namespace {
 
 at::Tensor dropit_linear(const at::Tensor& x, const at::Tensor& weight,
-                         const std::optional<at::Tensor>& bias, int64_t kept) {
-  return mmdropit::DropITLinearNode::apply(x, weight, bias, kept);
+                         const std::optional<at::Tensor>& bias, int64_t kept,
+                         const std::optional<at::Tensor>& first,
+                         const std::optional<at::Tensor>& values) {
+  return mmdropit::DropITLinearNode::apply(x, weight, bias, kept, first, values);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(mmdropit_cpu, m) {
-  m.def("dropit_linear(Tensor x, Tensor weight, Tensor? bias, int kept) -> Tensor");
+  m.def("dropit_linear(Tensor x, Tensor weight, Tensor? bias, int kept, Tensor? first=None, "
+        "Tensor? values=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mmdropit_cpu, CompositeImplicitAutograd, m) {
