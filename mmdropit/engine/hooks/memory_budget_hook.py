@@ -151,10 +151,12 @@ class MemoryBudgetHook(ShapeBucketHook):
     :func:`~mmdropit.codecs.compress_activations`; left out of ``lossy=True`` for a model
     without such modules); with ``offload`` on a GPU, activation offload of the earliest
     blocks holding half or all of the saved bytes (:mod:`mmdropit.offload`; exact, each share
-    measured like a lossy setting). ``DropITHook``, ``CompressActivationsHook`` and mixed precision set
-    in the config are kept and planned around (then not offered again); ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` /
-    ``memory_budget`` are errors, as this hook chooses those. Under DDP every rank measures,
-    the largest peak and the longest time count, so all ranks take the same decision.
+    measured like a lossy setting). ``DropITHook``, ``CompressActivationsHook`` and mixed
+    precision set in the config are kept and planned around (then not offered again);
+    ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` / ``memory_budget`` are
+    errors, as this hook chooses those; a model that checkpoints its own blocks is measured as
+    it is, with a warning. Under DDP every rank measures, the largest peak and the longest time
+    count, so all ranks take the same decision.
 
     Args:
         budget: The peak of a whole training step (parameters, gradients, optimizer state,
