@@ -53,8 +53,7 @@ from torch import nn
 from ..common.class_swap import ClassSwap
 from ..common.listeners import Listeners
 from ..common.name_patterns import matches
-from ..common.recompute_region import (checkpoint_pass, in_recomputation,
-                                       in_recomputed_region, saved_tensors_dropped)
+from ..common.recompute_region import checkpoint_pass, in_recomputed_region, innermost_pass
 from ..common.saved_tensors import report_kept
 from ..errors import ConfigError
 from .bits import dequantize_values, quantize_values
@@ -149,14 +148,15 @@ class CompressedActivations:
     def forward(self, *args, **kwargs):
         if self.compression.bits is None:
             return super().forward(*args, **kwargs)
-        dropped, recomputation = saved_tensors_dropped(), in_recomputation()
-        if dropped or recomputation:  # a plain checkpoint's pass: hand what is saved to it
+        current = innermost_pass()
+        if current in ('first', 'recomputation'):  # a plain checkpoint's: hand what is saved on
+            recomputation = current == 'recomputation'
             hooks = checkpoint_hooks(self.compression.bits, _stored_as_codes, recomputation,
                                      functools.partial(_COMPRESSIONS.notify, self.compression))
             if hooks is None:  # this torch does not say which hooks are the checkpoint's
                 return super().forward(*args, **kwargs)
             # marked again: the modules inside see this pass under the hooks handing on
-            with hooks, checkpoint_pass(first=dropped, recomputation=recomputation):
+            with hooks, checkpoint_pass(first=not recomputation, recomputation=recomputation):
                 return super().forward(*args, **kwargs)
         if in_recomputed_region():  # a selective checkpoint or a recorded step: step aside
             return super().forward(*args, **kwargs)

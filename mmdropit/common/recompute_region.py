@@ -100,10 +100,11 @@ def _torch_checkpoint_pass(pack: Callable | None) -> str | None:
     return _TORCH_PASSES.get(pack.__qualname__)
 
 
-def _innermost_pass() -> str | None:
-    """The innermost checkpoint pass on this thread: a mark of :func:`checkpoint_pass` whose
-    hooks are still on top, or a non-reentrant ``torch.utils.checkpoint`` pass inside it (or
-    outside any mark)."""
+def innermost_pass() -> str | None:
+    """The innermost checkpoint pass on this thread (``'first'``, ``'recomputation'``,
+    ``'kept'`` or ``None``: see :func:`checkpoint_pass`): a mark of :func:`checkpoint_pass`
+    whose hooks are still on top, or a non-reentrant ``torch.utils.checkpoint`` pass inside it
+    (or outside any mark). One query where a caller needs the pass itself, not one answer."""
     passes = getattr(_STATE, 'passes', None)
     pack = _top_pack()
     if passes and passes[-1][1] is pack:
@@ -117,16 +118,16 @@ def _innermost_pass() -> str | None:
 def saved_tensors_dropped() -> bool:
     """Whether the innermost checkpoint pass on this thread is a first forward pass: what is
     saved for backward now is dropped, and saved again when the region is recomputed."""
-    return _innermost_pass() == 'first'
+    return innermost_pass() == 'first'
 
 
 def in_recomputation() -> bool:
     """Whether the innermost checkpoint pass on this thread is a plain checkpoint's
     recomputation: what is saved now is what its backward uses."""
-    return _innermost_pass() == 'recomputation'
+    return innermost_pass() == 'recomputation'
 
 
 def in_plain_checkpoint() -> bool:
     """Whether the innermost checkpoint pass on this thread is a plain checkpoint's first pass
     or recomputation: what is saved now must have the shapes the other pass saves."""
-    return _innermost_pass() in ('first', 'recomputation')
+    return innermost_pass() in ('first', 'recomputation')
