@@ -31,6 +31,7 @@ from torch._C._functorch import unwrap_if_dead
 
 from ..common.backward_workspace import note_workspace
 from ..common.listeners import Listeners
+from ..common.random_source import generator
 from ..common.recompute_region import in_plain_checkpoint, saved_tensors_dropped
 from ..kernels import fused_conv_node, fused_linear_node
 from .compact import CompactLayout, dense_layout, flatten_in_memory_order, worth_compressing
@@ -266,16 +267,18 @@ def _node_for(x: torch.Tensor, weight: torch.Tensor, state: DropITState,
 
 def _node_selection(x: torch.Tensor, state: DropITState) -> tuple:
     """The node's arguments after the layer's: the count it keeps, where it selects itself (the
-    fused ``mink`` in the bitmask encoding), else also the selection it is given (another
-    strategy's, or an encoding it does not select in, made here as the Python Function makes
-    it). Either way counted into the layer's state, and the dense input that backward rebuilds
-    noted (what the Python Functions do)."""
+    fused ``mink`` and, with the generator it draws from, ``random``, in the bitmask encoding),
+    else also the selection it is given (another strategy's, or an encoding it does not select
+    in, made here as the Python Function makes it). Either way counted into the layer's state,
+    and the dense input that backward rebuilds noted (what the Python Functions do)."""
     plan = state.save_plan
     if not plan.fused_node:  # selected outside autograd, as inside a Function's forward
         first, values = _save_input(x.detach(), state)[0]
         return values.numel(), first, values
     state.count(plan.kept, plan.numel, x.device)
     note_workspace(plan.workspace)
+    if plan.counted == 'random':  # the node draws its seed from the plugin's generator
+        return plan.kept, None, None, generator(x.device)
     return (plan.kept,)
 
 

@@ -18,8 +18,11 @@ nothing back (:func:`~.compact.encode` is given the count), as their fused kerne
 
 The operators run DropIT's fused kernels (:mod:`mmdropit.kernels`: the C++ extension on the
 CPU when it is built, Triton kernels on a GPU): a few parallel passes instead of the eager
-path's 6-8, with bit-identical results (``mink``'s exact threshold does not draw the sample the
-eager path uses to find it).
+path's 6-8, with bit-identical results for ``mink`` (its exact threshold does not draw the
+sample the eager path uses to find it). ``random`` runs fused on the CPU: the same select and
+write over a random key per element (a counter-based stream from a seed drawn from the plugin's
+generator), where the eager path draws a permutation: both keep a set drawn uniformly without
+replacement, different sets for one generator state.
 
 Example:
     >>> x = torch.randn(4, 16)
@@ -38,26 +41,44 @@ import torch
 from torch.library import custom_op, register_fake
 
 from ..common.custom_operators import operator_or_body, through_dispatcher
+from ..common.random_source import generator
 from ..common.recompute_region import saved_tensors_dropped
 from ..kernels import fused_ops
 from .compact import (CompactLayout, compress, dense_layout, encode, encoded_bytes, index_dtype,
                       restore_shape, scatter_kept, smaller_encoding, worth_compressing)
 from .quantize import dequantize_kept
 from .strategies import (FIXED_COUNT, SAMPLE_SIZE, counted_strategy, host_reads_are_free,
-                         kept_count, sampled_threshold, select)
+                         kept_count, random_scale, sampled_threshold, select)
 
-NODE_STRATEGIES = frozenset({'mink'})
+NODE_STRATEGIES = {'mink': ('cpu', 'cuda'), 'random': ('cpu',)}
 """Strategies whose selection a DropIT Linear's or convolution's C++ autograd node makes itself
-(the fused ``mink`` in the bitmask encoding, :func:`~mmdropit.kernels.fused_linear_node`); the
-node is given the others' selections, made by the layer."""
+in the bitmask encoding (:func:`~mmdropit.kernels.fused_linear_node`), by the device types
+where it does (the fused ``random`` has no GPU kernel); the node is given the others'
+selections, made by the layer."""
+
+
+def _fused_keep(flat: torch.Tensor, strategy: str, kept: int,
+                bitmask: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The fused kernels' encoded selection of ``kept`` elements of ``flat`` by ``strategy``
+    (``'mink'`` or ``'random'``), or ``None`` where none can make it (no fused kernels for
+    ``flat``; ``random`` on a GPU, which has no kernel for it: the eager draw there)."""
+    fused = fused_ops(flat)
+    if fused is None:
+        return None
+    if strategy == 'mink':
+        return fused.keep_topk(flat, kept, bitmask)
+    if not flat.is_cpu:
+        return None
+    return fused.keep_random(flat, kept, bitmask, random_scale(flat.numel(), kept),
+                             generator(flat.device))
 
 
 def _keep(flat: torch.Tensor, gamma: float, strategy: str,
           encoding: str) -> tuple[torch.Tensor, torch.Tensor]:
     kept = kept_count(flat.numel(), gamma)
-    fused = fused_ops(flat) if strategy == 'mink' else None
+    fused = _fused_keep(flat, strategy, kept, encoding == 'bitmask')
     if fused is not None:
-        return fused.keep_topk(flat, kept, encoding == 'bitmask')
+        return fused
     keep, scale = select(strategy, flat, gamma)
     return encode(flat, keep, scale, encoding, kept)
 
@@ -205,7 +226,7 @@ class SavePlan:
         # what the C++ nodes of DropIT's Linear and convolution select themselves
         # (kernels.fused_*_node; they are given any other selection)
         self.fused_node = (self.compress and self.bitmask and self.fixed
-                           and self.counted in NODE_STRATEGIES)
+                           and x.device.type in NODE_STRATEGIES.get(self.counted, ()))
         if not self.compress:
             self.layout = dense_layout(x)
             return
@@ -230,8 +251,8 @@ class SavePlan:
             return _keep_shapes(flat, self.gamma, self.counted, self.encoding)
         if through_dispatcher():
             return torch.ops.mmdropit.keep(flat, self.gamma, self.counted, self.encoding)
-        fused = fused_ops(flat) if self.counted == 'mink' else None
+        fused = _fused_keep(flat, self.counted, self.kept, self.bitmask)
         if fused is not None:
-            return fused.keep_topk(flat, self.kept, self.bitmask)
+            return fused
         keep, scale = select(self.counted, flat, self.gamma)
         return encode(flat, keep, scale, self.encoding, self.kept)

@@ -21,7 +21,7 @@ Training", ICLR 2023): they contribute least to the weight gradient.
   host sync per layer on a GPU, eager or fused), which no rewrite can avoid.
 - ``random``: keeps ``kept_count(numel, gamma)`` elements drawn uniformly without replacement and
   scales them by ``numel / kept``, so the weight gradient is an unbiased estimate of the exact
-  one. No host sync.
+  one. No host sync. (The fused CPU kernel draws its set otherwise, see :mod:`.ops`.)
 
 ``mink`` and ``random`` (:data:`FIXED_COUNT`) keep a number of elements fixed by the shape and
 gamma, so what a layer saves has static shapes (``torch.compile`` traces it whole, see
@@ -148,14 +148,20 @@ def mink_approx(flat: torch.Tensor, gamma: float) -> Selection:
     return flat.abs() > sampled_threshold(flat, gamma), 1.0
 
 
+def random_scale(numel: int, kept: int) -> float:
+    """The factor ``random`` multiplies its ``kept`` of ``numel`` elements by: the inverse of
+    each element's chance to be kept, so the gradient is unbiased."""
+    return numel / max(kept, 1)
+
+
 def random(flat: torch.Tensor, gamma: float) -> Selection:
     """Keep ``kept_count`` elements drawn uniformly without replacement; scale them by
-    ``numel / kept`` so the gradient is unbiased."""
+    :func:`random_scale` so the gradient is unbiased."""
     kept = kept_count(flat.numel(), gamma)
     chosen = torch.randperm(flat.numel(), device=flat.device,
                             generator=generator(flat.device))[:kept]
     keep = torch.zeros_like(flat, dtype=torch.bool).index_fill_(0, chosen, True)
-    return keep, flat.numel() / max(kept, 1)
+    return keep, random_scale(flat.numel(), kept)
 
 
 STRATEGIES: dict[str, Callable[[torch.Tensor, float], Selection]] = {

@@ -17,14 +17,15 @@ from mmdropit.kernels.switch import eager_only
 PLAIN = count_layer_ops(None)
 
 # (strategy, fused): at most these many operators forward / backward, and syncs. The fused
-# mink adds one operator each way to the plain Linear's (keep_topk; scatter_bitmask); the eager
+# mink and random add one operator each way to the plain Linear's (keep_topk or keep_random,
+# which draws its seed from the generator it is given; scatter_bitmask); the eager
 # paths run the selection and bit packing as separate operators, fill mink's ties with a
 # cumulative sum and find the kept indices with nonzero_static, reading no count back (no sync:
 # issue 37).
 BOUNDS = {
     ('mink', True): (PLAIN.forward + 1, PLAIN.backward + 1, 0),
     ('mink', False): (14, 7, 0),
-    ('random', True): (9, PLAIN.backward + 1, 0),
+    ('random', True): (PLAIN.forward + 1, PLAIN.backward + 1, 0),
     ('random', False): (9, 7, 0),
 }
 
@@ -45,11 +46,15 @@ def test_a_dropit_linear_runs_no_more_operators_than_its_bound(strategy, fused):
     assert counts.syncs <= syncs
 
 
-def test_the_fused_mink_adds_its_two_kernels_alone():
+@pytest.mark.parametrize(('strategy', 'selection'), [('mink', 'mmdropit_cpu::keep_topk'),
+                                                     ('random', 'mmdropit_cpu::keep_random')])
+def test_the_fused_strategies_add_their_two_kernels_alone(strategy, selection):
+    """The node selects itself (``random`` drawing its seed inside its kernel): no operator
+    runs for the selection but its kernel, none for a seed."""
     if not fused_cpu.load():
         pytest.skip('the fused CPU kernels are not built')
-    counts = count_layer_ops('mink', fused=True)
-    assert counts.forward_names == ('mmdropit_cpu::keep_topk', 'aten::addmm')
+    counts = count_layer_ops(strategy, fused=True)
+    assert counts.forward_names == (selection, 'aten::addmm')
     assert counts.backward_names == ('aten::mm', 'mmdropit_cpu::scatter_bitmask', 'aten::mm',
                                      'aten::sum')
 
@@ -72,11 +77,13 @@ def test_mink_approx_on_an_input_within_its_sample_runs_as_the_fused_mink():
         (mink.forward_names, mink.backward_names)
 
 
-def test_the_fused_mink_convolution_adds_its_two_kernels_alone():
+@pytest.mark.parametrize(('strategy', 'selection'), [('mink', 'mmdropit_cpu::keep_topk'),
+                                                     ('random', 'mmdropit_cpu::keep_random')])
+def test_the_fused_convolution_adds_its_two_kernels_alone(strategy, selection):
     if not fused_cpu.load():
         pytest.skip('the fused CPU kernels are not built')
-    counts = count_layer_ops('mink', fused=True, layer_kind='conv')
-    assert counts.forward_names == ('mmdropit_cpu::keep_topk', 'aten::convolution')
+    counts = count_layer_ops(strategy, fused=True, layer_kind='conv')
+    assert counts.forward_names == (selection, 'aten::convolution')
     assert counts.backward_names == ('mmdropit_cpu::scatter_bitmask',
                                      'aten::convolution_backward')
 

@@ -226,10 +226,11 @@ BIGGER = {'linear 3-d': (40, 100, 24), 'conv2d stride 2': (8, 4, 48, 48)}
 @pytest.mark.parametrize('kind', list(BIGGER))
 @pytest.mark.parametrize('selection', ['random', 'mink_approx', 'indices'])
 def test_the_node_is_given_the_selections_it_does_not_make(selection, kind, device):
-    """``random``, ``mink_approx`` (on an input above its sample) and the indices encoding
-    (``mink`` at gamma 0.99) are selected by the layer, as its Python Function selects them,
-    and given to the node: the same outputs, gradients and saved tensors, bit for bit (the
-    same draws: DropIT's generator reseeded before each)."""
+    """``mink_approx`` (on an input above its sample), the indices encoding (``mink`` at gamma
+    0.99) and, on a GPU, ``random`` are selected by the layer, as its Python Function selects
+    them, and given to the node (on the CPU the node draws ``random`` itself, from the
+    generator the Function draws from): the same outputs, gradients and saved tensors, bit for
+    bit (the same draws: DropIT's generator reseeded before each)."""
     factory, _ = LAYERS[kind]
     torch.manual_seed(0)
     layer = factory(device=device)

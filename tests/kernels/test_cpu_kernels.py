@@ -60,6 +60,58 @@ def test_keep_topk_equals_eager_mink(dtype, numel, kind):
 
 
 @pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', SIZES)
+def test_keep_random_keeps_the_count_scaled_whatever_the_threads(dtype, numel):
+    """``random``'s kernel keeps exactly ``kept`` elements, their values times the scale in
+    memory order (as the eager product rounds them), the same set in both encodings, and the
+    same tensors on one thread as on two; another seed keeps another set."""
+    x = kernel_input(numel, dtype, 'normal')
+    ops = torch.ops.mmdropit_cpu
+    for gamma in (0.0, 0.5, 0.9, 0.99):
+        kept = kept_count(numel, gamma)
+        scale = numel / max(kept, 1)
+        bits, values = ops.keep_random(x, kept, True, scale, _seeded(7))
+        keep = scatter_kept(bits, torch.ones(kept, dtype=dtype), numel, 'bitmask') != 0
+        assert int(keep.sum()) == kept
+        assert torch.equal(values, x[keep] * scale)
+        indices, same_values = ops.keep_random(x, kept, False, scale, _seeded(7))
+        assert torch.equal(indices.long(), keep.nonzero().view(-1))
+        assert torch.equal(same_values, values)
+        threads = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            alone = ops.keep_random(x, kept, True, scale, _seeded(7))
+        finally:
+            torch.set_num_threads(threads)
+        assert torch.equal(alone[0], bits) and torch.equal(alone[1], values)
+        if 20 <= kept <= numel - 20:
+            assert not torch.equal(ops.keep_random(x, kept, True, scale, _seeded(8))[0], bits)
+
+
+def _seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_keep_random_keeps_each_element_as_often():
+    """Over 4000 generator seeds each of 40 elements is kept at gamma 0.9 as often as any
+    other, within 4.5 standard errors of ``kept / numel`` (an unbiased estimate needs that),
+    and pairs of neighbours as often as independent draws without replacement keep them."""
+    numel, kept, draws = 40, 4, 4000
+    x = torch.randn(numel)
+    singles = torch.zeros(numel, dtype=torch.float64)
+    neighbours = torch.zeros(numel - 1, dtype=torch.float64)
+    for seed in range(draws):
+        bits, _ = torch.ops.mmdropit_cpu.keep_random(x, kept, True, 1.0, _seeded(seed))
+        keep = scatter_kept(bits, torch.ones(kept), numel, 'bitmask').double()
+        singles += keep
+        neighbours += keep[1:] * keep[:-1]
+    share = kept / numel
+    assert ((singles - draws * share).abs() <= 4.5 * (draws * share * (1 - share)) ** 0.5).all()
+    pair = share * (kept - 1) / (numel - 1)
+    assert abs(neighbours.mean() - draws * pair) <= 4.5 * (draws * pair / (numel - 1)) ** 0.5
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
 @pytest.mark.parametrize('numel', (1, 9, 70_001, 600_003))
 def test_scatter_bitmask_equals_eager(dtype, numel, monkeypatch):
     x = kernel_input(numel, dtype, 'normal')

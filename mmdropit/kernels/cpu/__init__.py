@@ -3,6 +3,9 @@ integer codecs, with their build and loading.
 
 - ``keep_topk(flat, kept, bitmask)``: exact min-k (a radix select on the bit pattern of
   ``|x|``) and the encoded kept elements, ties first in memory order as in the eager ``mink``;
+- ``keep_random(flat, kept, bitmask, scale, generator)``: ``random``'s fixed count drawn
+  uniformly without replacement (the same select over a counter-based random key per element,
+  keyed by one draw from ``generator``), encoded, the kept values times ``scale``;
 - ``above_counts(flat, threshold)`` and ``write_above(flat, threshold, counts, bitmask)``: the
   elements above ``mink_approx``'s sampled threshold, counted per chunk, then encoded;
 - ``scatter_bitmask(bitmask, values, numel)``: the dense input rebuilt in one pass;

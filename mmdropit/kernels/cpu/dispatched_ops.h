@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <algorithm>
+#include <optional>
 #include <tuple>
 
 namespace mmdropit_dispatched {
@@ -17,6 +19,32 @@ inline std::tuple<at::Tensor, at::Tensor> keep_topk(const at::Tensor& flat, int6
                        .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, int64_t,
                                                                  bool)>();
   return op.call(flat, kept, true);
+}
+
+// `random`'s `kept` elements of the contiguous 1-d `flat`, keyed by one draw from `generator`,
+// times numel / kept: (bitmask, values).
+inline std::tuple<at::Tensor, at::Tensor> keep_random(const at::Tensor& flat, int64_t kept,
+                                                      const at::Generator& generator) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("mmdropit_cpu::keep_random", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor>(
+                           const at::Tensor&, int64_t, bool, double,
+                           std::optional<at::Generator>)>();
+  const double scale = double(flat.numel()) / double(std::max<int64_t>(kept, 1));
+  return op.call(flat, kept, true, scale, generator);
+}
+
+// What a DropIT node saves of its contiguous input `x`: the encoded selection it is given
+// (`first` + `values`), else its own in the bitmask encoding: `random`'s where it is given a
+// generator, else `mink`'s.
+inline std::tuple<at::Tensor, at::Tensor> node_selection(
+    const at::Tensor& x, int64_t kept, const std::optional<at::Tensor>& first,
+    const std::optional<at::Tensor>& values, const std::optional<at::Generator>& generator) {
+  if (first.has_value() && first->defined()) return {*first, *values};
+  if (generator.has_value() && generator->defined()) {
+    return keep_random(x.view(-1), kept, *generator);
+  }
+  return keep_topk(x.view(-1), kept);
 }
 
 // The flat dense tensor of `numel` elements: `values` where a bit is set, zero elsewhere.

@@ -4,16 +4,17 @@
 // symmetric padding, without Python between the operators:
 //
 //   forward    the kept elements of the input: keep_topk's bitmask + values (the fused `mink`),
-//              or the encoded selection it is given (`first` + `values`: another strategy's,
-//              selected by the layer), saved with the weight; the output of at::convolution
-//              (N-d, not transposed).
+//              keep_random's where it is given a generator (the fused `random`), or the
+//              encoded selection it is given (`first` + `values`: another strategy's or
+//              encoding, selected by the layer), saved with the weight; the output of
+//              at::convolution (N-d, not transposed).
 //   backward   one at::convolution_backward for the gradients autograd needs: the input's and
 //              the bias's exact, the weight's from the dense input rebuilt by scatter_kept
 //              (where the weight needs none, an expanded one-element tensor of the input's
 //              shape stands in: only its shape is read).
 //
 // The same operators in the same order as the Python Function, so the outputs and gradients are
-// bit-identical to it; keep_topk and scatter_bitmask are called through the dispatcher
+// bit-identical to it; the selections and scatter_bitmask are called through the dispatcher
 // (dispatched_ops.h), so the node runs on every device that registers them.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -36,13 +37,11 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
                             const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                             int64_t kept, const std::optional<at::Tensor>& first,
-                            const std::optional<at::Tensor>& values) {
-    if (first.has_value() && first->defined()) {
-      ctx->save_for_backward({weight, *first, *values});
-    } else {
-      auto [bits, kept_values] = mmdropit_dispatched::keep_topk(x.view(-1), kept);
-      ctx->save_for_backward({weight, bits, kept_values});
-    }
+                            const std::optional<at::Tensor>& values,
+                            const std::optional<at::Generator>& generator) {
+    auto [saved_first, saved_values] =
+        mmdropit_dispatched::node_selection(x, kept, first, values, generator);
+    ctx->save_for_backward({weight, saved_first, saved_values});
     // one saved list (each saved value costs host time): groups, whether there is a bias,
     // then stride, padding, dilation and the input's sizes
     std::vector<int64_t> geometry{groups, bias.has_value() && bias->defined()};
@@ -82,7 +81,7 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
         grad_out, x, weight, bias_sizes, stride, padding, dilation, false, output_padding,
         geometry[0], {ctx->needs_input_grad(0), need_weight, has_bias && ctx->needs_input_grad(2)});
     return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -94,17 +93,18 @@ at::Tensor dropit_conv(const at::Tensor& x, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                        int64_t kept, const std::optional<at::Tensor>& first,
-                       const std::optional<at::Tensor>& values) {
+                       const std::optional<at::Tensor>& values,
+                       const std::optional<at::Generator>& generator) {
   return mmdropit::DropITConvNode::apply(x, weight, bias, stride, padding, dilation, groups,
-                                         kept, first, values);
+                                         kept, first, values, generator);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(mmdropit_cpu, m) {
   m.def("dropit_conv(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
-        "int[] dilation, int groups, int kept, Tensor? first=None, Tensor? values=None) "
-        "-> Tensor");
+        "int[] dilation, int groups, int kept, Tensor? first=None, Tensor? values=None, "
+        "Generator? generator=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mmdropit_cpu, CompositeImplicitAutograd, m) {

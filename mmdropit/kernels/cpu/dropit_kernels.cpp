@@ -12,13 +12,18 @@
 //   above_counts   per-chunk counts of |x| > threshold (mink_approx's sampled threshold) ...
 //   write_above    ... and the pass that writes those elements, once the caller has chosen the
 //                  encoding from the total.
+//   keep_random    `random`: the same select and write over a counter-based random key per
+//                  element (SplitMix64's stream from a seed drawn from the caller's generator),
+//                  the kept values scaled: a fixed count drawn uniformly without replacement.
 //   scatter_bitmask  backward: the dense tensor (dropped elements zero) from bitmask + values,
 //                  one pass, written straight into the buffer the weight-gradient GEMM reads.
 //
 // The input is cut into chunks (chunks.h) that run in parallel; results do not depend on the
 // number of threads.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -30,6 +35,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -48,6 +54,35 @@ inline uint32_t magnitude_key(scalar_t v) {
   std::memcpy(&bits, &f, sizeof(bits));
   return bits & 0x7fffffffu;
 }
+
+// The keys a selection keeps the largest of, each below 2^31 (the radix levels' range), by index.
+// MagnitudeKeys: |x| (mink, mink_approx).
+template <typename scalar_t>
+struct MagnitudeKeys {
+  const scalar_t* data;
+  uint32_t operator()(int64_t i) const { return magnitude_key(data[i]); }
+};
+
+// SplitMix64's step and finaliser: pseudo-random numbers of a counter, no generator state.
+inline uint64_t mix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// DrawnKeys: element i's key is the top 31 bits of the i-th number of SplitMix64's stream from
+// `seed` (random): keeping the largest keys keeps a set drawn uniformly without replacement.
+struct DrawnKeys {
+  uint64_t seed;
+  uint32_t operator()(int64_t i) const {
+    return uint32_t(mix(seed + uint64_t(i) * 0x9E3779B97F4A7C15ull) >> 33);
+  }
+};
+
+// Whether the AVX-512 paths (float magnitudes) take this key source.
+template <typename Keys>
+constexpr bool kFloatMagnitudes = std::is_same_v<Keys, MagnitudeKeys<float>>;
 
 // How many elements of each chunk are kept, and at which output position the chunk starts.
 struct KeptPerChunk {
@@ -70,8 +105,8 @@ struct KeptPerChunk {
 // Histogram of the keys' bits [shift, shift + bits) over the keys whose bits above that range
 // equal `prefix` (all keys when `bits` reaches bit 31). Each thread counts into four interleaved
 // copies, so that runs of equal buckets do not wait on each other's increments.
-template <typename scalar_t>
-std::vector<int64_t> key_histogram(const scalar_t* data, const Chunks& chunks, int shift,
+template <typename Keys>
+std::vector<int64_t> key_histogram(const Keys& key_at, const Chunks& chunks, int shift,
                                    int bits, uint32_t prefix) {
   const int64_t buckets = int64_t(1) << bits;
   const uint32_t mask = uint32_t(buckets - 1);
@@ -90,15 +125,15 @@ std::vector<int64_t> key_histogram(const scalar_t* data, const Chunks& chunks, i
       int64_t i = begin;
       if (above >= 31) {
         for (; i + 4 <= end; i += 4) {
-          ++h[magnitude_key(data[i]) >> shift];
-          ++h[buckets + (magnitude_key(data[i + 1]) >> shift)];
-          ++h[2 * buckets + (magnitude_key(data[i + 2]) >> shift)];
-          ++h[3 * buckets + (magnitude_key(data[i + 3]) >> shift)];
+          ++h[key_at(i) >> shift];
+          ++h[buckets + (key_at(i + 1) >> shift)];
+          ++h[2 * buckets + (key_at(i + 2) >> shift)];
+          ++h[3 * buckets + (key_at(i + 3) >> shift)];
         }
-        for (; i < end; ++i) ++h[magnitude_key(data[i]) >> shift];
+        for (; i < end; ++i) ++h[key_at(i) >> shift];
       } else {
         for (; i < end; ++i) {
-          const uint32_t key = magnitude_key(data[i]);
+          const uint32_t key = key_at(i);
           if ((key >> above) == prefix) ++h[(key >> shift) & mask];
         }
       }
@@ -118,7 +153,7 @@ int64_t bucket_of_rank(const std::vector<int64_t>& histogram, int64_t& rank) {
     if (rank <= histogram[b]) return int64_t(b);
     rank -= histogram[b];
   }
-  TORCH_CHECK(false, "keep_topk: internal error, rank beyond the histogram");
+  TORCH_CHECK(false, "DropIT selection: internal error, rank beyond the histogram");
 }
 
 constexpr int kTopShift = 20;  // level 0: key bits 30..20 (8 exponent and 3 mantissa bits)
@@ -140,24 +175,24 @@ uint32_t select_in_collected(const std::vector<uint32_t>& keys, uint32_t top_buc
   return prefix;
 }
 
-// The `rank`-th smallest magnitude key (1-based) by histograms: of the top bits, then either the
-// keys of the chosen bucket collected and resolved apart (the usual case: a few percent of the
+// The `rank`-th smallest key (1-based) by histograms: of the top bits, then either the keys of
+// the chosen bucket collected and resolved apart (the usual case: a few percent of the
 // elements), or, when that bucket is large (mostly zeros), two more histogram passes.
-template <typename scalar_t>
-uint32_t radix_select(const scalar_t* data, const Chunks& chunks, int64_t rank) {
-  const std::vector<int64_t> top = key_histogram(data, chunks, kTopShift, 11, 0);
+template <typename Keys>
+uint32_t radix_select(const Keys& key_at, const Chunks& chunks, int64_t rank) {
+  const std::vector<int64_t> top = key_histogram(key_at, chunks, kTopShift, 11, 0);
   const uint32_t bucket = uint32_t(bucket_of_rank(top, rank));
   if (top[bucket] * 8 > chunks.numel) {
-    const std::vector<int64_t> middle = key_histogram(data, chunks, 8, 12, bucket);
+    const std::vector<int64_t> middle = key_histogram(key_at, chunks, 8, 12, bucket);
     const uint32_t prefix = (bucket << 12) | uint32_t(bucket_of_rank(middle, rank));
-    const std::vector<int64_t> low = key_histogram(data, chunks, 0, 8, prefix);
+    const std::vector<int64_t> low = key_histogram(key_at, chunks, 0, 8, prefix);
     return (prefix << 8) | uint32_t(bucket_of_rank(low, rank));
   }
   std::vector<std::vector<uint32_t>> parts(chunks.count);
   for_each_chunk(chunks, [&](int64_t c, int64_t begin, int64_t end) {
     std::vector<uint32_t>& part = parts[c];
     for (int64_t i = begin; i < end; ++i) {
-      const uint32_t key = magnitude_key(data[i]);
+      const uint32_t key = key_at(i);
       if ((key >> kTopShift) == bucket) part.push_back(key);
     }
   });
@@ -177,31 +212,24 @@ constexpr int64_t kElementsPerLine = 512;
 constexpr int64_t kMinSampleLines = 256;
 constexpr int64_t kMaxSampleLines = 4096;
 
-// Fixed pseudo-random positions (splitmix64): no generator state is used or advanced.
-inline uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Inputs of at most this many elements select among their keys directly (nth_element): the
 // histograms' 64 KiB of counters cost more to zero than such an input costs to select in.
 constexpr int64_t kSmallInput = 2048;
 
 // Per chunk, how many keys lie above `threshold` and how many equal it.
-template <typename scalar_t>
-void count_around(const scalar_t* data, const Chunks& chunks, int64_t threshold,
+template <typename Keys>
+void count_around(const Keys& key_at, const Chunks& chunks, int64_t threshold,
                   std::vector<int64_t>& above, std::vector<int64_t>& equal) {
   for_each_chunk(chunks, [&](int64_t c, int64_t begin, int64_t end) {
-    if constexpr (std::is_same_v<scalar_t, float>) {
+    if constexpr (kFloatMagnitudes<Keys>) {
       if (mmdropit_avx512::supported()) {
-        return mmdropit_avx512::count_around(data, begin, end, threshold, above[c], equal[c]);
+        return mmdropit_avx512::count_around(key_at.data, begin, end, threshold, above[c],
+                                             equal[c]);
       }
     }
     int64_t n_above = 0, n_equal = 0;
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t key = magnitude_key(data[i]);
+      const int64_t key = key_at(i);
       n_above += key > threshold;
       n_equal += key == threshold;
     }
@@ -212,17 +240,17 @@ void count_around(const scalar_t* data, const Chunks& chunks, int64_t threshold,
 
 // One chunk of the bracket pass: keys at or below `low` counted, above `high` counted, keys in
 // between collected.
-template <typename scalar_t>
-void bracket_chunk(const scalar_t* data, int64_t begin, int64_t end, uint32_t low, uint32_t high,
+template <typename Keys>
+void bracket_chunk(const Keys& key_at, int64_t begin, int64_t end, uint32_t low, uint32_t high,
                    int64_t& below, int64_t& above, std::vector<uint32_t>& band) {
-  if constexpr (std::is_same_v<scalar_t, float>) {
+  if constexpr (kFloatMagnitudes<Keys>) {
     if (mmdropit_avx512::supported()) {
-      return mmdropit_avx512::bracket(data, begin, end, low, high, below, above, band);
+      return mmdropit_avx512::bracket(key_at.data, begin, end, low, high, below, above, band);
     }
   }
   int64_t n_below = 0, n_above = 0;
   for (int64_t i = begin; i < end; ++i) {
-    const uint32_t key = magnitude_key(data[i]);
+    const uint32_t key = key_at(i);
     n_below += key <= low;
     n_above += key > high;
     if (key > low && key <= high) band.push_back(key);
@@ -231,22 +259,22 @@ void bracket_chunk(const scalar_t* data, int64_t begin, int64_t end, uint32_t lo
   above = n_above;
 }
 
-// The `rank`-th smallest magnitude key (1-based), exactly, and per chunk how many keys lie
+// The `rank`-th smallest key (1-based), exactly, and per chunk how many keys lie
 // above it and equal it. On large inputs the quantiles of a sample bracket it; one pass counts
 // the keys on either side of the bracket and collects those inside (a few percent), where the
 // key is selected. When the bracket misses (the keys below it reach the rank, or those inside
 // do not), and on mid-sized inputs, histograms find it and one more pass counts; inputs of at
 // most kSmallInput elements select among their keys.
-template <typename scalar_t>
-int64_t find_threshold(const scalar_t* data, const Chunks& chunks, int64_t rank,
+template <typename Keys>
+int64_t find_threshold(const Keys& key_at, const Chunks& chunks, int64_t rank,
                        std::vector<int64_t>& above, std::vector<int64_t>& equal) {
   const int64_t numel = chunks.numel;
   if (numel <= kSmallInput) {  // the keys themselves: cheaper than zeroing the histograms
     std::vector<uint32_t> keys(numel);
-    for (int64_t i = 0; i < numel; ++i) keys[i] = magnitude_key(data[i]);
+    for (int64_t i = 0; i < numel; ++i) keys[i] = key_at(i);
     std::nth_element(keys.begin(), keys.begin() + (rank - 1), keys.end());
     const int64_t threshold = keys[rank - 1];
-    count_around(data, chunks, threshold, above, equal);
+    count_around(key_at, chunks, threshold, above, equal);
     return threshold;
   }
   const int64_t sample_lines = std::min(kMaxSampleLines, numel / kElementsPerLine);
@@ -260,9 +288,9 @@ int64_t find_threshold(const scalar_t* data, const Chunks& chunks, int64_t rank,
     std::vector<uint32_t> sample(sample_size);
     const uint64_t lines = uint64_t(numel / kLineElements);
     for (int64_t j = 0; j < sample_lines; ++j) {
-      const scalar_t* line = data + (mix(j) % lines) * kLineElements;
+      const int64_t line = int64_t(mix(j) % lines) * kLineElements;
       for (int64_t e = 0; e < kLineElements; ++e) {
-        sample[j * kLineElements + e] = magnitude_key(line[e]);
+        sample[j * kLineElements + e] = key_at(line + e);
       }
     }
     std::nth_element(sample.begin(), sample.begin() + (high_rank - 1), sample.end());
@@ -272,7 +300,7 @@ int64_t find_threshold(const scalar_t* data, const Chunks& chunks, int64_t rank,
     std::vector<int64_t> below(chunks.count, 0);
     std::vector<std::vector<uint32_t>> parts(chunks.count);
     for_each_chunk(chunks, [&](int64_t c, int64_t begin, int64_t end) {
-      bracket_chunk(data, begin, end, low, high, below[c], above[c], parts[c]);
+      bracket_chunk(key_at, begin, end, low, high, below[c], above[c], parts[c]);
     });
     int64_t n_below = 0, n_band = 0;
     for (int64_t c = 0; c < chunks.count; ++c) {
@@ -294,19 +322,22 @@ int64_t find_threshold(const scalar_t* data, const Chunks& chunks, int64_t rank,
       return threshold;
     }
   }
-  const int64_t threshold = radix_select(data, chunks, rank);
-  count_around(data, chunks, threshold, above, equal);
+  const int64_t threshold = radix_select(key_at, chunks, rank);
+  count_around(key_at, chunks, threshold, above, equal);
   return threshold;
 }
 
 // Writes, for each chunk, its kept elements (key > threshold, then the chunk's quota of ties)
-// as a bitmask or as indices, and their values, at the chunk's offset.
-template <typename scalar_t, typename index_t>
-void write_kept(const scalar_t* data, const Chunks& chunks, int64_t threshold,
-                const KeptPerChunk& kept, uint8_t* bitmask, index_t* indices, scalar_t* values) {
+// as a bitmask or as indices, and their values (times `scale` where it is not 1, in the
+// precision of PyTorch's product by a number), at the chunk's offset.
+template <typename scalar_t, typename index_t, typename Keys>
+void write_kept(const scalar_t* data, const Keys& key_at, const Chunks& chunks,
+                int64_t threshold, const KeptPerChunk& kept, double scale, uint8_t* bitmask,
+                index_t* indices, scalar_t* values) {
+  using opmath_t = at::opmath_type<scalar_t>;
   for_each_chunk(chunks, [&](int64_t c, int64_t begin, int64_t end) {
-    if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<index_t, int32_t>) {
-      if (mmdropit_avx512::supported()) {
+    if constexpr (kFloatMagnitudes<Keys> && std::is_same_v<index_t, int32_t>) {
+      if (mmdropit_avx512::supported() && scale == 1.0) {
         return mmdropit_avx512::write_kept(
             data, begin, end, threshold, kept.ties[c], bitmask,
             indices == nullptr ? nullptr : indices + kept.offset[c], values + kept.offset[c]);
@@ -323,7 +354,7 @@ void write_kept(const scalar_t* data, const Chunks& chunks, int64_t threshold,
       const int stop = int(std::min<int64_t>(8, end - group));
       uint32_t byte = 0, tie_bits = 0;
       for (int t = 0; t < stop; ++t) {
-        const int64_t key = magnitude_key(data[group + t]);
+        const int64_t key = key_at(group + t);
         byte |= uint32_t(key > threshold) << t;
         tie_bits |= uint32_t(key == threshold) << t;
       }
@@ -337,6 +368,11 @@ void write_kept(const scalar_t* data, const Chunks& chunks, int64_t threshold,
         pos += (byte >> t) & 1u;
       }
       if (pos >= kStage || group + 8 >= end) {
+        if (scale != 1.0) {
+          for (int j = 0; j < pos; ++j) {
+            staged[j] = scalar_t(opmath_t(staged[j]) * opmath_t(scale));
+          }
+        }
         std::memcpy(values + out, staged, pos * sizeof(scalar_t));
         if (indices != nullptr) std::memcpy(indices + out, staged_index, pos * sizeof(index_t));
         out += pos;
@@ -355,19 +391,20 @@ std::tuple<at::Tensor, at::Tensor> allocate_kept(const at::Tensor& flat, int64_t
   return {first, at::empty({kept}, flat.options())};
 }
 
-template <typename scalar_t>
-void write_encoded(const at::Tensor& flat, const Chunks& chunks, int64_t threshold,
-                   const KeptPerChunk& kept, at::Tensor& first, at::Tensor& values, bool bitmask) {
+template <typename scalar_t, typename Keys>
+void write_encoded(const at::Tensor& flat, const Keys& key_at, const Chunks& chunks,
+                   int64_t threshold, const KeptPerChunk& kept, double scale, at::Tensor& first,
+                   at::Tensor& values, bool bitmask) {
   const scalar_t* data = flat.const_data_ptr<scalar_t>();
   scalar_t* out = values.mutable_data_ptr<scalar_t>();
   if (bitmask) {
-    write_kept<scalar_t, int32_t>(data, chunks, threshold, kept, first.mutable_data_ptr<uint8_t>(),
-                                  nullptr, out);
+    write_kept<scalar_t, int32_t>(data, key_at, chunks, threshold, kept, scale,
+                                  first.mutable_data_ptr<uint8_t>(), nullptr, out);
   } else if (first.scalar_type() == at::kInt) {
-    write_kept<scalar_t, int32_t>(data, chunks, threshold, kept, nullptr,
+    write_kept<scalar_t, int32_t>(data, key_at, chunks, threshold, kept, scale, nullptr,
                                   first.mutable_data_ptr<int32_t>(), out);
   } else {
-    write_kept<scalar_t, int64_t>(data, chunks, threshold, kept, nullptr,
+    write_kept<scalar_t, int64_t>(data, key_at, chunks, threshold, kept, scale, nullptr,
                                   first.mutable_data_ptr<int64_t>(), out);
   }
 }
@@ -377,34 +414,66 @@ void check_flat(const at::Tensor& flat, const char* op) {
   TORCH_CHECK(flat.device().is_cpu(), op, ": expects a CPU tensor");
 }
 
-std::tuple<at::Tensor, at::Tensor> keep_topk(const at::Tensor& flat, int64_t kept, bool bitmask) {
-  check_flat(flat, "keep_topk");
+// The `kept` elements of `flat` with the largest keys (ties first in memory order), encoded,
+// their values times `scale`.
+template <typename scalar_t, typename Keys>
+void keep_largest_keys(const at::Tensor& flat, const Keys& key_at, int64_t kept, double scale,
+                       at::Tensor& first, at::Tensor& values, bool bitmask) {
   const int64_t numel = flat.numel();
-  TORCH_CHECK(0 <= kept && kept <= numel, "keep_topk: kept must lie in [0, numel]");
-  auto [first, values] = allocate_kept(flat, kept, bitmask);
-  if (numel == 0) return {first, values};
   const Chunks chunks = chunks_of(numel);
   KeptPerChunk per_chunk(chunks.count);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "keep_topk", [&] {
-    const scalar_t* data = flat.const_data_ptr<scalar_t>();
-    int64_t threshold = -1;  // kept == numel: every key lies above it
-    std::vector<int64_t> equal(chunks.count, 0);
-    if (kept < numel) {
-      threshold = find_threshold(data, chunks, numel - kept, per_chunk.above, equal);
-    } else {
-      for (int64_t c = 0; c < chunks.count; ++c) {
-        per_chunk.above[c] = chunks.end(c) - chunks.begin(c);
-      }
-    }
-    int64_t missing = kept;
-    for (int64_t c = 0; c < chunks.count; ++c) missing -= per_chunk.above[c];
+  int64_t threshold = -1;  // kept == numel: every key lies above it
+  std::vector<int64_t> equal(chunks.count, 0);
+  if (kept < numel) {
+    threshold = find_threshold(key_at, chunks, numel - kept, per_chunk.above, equal);
+  } else {
     for (int64_t c = 0; c < chunks.count; ++c) {
-      per_chunk.ties[c] = std::min(equal[c], missing);
-      missing -= per_chunk.ties[c];
+      per_chunk.above[c] = chunks.end(c) - chunks.begin(c);
     }
-    TORCH_CHECK(missing == 0, "keep_topk: internal error, ties do not fill the count");
-    per_chunk.finish();
-    write_encoded<scalar_t>(flat, chunks, threshold, per_chunk, first, values, bitmask);
+  }
+  int64_t missing = kept;
+  for (int64_t c = 0; c < chunks.count; ++c) missing -= per_chunk.above[c];
+  for (int64_t c = 0; c < chunks.count; ++c) {
+    per_chunk.ties[c] = std::min(equal[c], missing);
+    missing -= per_chunk.ties[c];
+  }
+  TORCH_CHECK(missing == 0, "DropIT selection: internal error, ties do not fill the count");
+  per_chunk.finish();
+  write_encoded<scalar_t>(flat, key_at, chunks, threshold, per_chunk, scale, first, values,
+                          bitmask);
+}
+
+std::tuple<at::Tensor, at::Tensor> keep_topk(const at::Tensor& flat, int64_t kept, bool bitmask) {
+  check_flat(flat, "keep_topk");
+  TORCH_CHECK(0 <= kept && kept <= flat.numel(), "keep_topk: kept must lie in [0, numel]");
+  auto [first, values] = allocate_kept(flat, kept, bitmask);
+  if (flat.numel() == 0) return {first, values};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "keep_topk", [&] {
+    const MagnitudeKeys<scalar_t> magnitudes{flat.const_data_ptr<scalar_t>()};
+    keep_largest_keys<scalar_t>(flat, magnitudes, kept, 1.0, first, values, bitmask);
+  });
+  return {first, values};
+}
+
+// The seed is one 64-bit draw from `generator` (the default CPU generator without one).
+std::tuple<at::Tensor, at::Tensor> keep_random(const at::Tensor& flat, int64_t kept,
+                                               bool bitmask, double scale,
+                                               std::optional<at::Generator> generator) {
+  check_flat(flat, "keep_random");
+  TORCH_CHECK(0 <= kept && kept <= flat.numel(), "keep_random: kept must lie in [0, numel]");
+  auto [first, values] = allocate_kept(flat, kept, bitmask);
+  auto* source = at::get_generator_or_default<at::CPUGeneratorImpl>(
+      generator, at::detail::getDefaultCPUGenerator());
+  uint64_t seed;
+  {
+    std::lock_guard<std::mutex> lock(source->mutex_);
+    seed = source->random64();
+  }
+  if (flat.numel() == 0) return {first, values};
+  const DrawnKeys drawn{seed};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "keep_random",
+                                  [&] {
+    keep_largest_keys<scalar_t>(flat, drawn, kept, scale, first, values, bitmask);
   });
   return {first, values};
 }
@@ -418,7 +487,8 @@ at::Tensor above_counts(const at::Tensor& flat, double threshold) {
   const uint32_t key = magnitude_key(static_cast<float>(threshold));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "above_counts",
                                   [&] {
-    count_around(flat.const_data_ptr<scalar_t>(), chunks, key, above, equal);
+    const MagnitudeKeys<scalar_t> magnitudes{flat.const_data_ptr<scalar_t>()};
+    count_around(magnitudes, chunks, key, above, equal);
   });
   std::copy(above.begin(), above.end(), counts.mutable_data_ptr<int64_t>());
   return counts;
@@ -439,7 +509,9 @@ std::tuple<at::Tensor, at::Tensor> write_above(const at::Tensor& flat, double th
   const uint32_t key = magnitude_key(static_cast<float>(threshold));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "write_above",
                                   [&] {
-    write_encoded<scalar_t>(flat, chunks, key, per_chunk, first, values, bitmask);
+    const MagnitudeKeys<scalar_t> magnitudes{flat.const_data_ptr<scalar_t>()};
+    write_encoded<scalar_t>(flat, magnitudes, chunks, key, per_chunk, 1.0, first, values,
+                            bitmask);
   });
   return {first, values};
 }
@@ -506,6 +578,8 @@ at::Tensor scatter_bitmask(const at::Tensor& bitmask, const at::Tensor& values, 
 
 TORCH_LIBRARY_FRAGMENT(mmdropit_cpu, m) {
   m.def("keep_topk(Tensor flat, int kept, bool bitmask) -> (Tensor, Tensor)");
+  m.def("keep_random(Tensor flat, int kept, bool bitmask, float scale, Generator? generator)"
+        " -> (Tensor, Tensor)");
   m.def("above_counts(Tensor flat, float threshold) -> Tensor");
   m.def("write_above(Tensor flat, float threshold, Tensor counts, bool bitmask)"
         " -> (Tensor, Tensor)");
@@ -514,6 +588,7 @@ TORCH_LIBRARY_FRAGMENT(mmdropit_cpu, m) {
 
 TORCH_LIBRARY_IMPL(mmdropit_cpu, CPU, m) {
   m.impl("keep_topk", &keep_topk);
+  m.impl("keep_random", &keep_random);
   m.impl("above_counts", &above_counts);
   m.impl("write_above", &write_above);
   m.impl("scatter_bitmask", &scatter_bitmask);

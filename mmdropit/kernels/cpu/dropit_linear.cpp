@@ -4,17 +4,18 @@
 // Python between the operators:
 //
 //   forward    the kept elements of the input: keep_topk's bitmask + values (the fused `mink`),
-//              or the encoded selection it is given (`first` + `values`: another strategy's,
-//              selected by the layer), saved with the weight; the output as F.linear computes
-//              it, as a tensor of its own (not a view: a custom node's output may then be
-//              changed in place, as DETR's heads do).
+//              keep_random's where it is given a generator (the fused `random`), or the
+//              encoded selection it is given (`first` + `values`: another strategy's or
+//              encoding, selected by the layer), saved with the weight; the output as F.linear
+//              computes it, as a tensor of its own (not a view: a custom node's output may then
+//              be changed in place, as DETR's heads do).
 //   backward   input gradient grad_out @ weight (exact), bias gradient the sum of grad_out
 //              over rows (exact), weight gradient grad_out^T @ the dense input rebuilt by
 //              scatter_kept; each only when autograd needs it.
 //
 // The same operators in the same order as the Python Function, so the outputs and gradients are
-// bit-identical to it. keep_topk and scatter_bitmask are called through the dispatcher, so the
-// node runs on any device that registers them (dispatched_ops.h). A Python autograd Function
+// bit-identical to it. The selections and scatter_bitmask are called through the dispatcher, so
+// the node runs on any device that registers them (dispatched_ops.h). A Python autograd Function
 // costs a host-bound GPU step its context, its Python backward node and the Python between the
 // operators, every layer, every step (docs/dropit.md, "Host time a layer adds").
 #include <ATen/ATen.h>
@@ -27,7 +28,7 @@
 
 namespace {
 
-using mmdropit_dispatched::keep_topk;
+using mmdropit_dispatched::node_selection;
 using mmdropit_dispatched::scatter_kept;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
@@ -59,13 +60,10 @@ struct DropITLinearNode : public torch::autograd::Function<DropITLinearNode> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& bias, int64_t kept,
                             const std::optional<at::Tensor>& first,
-                            const std::optional<at::Tensor>& values) {
-    if (first.has_value() && first->defined()) {
-      ctx->save_for_backward({weight, *first, *values});
-    } else {
-      auto [bits, kept_values] = keep_topk(x.view(-1), kept);
-      ctx->save_for_backward({weight, bits, kept_values});
-    }
+                            const std::optional<at::Tensor>& values,
+                            const std::optional<at::Generator>& generator) {
+    auto [saved_first, saved_values] = node_selection(x, kept, first, values, generator);
+    ctx->save_for_backward({weight, saved_first, saved_values});
     ctx->saved_data["numel"] = x.numel();
     ctx->saved_data["features"] = x.dim() ? x.size(-1) : int64_t(1);
     ctx->saved_data["bias"] = bias.has_value() && bias->defined();
@@ -91,7 +89,8 @@ struct DropITLinearNode : public torch::autograd::Function<DropITLinearNode> {
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
       grad_bias = flat_grad.sum(0);
     }
-    return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -102,15 +101,16 @@ namespace {
 at::Tensor dropit_linear(const at::Tensor& x, const at::Tensor& weight,
                          const std::optional<at::Tensor>& bias, int64_t kept,
                          const std::optional<at::Tensor>& first,
-                         const std::optional<at::Tensor>& values) {
-  return mmdropit::DropITLinearNode::apply(x, weight, bias, kept, first, values);
+                         const std::optional<at::Tensor>& values,
+                         const std::optional<at::Generator>& generator) {
+  return mmdropit::DropITLinearNode::apply(x, weight, bias, kept, first, values, generator);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(mmdropit_cpu, m) {
   m.def("dropit_linear(Tensor x, Tensor weight, Tensor? bias, int kept, Tensor? first=None, "
-        "Tensor? values=None) -> Tensor");
+        "Tensor? values=None, Generator? generator=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mmdropit_cpu, CompositeImplicitAutograd, m) {
