@@ -8,6 +8,9 @@ forward hooks at batch 1 on the CPU, then scaled to each batch), in each dtype, 
   ``path`` column says which);
 - ``keep_topk-eager``: the eager path the fused kernels are tested against (on a GPU it runs with
   no host sync since issue 37);
+- ``keep_random`` / ``keep_random-eager``: the ``random`` strategy's fused selection (drawn
+  keys, four histogram passes that read nothing, the write) and its eager draw (a permutation);
+  on a GPU in bf16 only (its keys do not depend on the dtype; the stage has 60 s);
 - ``scatter_bitmask``: rebuilding the dense input from the bitmask and the values;
 - ``int8-encode`` / ``int8-decode``, ``int4-encode`` / ``int4-decode``, ``gelu-codes`` /
   ``gelu-scale``: the codec kernels of ``mmdropit/kernels/cuda/codec_kernels.py``
@@ -60,7 +63,7 @@ from torch import nn
 from ..codecs.derivative_codes import derivative_table
 from ..common.timing import seconds_of
 from ..dropit.compact import encode, scatter_kept
-from ..dropit.strategies import kept_count, mink
+from ..dropit.strategies import kept_count, mink, random_scale, select
 from ..kernels import fused_ops
 from ..reporting.provenance import provenance, provenance_markdown
 from .triton_launches import Launch, recorded_launches
@@ -290,11 +293,22 @@ def _kernels(x: torch.Tensor, codec: ModuleType | None) -> list[tuple[str, str, 
         keep, _ = mink(flat, GAMMA)
         return (flat, *encode(flat, keep, 1.0, 'bitmask', kept))
 
+    def eager_random() -> tuple[torch.Tensor, ...]:
+        keep, scale = select('random', flat, GAMMA)
+        return (flat, *encode(flat, keep, scale, 'bitmask', kept))
+
     bits, values = eager_keep()[1:]
+    scale = random_scale(flat.numel(), kept)
     rows = [('keep_topk-eager', 'eager', eager_keep)]
     if fused is not None:
         rows.insert(0, ('keep_topk', 'fused',
                         lambda: (flat, *fused.keep_topk(flat, kept, True))))
+    if not x.is_cuda or x.dtype == torch.bfloat16:  # on a GPU in bf16 alone: the stage's time
+        if fused is not None:
+            rows.append(('keep_random', 'fused',
+                         lambda: (flat, *fused.keep_random(flat, kept, True, scale, None))))
+        rows.append(('keep_random-eager', 'eager', eager_random))
+    if fused is not None:
         rows.append(('scatter_bitmask', 'fused',
                      lambda: (bits, values, fused.scatter_bitmask(bits, values, flat.numel()))))
     else:

@@ -19,10 +19,10 @@ nothing back (:func:`~.compact.encode` is given the count), as their fused kerne
 The operators run DropIT's fused kernels (:mod:`mmdropit.kernels`: the C++ extension on the
 CPU when it is built, Triton kernels on a GPU): a few parallel passes instead of the eager
 path's 6-8, with bit-identical results for ``mink`` (its exact threshold does not draw the
-sample the eager path uses to find it). ``random`` runs fused on the CPU: the same select and
-write over a random key per element (a counter-based stream from a seed drawn from the plugin's
-generator), where the eager path draws a permutation: both keep a set drawn uniformly without
-replacement, different sets for one generator state.
+sample the eager path uses to find it). The fused ``random`` makes the same select and write
+over a random key per element (a counter-based stream from a seed drawn from the plugin's
+generator; the same keys on both devices), where the eager path draws a permutation: both keep
+a set drawn uniformly without replacement, different sets for one generator state.
 
 Example:
     >>> x = torch.randn(4, 16)
@@ -50,25 +50,21 @@ from .quantize import dequantize_kept
 from .strategies import (FIXED_COUNT, SAMPLE_SIZE, counted_strategy, host_reads_are_free,
                          kept_count, random_scale, sampled_threshold, select)
 
-NODE_STRATEGIES = {'mink': ('cpu', 'cuda'), 'random': ('cpu',)}
+NODE_STRATEGIES = frozenset({'mink', 'random'})
 """Strategies whose selection a DropIT Linear's or convolution's C++ autograd node makes itself
-in the bitmask encoding (:func:`~mmdropit.kernels.fused_linear_node`), by the device types
-where it does (the fused ``random`` has no GPU kernel); the node is given the others'
-selections, made by the layer."""
+in the bitmask encoding (:func:`~mmdropit.kernels.fused_linear_node`); the node is given the
+others' selections, made by the layer."""
 
 
 def _fused_keep(flat: torch.Tensor, strategy: str, kept: int,
                 bitmask: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The fused kernels' encoded selection of ``kept`` elements of ``flat`` by ``strategy``
-    (``'mink'`` or ``'random'``), or ``None`` where none can make it (no fused kernels for
-    ``flat``; ``random`` on a GPU, which has no kernel for it: the eager draw there)."""
+    (``'mink'`` or ``'random'``), or ``None`` where none can run on ``flat``."""
     fused = fused_ops(flat)
     if fused is None:
         return None
     if strategy == 'mink':
         return fused.keep_topk(flat, kept, bitmask)
-    if not flat.is_cpu:
-        return None
     return fused.keep_random(flat, kept, bitmask, random_scale(flat.numel(), kept),
                              generator(flat.device))
 
@@ -226,7 +222,7 @@ class SavePlan:
         # what the C++ nodes of DropIT's Linear and convolution select themselves
         # (kernels.fused_*_node; they are given any other selection)
         self.fused_node = (self.compress and self.bitmask and self.fixed
-                           and x.device.type in NODE_STRATEGIES.get(self.counted, ()))
+                           and self.counted in NODE_STRATEGIES)
         if not self.compress:
             self.layout = dense_layout(x)
             return

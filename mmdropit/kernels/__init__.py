@@ -42,8 +42,9 @@ __all__ = ['fused_codec_ops', 'fused_conv_node', 'fused_lean_node', 'fused_linea
 
 
 def fused_ops(x: torch.Tensor) -> Any | None:
-    """The fused operations for ``x``'s device (``keep_topk``, ``above_counts``,
-    ``write_above``, ``scatter_bitmask``), or ``None`` when none can run on it."""
+    """The fused operations for ``x``'s device (``keep_topk``, ``keep_random``,
+    ``above_counts``, ``write_above``, ``scatter_bitmask``), or ``None`` when none can run on
+    it."""
     if cpu.usable(x):
         return torch.ops.mmdropit_cpu
     if cuda.usable(x):
@@ -53,8 +54,9 @@ def fused_ops(x: torch.Tensor) -> Any | None:
 
 def fused_linear_node(x: torch.Tensor) -> Any | None:
     """DropIT's Linear as one C++ autograd node for ``x``'s device
-    (``dropit_linear(x, weight, bias, kept, first=None, values=None)``: ``mink`` kept in the
-    bitmask encoding, or the encoded selection ``first`` + ``values`` it is given; the same
+    (``dropit_linear(x, weight, bias, kept, first=None, values=None, generator=None)``:
+    ``mink`` kept in the bitmask encoding, ``random`` drawn from ``generator`` where one is
+    given, or the encoded selection ``first`` + ``values`` it is given; the same
     tensors and gradients as :class:`~mmdropit.dropit.functional.DropITLinearFunction`), or
     ``None`` where it cannot run (:func:`_node_runs_on`)."""
     return torch.ops.mmdropit_cpu.dropit_linear.default if _node_runs_on(x) else None
@@ -63,8 +65,8 @@ def fused_linear_node(x: torch.Tensor) -> Any | None:
 def fused_conv_node(x: torch.Tensor) -> Any | None:
     """DropIT's N-d convolution as one C++ autograd node for ``x``'s device
     (``dropit_conv(x, weight, bias, stride, padding, dilation, groups, kept, first=None,
-    values=None)``: ``mink`` kept in the bitmask encoding, or the selection it is given; the
-    same tensors and gradients as
+    values=None, generator=None)``: as :func:`fused_linear_node` selects; the same tensors and
+    gradients as
     :class:`~mmdropit.dropit.functional.DropITConvFunction` without its uneven padding), or
     ``None`` where it cannot run (:func:`_node_runs_on`)."""
     return torch.ops.mmdropit_cpu.dropit_conv.default if _node_runs_on(x) else None

@@ -46,13 +46,13 @@ LAYERS: dict[str, tuple[Callable[..., nn.Module], tuple[int, ...]]] = {
 shape for each."""
 
 
-def _layer(kind: str = 'linear', bias: bool = True, gamma: float = 0.9,
-           device: str = 'cpu') -> tuple[nn.Module, torch.Tensor]:
+def _layer(kind: str = 'linear', bias: bool = True, gamma: float = 0.9, device: str = 'cpu',
+           strategy: str = 'mink') -> tuple[nn.Module, torch.Tensor]:
     """A DropIT layer of ``kind`` (:data:`LAYERS`) and an input for it."""
     factory, shape = LAYERS[kind]
     torch.manual_seed(0)
     layer = factory(bias=bias, device=device)
-    DropITConfig(gamma, 'mink', exclude=[]).apply(layer)
+    DropITConfig(gamma, strategy, exclude=[]).apply(layer)
     return layer, torch.randn(shape, device=device)
 
 
@@ -121,9 +121,10 @@ def test_the_node_computes_what_the_python_function_does(kind, bias, input_grad,
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+@pytest.mark.parametrize('strategy', ['mink', 'random'])
 @pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])
-def test_on_a_gpu_the_node_never_waits_for_it(kind):
-    layer, x = _layer(kind, device='cuda')
+def test_on_a_gpu_the_node_never_waits_for_it(kind, strategy):
+    layer, x = _layer(kind, device='cuda', strategy=strategy)
     x.requires_grad_()
     layer(x).sum().backward()  # first use: plans, workspaces and the registration are made
     torch.cuda.synchronize()
@@ -149,6 +150,27 @@ def test_the_triton_selection_kernels_serve_the_node(monkeypatch, kind):
                                       lambda: _run(layer, x, python=False))
     assert calls == ['keep_topk', 'scatter_bitmask'] and got['grad_fn'] == _node(layer)
     _assert_equal(got, expected)
+
+
+@pytest.mark.parametrize('kind', ['linear 3-d', 'conv2d stride 2'])
+def test_the_triton_random_selection_serves_the_node(monkeypatch, kind):
+    """``random`` on the Triton kernels (registered for the CPU, as above): the node draws
+    from DropIT's generator what the Python Function draws, through the same kernel (its seed
+    drawn on the device, not the C++ kernel's), and computes the same, bit for bit."""
+    layer, x = _layer(kind, strategy='random')
+    x.requires_grad_()
+
+    def node_and_function() -> tuple[dict, dict]:
+        reseed(0)
+        node = _run(layer, x, python=False)
+        reseed(0)
+        return node, _run(layer, x, python=True)
+
+    calls, (node, python) = _with_triton_kernels(monkeypatch, cuda.load,
+                                                 ('keep_random', 'scatter_bitmask'),
+                                                 node_and_function)
+    assert calls == ['keep_random', 'scatter_bitmask'] * 2
+    _assert_same(node, python, _node(layer))
 
 
 def _with_triton_kernels(monkeypatch, module: Callable, names: tuple[str, ...],
@@ -225,12 +247,12 @@ BIGGER = {'linear 3-d': (40, 100, 24), 'conv2d stride 2': (8, 4, 48, 48)}
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('kind', list(BIGGER))
 @pytest.mark.parametrize('selection', ['random', 'mink_approx', 'indices'])
-def test_the_node_is_given_the_selections_it_does_not_make(selection, kind, device):
-    """``mink_approx`` (on an input above its sample), the indices encoding (``mink`` at gamma
-    0.99) and, on a GPU, ``random`` are selected by the layer, as its Python Function selects
-    them, and given to the node (on the CPU the node draws ``random`` itself, from the
-    generator the Function draws from): the same outputs, gradients and saved tensors, bit for
-    bit (the same draws: DropIT's generator reseeded before each)."""
+def test_the_node_saves_each_strategys_selection_as_the_function_does(selection, kind, device):
+    """``mink_approx`` (on an input above its sample) and the indices encoding (``mink`` at
+    gamma 0.99) are selected by the layer, as its Python Function selects them, and given to
+    the node; ``random`` the node draws itself, from the generator the Function draws from:
+    the same outputs, gradients and saved tensors, bit for bit (the same draws: DropIT's
+    generator reseeded before each)."""
     factory, _ = LAYERS[kind]
     torch.manual_seed(0)
     layer = factory(device=device)

@@ -13,7 +13,8 @@ It must run without ``TRITON_INTERPRET``:
     env -u TRITON_INTERPRET python -m tests.helpers.compile_triton_kernels --instructions
 
 It prints one line per distinct kernel build and exits non-zero on the first that fails. With
-``--instructions`` it prints instead, for ``keep_topk`` and ``scatter_bitmask`` on a DeiT-S
+``--instructions`` it prints instead, for ``keep_topk``, ``scatter_bitmask`` and
+``keep_random`` on a DeiT-S
 layer's input at batch 256 (19.4 M elements) in bfloat16 and float32, the instructions of each
 kernel's main loop (one block of ``BLOCK`` elements, per thread) in the ``sm_90`` machine code
 (``nvdisasm``; static: both sides of a branch inside the loop are counted): without a GPU, a
@@ -76,7 +77,7 @@ def _loop_instructions(cubin: bytes) -> int:
         label = re.match(r'\s*(\.L_x_\d+):', line)
         if label:
             labels[label.group(1)] = len(instructions)
-        elif re.match(r'\s+/\*[0-9a-f]{4}\*/', line):
+        elif re.match(r'\s+/\*[0-9a-f]{4,}\*/', line):
             instructions.append(line)
     spans = [0]
     for end, line in enumerate(instructions):
@@ -93,6 +94,7 @@ def _host_calls(kernels) -> None:
         for bitmask in (True, False):
             kernels.keep_topk(flat, 7_000, bitmask)
             kernels.keep_topk(flat, flat.numel(), bitmask)
+            kernels.keep_random(flat, 7_000, bitmask, 10.0, None)
             kernels.write_above(flat, torch.tensor([0.5]), torch.zeros(69, dtype=torch.int32),
                                 bitmask)
         kernels.above_counts(flat, 0.5)
@@ -103,6 +105,7 @@ def _host_calls(kernels) -> None:
         for bitmask in (True, False):
             kernels.keep_topk(full, 7_000, bitmask)
             kernels.keep_topk(full, numel, bitmask)
+            kernels.keep_random(full, 7_000, bitmask, 10.0, None)
         kernels.scatter_bitmask(torch.zeros((numel + 7) // 8, dtype=torch.uint8), full[:0], numel)
 
 
@@ -141,6 +144,7 @@ def main() -> int:
                 flat = torch.empty(DEIT_S_INPUT, dtype=dtype)
                 bits, values = dropit_kernels.keep_topk(flat, DEIT_S_INPUT // 10, True)
                 dropit_kernels.scatter_bitmask(bits, values, DEIT_S_INPUT)
+                dropit_kernels.keep_random(flat, DEIT_S_INPUT // 10, True, 10.0, None)
         else:
             _host_calls(dropit_kernels)
     with recorded_launches(codec_kernels, run=False) as codec_launches:
@@ -173,7 +177,7 @@ def main() -> int:
                           if isinstance(value, torch.Tensor) and value.is_floating_point()),
                          'bitmask')
             shown = {name: value for name, value in constants.items()
-                     if name in ('PASS', 'TIES', 'BITMASK')}
+                     if name in ('PASS', 'TIES', 'BITMASK', 'DRAWN')}
             print(f'{launch.name} {dtype} {shown}: '
                   f'{_loop_instructions(compiled.asm["cubin"])} instructions a block')
         else:

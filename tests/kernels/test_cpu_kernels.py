@@ -22,6 +22,7 @@ from mmdropit.dropit.strategies import kept_count, mink
 from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.cpu.library import library_path
 from mmdropit.kernels.switch import eager_only
+from tests.helpers.drawn_keys import cpu_generator_seed, drawn_keys
 from tests.helpers.kernel_inputs import (KINDS, derivative_code_input, derivative_table_on,
                                          kernel_input)
 
@@ -90,6 +91,19 @@ def test_keep_random_keeps_the_count_scaled_whatever_the_threads(dtype, numel):
 
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=str)
+@pytest.mark.parametrize('numel', (1, 1000, 70_001, 600_003))
+def test_keep_random_keeps_the_largest_drawn_keys(dtype, numel):
+    """The kernel keeps the elements of the largest keys computed apart (NumPy) from the seed
+    its generator draws first, ties first in memory order: the keys the Triton kernels draw."""
+    x = kernel_input(numel, dtype, 'normal')
+    for gamma in (0.5, 0.9, 0.99):
+        kept = kept_count(numel, gamma)
+        keep, _ = mink(drawn_keys(cpu_generator_seed(11), numel), gamma)
+        bits, _ = torch.ops.mmdropit_cpu.keep_random(x, kept, True, 1.0, _seeded(11))
+        assert torch.equal(bits, pack_bits(keep)), gamma
 
 
 def test_keep_random_keeps_each_element_as_often():

@@ -13,9 +13,10 @@ from mmdropit import from_dropit, to_dropit
 from mmdropit.bench.triton_launches import recorded_launches
 from mmdropit.common.random_source import reseed
 from mmdropit.dropit.compact import encode, pack_bits, scatter_kept
-from mmdropit.dropit.strategies import kept_count, mink, sampled_threshold
+from mmdropit.dropit.strategies import kept_count, mink, random_scale, sampled_threshold
 from mmdropit.kernels.cuda.histogram_workspace import zeroed_histograms
 from mmdropit.kernels.switch import eager_only
+from tests.helpers.drawn_keys import drawn_keys
 from tests.helpers.kernel_inputs import KINDS, kernel_input
 
 triton = pytest.importorskip('triton', reason='Triton ships with the CUDA build of torch')
@@ -50,6 +51,36 @@ def test_keep_topk_equals_eager_mink(kernels, dtype, numel, kind):
             fused = kernels.keep_topk(x, kept, encoding == 'bitmask')
             assert torch.equal(fused[0], eager[0]), (gamma, encoding)
             assert torch.equal(fused[1], eager[1]), (gamma, encoding)
+
+
+RANDOM_CASES = [(torch.float32, 1), (torch.float32, 1000), (torch.bfloat16, 3001),
+                (torch.float16, 3001), (torch.float32, 9 * 4096 + 5)]
+
+
+@pytest.mark.parametrize('dtype, numel', RANDOM_CASES, ids=str)
+def test_keep_random_keeps_the_largest_drawn_keys(kernels, dtype, numel):
+    """``random``'s kernels keep the elements of the largest keys computed apart (NumPy), ties
+    first in memory order, the values times the scale rounded as the eager product, in both
+    encodings; a negative seed is read as its 64-bit pattern."""
+    x = kernel_input(numel, dtype, 'normal', DEVICE)
+    for seed in (-0x123456789ABCDEF, 5):
+        for gamma in (0.0, 0.5, 0.9, 0.99):
+            kept = kept_count(numel, gamma)
+            scale = random_scale(numel, kept)
+            keep, _ = mink(drawn_keys(seed, numel).to(DEVICE), gamma)
+            on_device = torch.tensor([seed], device=DEVICE)
+            for encoding in ('bitmask', 'indices'):
+                eager = encode(x, keep, scale, encoding)
+                fused = kernels._keep_largest(x, kept, encoding == 'bitmask', on_device, scale)
+                assert torch.equal(fused[0], eager[0]), (seed, gamma, encoding)
+                assert torch.equal(fused[1], eager[1]), (seed, gamma, encoding)
+
+
+def test_keep_random_draws_its_seed_from_the_generator_it_is_given(kernels):
+    x = kernel_input(5000, torch.float32, 'normal', DEVICE)
+    draws = [kernels.keep_random(x, 500, True, 10.0, torch.Generator(DEVICE).manual_seed(seed))
+             for seed in (3, 3, 4)]
+    assert torch.equal(draws[0][0], draws[1][0]) and not torch.equal(draws[0][0], draws[2][0])
 
 
 @pytest.mark.parametrize('inputs', ['ties', 'all_equal'])
@@ -177,6 +208,10 @@ def test_each_call_launches_few_kernels(kernels, dtype):
         kernels.scatter_bitmask(bits, values, x.numel())
     assert selecting.total <= SELECT_LAUNCHES[dtype], (selecting.triton, selecting.torch_ops)
     assert rebuilding.total <= 2, (rebuilding.triton, rebuilding.torch_ops)
+    with recorded_launches(kernels) as drawing:
+        kernels.keep_random(x, 2_000, True, 10.0, None)
+    # the seed's draw, four passes over 30-bit keys (whatever the dtype), the write
+    assert drawing.total <= 6, (drawing.triton, drawing.torch_ops)
 
 
 def test_the_histogram_workspace_is_left_zero_for_the_next_call(kernels):

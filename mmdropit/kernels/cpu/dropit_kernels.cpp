@@ -71,12 +71,13 @@ inline uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// DrawnKeys: element i's key is the top 31 bits of the i-th number of SplitMix64's stream from
+// DrawnKeys: element i's key is the top 30 bits of the i-th number of SplitMix64's stream from
 // `seed` (random): keeping the largest keys keeps a set drawn uniformly without replacement.
+// The Triton kernel draws the same keys (as float32 bit patterns below 2.0: never NaN).
 struct DrawnKeys {
   uint64_t seed;
   uint32_t operator()(int64_t i) const {
-    return uint32_t(mix(seed + uint64_t(i) * 0x9E3779B97F4A7C15ull) >> 33);
+    return uint32_t(mix(seed + uint64_t(i) * 0x9E3779B97F4A7C15ull) >> 34);
   }
 };
 

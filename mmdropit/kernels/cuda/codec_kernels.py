@@ -116,12 +116,12 @@ def _dequantize_int8_kernel(codes_ptr, scales_ptr, out_ptr, numel,
     inside = offsets < numel
     codes = tl.load(codes_ptr + offsets, mask=inside, other=0).to(tl.float32)
     scales = tl.load(scales_ptr + groups, mask=groups * GROUP < numel, other=0.0)
-    rebuilt = _rounded_to(codes * scales, out_ptr.dtype.element_ty)
+    rebuilt = rounded_to(codes * scales, out_ptr.dtype.element_ty)
     tl.store(out_ptr + offsets, rebuilt, mask=inside)
 
 
 @triton.jit
-def _rounded_to(values, DTYPE: tl.constexpr):
+def rounded_to(values, DTYPE: tl.constexpr):
     """float32 ``values`` rounded to ``DTYPE``, to the nearest (ties to even). A bfloat16 is
     rounded by its bit pattern: Triton's interpreter truncates that conversion, the GPU rounds
     it to the nearest, and both then agree with PyTorch's."""
@@ -190,7 +190,7 @@ def _dequantize_low_kernel(packed_ptr, minimums_ptr, steps_ptr, out_ptr, numel,
     steps = tl.load(steps_ptr + groups, mask=in_range, other=0.0)
     minimums = tl.load(minimums_ptr + groups, mask=in_range, other=0.0)
     scaled = codes.to(tl.float32) * steps
-    rebuilt = _rounded_to(scaled + minimums, out_ptr.dtype.element_ty)
+    rebuilt = rounded_to(scaled + minimums, out_ptr.dtype.element_ty)
     tl.store(out_ptr + offsets, rebuilt, mask=inside)
 
 
@@ -203,10 +203,10 @@ def _pack_between_kernel(x_ptr, bits_ptr, numel, low, high, BOUNDED: tl.constexp
     values = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
     dtype: tl.constexpr = x_ptr.dtype.element_ty
     # compared in the input's dtype, as PyTorch compares a tensor with a number
-    low_bound = _rounded_to(tl.full([], low, tl.float32), dtype).to(tl.float32)
+    low_bound = rounded_to(tl.full([], low, tl.float32), dtype).to(tl.float32)
     passes = inside & (values > low_bound)
     if BOUNDED:
-        high_bound = _rounded_to(tl.full([], high, tl.float32), dtype).to(tl.float32)
+        high_bound = rounded_to(tl.full([], high, tl.float32), dtype).to(tl.float32)
         passes = passes & (values < high_bound)
     lanes = tl.reshape(passes.to(tl.int32), [BLOCK // 8, 8]) << tl.arange(0, 8)[None, :]
     packed = tl.sum(lanes, axis=1).to(tl.uint8)  # disjoint bits: the sum is an or
@@ -250,7 +250,7 @@ def _scale_by_codes_kernel(grad_ptr, packed_ptr, table_ptr, out_ptr, numel,
     packed = tl.load(packed_ptr + offsets // 2, mask=inside, other=0).to(tl.int32)
     codes = (packed >> (4 * (offsets % 2)).to(tl.int32)) & 15
     slope = tl.load(table_ptr + codes, mask=inside, other=0.0)
-    product = _rounded_to(grad.to(tl.float32) * slope.to(tl.float32), grad.dtype)
+    product = rounded_to(grad.to(tl.float32) * slope.to(tl.float32), grad.dtype)
     tl.store(out_ptr + offsets, product, mask=inside)
 
 

@@ -1,6 +1,6 @@
 """DropIT's fused GPU kernels, written in Triton: the same operators as the CPU extension's
-(``keep_topk``, ``above_counts``, ``write_above``, ``scatter_bitmask``), giving bit-identical
-tensors to the eager path.
+(``keep_topk``, ``keep_random``, ``above_counts``, ``write_above``, ``scatter_bitmask``), giving
+bit-identical tensors to the eager path (``keep_random``: to the CPU kernel, given its seed).
 
 The input is cut into blocks of :data:`BLOCK` elements. Every pass runs at most
 :data:`PROGRAMS` programs, each walking a contiguous chunk of blocks (:func:`_chunked_grid`):
@@ -22,6 +22,10 @@ radix select's last pass works those starts out itself (:func:`_finish_select`).
   where each chunk's kept elements and ties start. A write pass then writes the bitmask (or
   indices) and the kept values, with the ties that fill the count taken first in memory order,
   as the eager ``mink`` does: no counting pass reads the input again.
+- ``keep_random`` (``random``): the same select and write over a random key per element,
+  computed in the kernels from a seed drawn on the device (the CPU kernel's keys: the top 30
+  bits of the element's number in SplitMix64's stream), four histogram passes that read
+  nothing (the keys are 30-bit patterns, as float32's), then the write, which scales the values.
 - ``above_counts`` / ``write_above`` (``mink_approx``): the count and write passes with a given
   threshold and no ties kept.
 - ``scatter_bitmask`` (backward): per-chunk popcounts of the bitmask, then one pass that writes
@@ -30,7 +34,8 @@ radix select's last pass works those starts out itself (:func:`_finish_select`).
 Launches per call (what a host-bound GPU step pays for, docs/benchmarks.md, GPU section):
 ``keep_topk`` makes one pass per byte + write: 3 for bfloat16, 4 for float16, 5 for float32 (one
 fewer since 2026-11-27, when a count pass ran between them; 3 with every element kept: a fill,
-count, write; none of them touches the histograms); ``above_counts`` and ``write_above`` one pass
+count, write; none of them touches the histograms); ``keep_random`` 6 (the seed's draw, four
+passes, the write); ``above_counts`` and ``write_above`` one pass
 each (after a fill where the threshold is a number), ``scatter_bitmask`` 2.
 
 The radix select's histograms (at most 128 + 3 x 256 int32) and the last pass's count of
@@ -81,6 +86,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .codec_kernels import rounded_to
 from .histogram_workspace import forget, zeroed_histograms
 
 BLOCK = 4096
@@ -159,9 +165,23 @@ def _selected_prefix(hist_ptr, rank, PASSES: tl.constexpr, VOLATILE: tl.constexp
 
 
 @triton.jit
+def _drawn_keys(seed_ptr, offsets):
+    """``random``'s key of each element: the top 30 bits of its number in SplitMix64's stream
+    from the seed at ``seed_ptr`` (the CPU kernel's keys), as a float32 bit pattern (below 2.0:
+    never NaN or infinite, ordered as the integers)."""
+    z = tl.load(seed_ptr).to(tl.uint64, bitcast=True) + \
+        (offsets.to(tl.uint64) + 1) * 0x9E3779B97F4A7C15
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+    z = z ^ (z >> 31)
+    return (z >> 34).to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, threshold_ptr,
-                            scratch_ptr, PASS: tl.constexpr, BINS: tl.constexpr,
-                            LAST: tl.constexpr, CHUNKS: tl.constexpr, BLOCK: tl.constexpr):
+                            scratch_ptr, seed_ptr, PASS: tl.constexpr, BINS: tl.constexpr,
+                            LAST: tl.constexpr, DRAWN: tl.constexpr, CHUNKS: tl.constexpr,
+                            BLOCK: tl.constexpr):
     """Add the histogram of byte ``3 - PASS`` of the magnitudes' bit patterns in the program's
     ``chunk`` blocks (of ``blocks``), over the elements whose upper bytes equal those the earlier
     passes chose, to histogram ``PASS`` (``BINS`` bins at :func:`_histogram_at`: 128 for the top
@@ -169,7 +189,8 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, thresho
     taken off it once (the third and fourth passes skip the blocks where nothing matches), then
     one atomic per non-empty bin. The ``LAST`` pass also counts the elements whose upper bytes
     are above those chosen (not NaN, as the write's float comparison sees them) and hands its
-    counts on to :func:`_finish_select`: the selection needs no counting pass of its own."""
+    counts on to :func:`_finish_select`: the selection needs no counting pass of its own.
+    ``DRAWN``: of ``random``'s keys (:func:`_drawn_keys`) instead, which read nothing."""
     shift: tl.constexpr = 24 - 8 * PASS
     prefix = 0
     if PASS > 0:
@@ -181,7 +202,10 @@ def _digit_histogram_kernel(x_ptr, numel, hist_ptr, rank, blocks, chunk, thresho
     for block in range(first_block, tl.minimum(first_block + chunk, blocks)):
         offsets = block * BLOCK + tl.arange(0, BLOCK)
         inside = offsets < numel
-        magnitude = tl.abs(tl.load(x_ptr + offsets, mask=inside, other=0).to(tl.float32))
+        if DRAWN:
+            magnitude = _drawn_keys(seed_ptr, offsets)
+        else:
+            magnitude = tl.abs(tl.load(x_ptr + offsets, mask=inside, other=0).to(tl.float32))
         key = magnitude.to(tl.int32, bitcast=True)  # >= 0: the sign bit is clear
         match = inside
         if PASS > 0:
@@ -271,8 +295,9 @@ def _count_kernel(x_ptr, numel, threshold_ptr, counts_ptr, blocks, chunk, BLOCK:
 
 @triton.jit
 def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, values_ptr, blocks,
-                  chunk, hist_ptr, TIES: tl.constexpr, BITMASK: tl.constexpr,
-                  CHUNKS: tl.constexpr, CLEAR: tl.constexpr, BLOCK: tl.constexpr):
+                  chunk, hist_ptr, seed_ptr, scale, TIES: tl.constexpr, BITMASK: tl.constexpr,
+                  DRAWN: tl.constexpr, CHUNKS: tl.constexpr, CLEAR: tl.constexpr,
+                  BLOCK: tl.constexpr):
     """Keep the magnitudes above the threshold and (with ``TIES``) the first of those equal to
     it, in memory order, that fill ``kept``; write the bitmask bytes (or indices) and the kept
     values of the program's ``chunk`` blocks, and carry where the next goes from block to block.
@@ -282,7 +307,9 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
     (at most ``CHUNKS``, added up here: no scan launch). A block without a tie that could fill
     ``kept`` skips the ties' cumulative sum (a third of the kernel's instructions in the
     ``sm_90`` build). Program 0 also zeroes the ``CLEAR`` histograms at ``hist_ptr`` (the radix
-    select's, read by nothing after its last pass) for the next call.
+    select's, read by nothing after its last pass) for the next call. ``DRAWN``: keep by
+    ``random``'s keys (:func:`_drawn_keys`), the values times ``scale`` (rounded as the eager
+    product by a number is).
 
     No slot past ``kept`` is written: the radix select's rows count every element this float
     comparison keeps above the threshold (its bit pattern is larger: higher upper bytes, or
@@ -308,7 +335,11 @@ def _write_kernel(x_ptr, numel, threshold_ptr, counts_ptr, kept, first_ptr, valu
         offsets = block * BLOCK + tl.arange(0, BLOCK)
         inside = offsets < numel
         x = tl.load(x_ptr + offsets, mask=inside, other=0)
-        magnitude = tl.abs(x.to(tl.float32))
+        if DRAWN:
+            magnitude = _drawn_keys(seed_ptr, offsets)
+            x = rounded_to(x.to(tl.float32) * scale, x.dtype)
+        else:
+            magnitude = tl.abs(x.to(tl.float32))
         keep = (magnitude > threshold) & inside
         if TIES:
             tie = ((magnitude == threshold) & inside).to(tl.int32)
@@ -383,24 +414,37 @@ def _on_device(threshold: float | torch.Tensor, flat: torch.Tensor) -> torch.Ten
     return flat.new_full((1,), threshold, dtype=torch.float32)  # a fill, not a host copy
 
 
-def _select(flat: torch.Tensor, rank: int,
-            hist: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``rank``-th smallest magnitude of ``flat`` (1-based), exactly, as a one-element
-    float32 tensor on its device (a radix select; nothing is read back), and the scratch that
-    says where each chunk's kept elements start (:func:`_finish_select`). The histograms go to
-    ``hist`` (zeroed int32, at least :data:`_WORKSPACE_INTS`; left filled: :func:`_write` with
-    ``clear`` zeroes them)."""
+def _passes(flat: torch.Tensor, seed: torch.Tensor | None) -> int:
+    """Radix-select passes over ``flat``'s magnitudes (:data:`_PASSES`), or over ``random``'s
+    keys (``seed`` given: 30 bits, four bytes as float32's)."""
+    return _PASSES[torch.float32 if seed is not None else flat.dtype]
+
+
+def _select(flat: torch.Tensor, rank: int, hist: torch.Tensor,
+            seed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``rank``-th smallest magnitude of ``flat`` (1-based; with ``seed``, of ``random``'s
+    keys), exactly, as a one-element float32 tensor on its device (a radix select; nothing is
+    read back), and the scratch that says where each chunk's kept elements start
+    (:func:`_finish_select`). The histograms go to ``hist`` (zeroed int32, at least
+    :data:`_WORKSPACE_INTS`; left filled: :func:`_write` with ``clear`` zeroes them)."""
     numel, blocks = flat.numel(), _blocks(flat.numel())
-    passes = _PASSES[flat.dtype]
+    passes = _passes(flat, seed)
     grid, chunk = _chunked_grid(blocks)
     threshold = flat.new_empty(1, dtype=torch.float32)
     scratch = flat.new_empty(_scratch_ints(grid[0]), dtype=torch.int32)
     chunks = triton.next_power_of_2(grid[0])
     for done in range(passes):
         _digit_histogram_kernel[grid](flat, numel, hist, rank, blocks, chunk, threshold, scratch,
-                                      PASS=done, BINS=_TOP_DIGITS if done == 0 else _DIGITS,
-                                      LAST=done == passes - 1, CHUNKS=chunks, BLOCK=BLOCK)
+                                      _seed_or(seed, flat), PASS=done,
+                                      BINS=_TOP_DIGITS if done == 0 else _DIGITS,
+                                      LAST=done == passes - 1, DRAWN=seed is not None,
+                                      CHUNKS=chunks, BLOCK=BLOCK)
     return threshold, scratch
+
+
+def _seed_or(seed: torch.Tensor | None, flat: torch.Tensor) -> torch.Tensor:
+    """The seed's pointer for a launch, or (no seed: not read) ``flat``'s."""
+    return flat if seed is None else seed
 
 
 def _counts(flat: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -414,19 +458,22 @@ def _counts(flat: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
 
 
 def _write(flat: torch.Tensor, threshold: torch.Tensor, counts: torch.Tensor, kept: int,
-           bitmask: bool, ties: bool, hist: torch.Tensor | None = None,
-           clear: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+           bitmask: bool, ties: bool, hist: torch.Tensor | None = None, clear: int = 0,
+           seed: torch.Tensor | None = None,
+           scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Write the kept elements: those above the threshold and, with ``ties``, the first of
     those equal to it that fill ``kept``, given ``counts``: with ``ties`` the scratch of
     :func:`_select`, without the per-chunk counts of :func:`_counts`; and zero the first
-    ``clear`` histograms of ``hist``."""
+    ``clear`` histograms of ``hist``. With ``seed``: by ``random``'s keys, the values times
+    ``scale``."""
     numel, blocks = flat.numel(), _blocks(flat.numel())
     grid, chunk = _chunked_grid(blocks)
     first = (flat.new_empty((numel + 7) // 8, dtype=torch.uint8) if bitmask
              else flat.new_empty(kept, dtype=torch.int32))
     values = flat.new_empty(kept)
     _write_kernel[grid](flat, numel, threshold, counts, kept, first, values, blocks, chunk,
-                        counts if hist is None else hist, TIES=ties, BITMASK=bitmask,
+                        counts if hist is None else hist, _seed_or(seed, flat), scale,
+                        TIES=ties, BITMASK=bitmask, DRAWN=seed is not None,
                         CHUNKS=triton.next_power_of_2(grid[0]), CLEAR=clear, BLOCK=BLOCK)
     return first, values
 
@@ -436,15 +483,32 @@ def keep_topk(flat: torch.Tensor, kept: int, bitmask: bool) -> tuple[torch.Tenso
     ``(bitmask, values)`` or ``(int32 indices, values)``, ties first in memory order. The radix
     select's histograms go to the cached workspace (:mod:`.histogram_workspace`), which the
     write kernel leaves zero."""
+    return _keep_largest(flat, kept, bitmask, None, 1.0)
+
+
+def keep_random(flat: torch.Tensor, kept: int, bitmask: bool, scale: float,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``random``'s ``kept`` elements of the contiguous 1-d ``flat``, drawn uniformly without
+    replacement: those of the largest keys (:func:`_drawn_keys`) from a seed drawn on the
+    device from ``generator`` (the default one without it; nothing is read back), encoded as
+    :func:`keep_topk` encodes, the values times ``scale``. The CPU kernel's operator, with its
+    arguments."""
+    seed = torch.randint(-2**63, 2**63 - 1, (1,), generator=generator, device=flat.device)
+    return _keep_largest(flat, kept, bitmask, seed, scale)
+
+
+def _keep_largest(flat: torch.Tensor, kept: int, bitmask: bool, seed: torch.Tensor | None,
+                  scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`keep_topk` (no ``seed``) or :func:`keep_random`."""
     numel = flat.numel()
     if kept == numel:  # everything kept (an empty input too): no histograms, nothing to clear
-        threshold = _on_device(-1.0, flat)
+        threshold = _on_device(-1.0, flat)  # (and random's scale is 1)
         return _write(flat, threshold, _counts(flat, threshold), kept, bitmask, ties=False)
     hist = zeroed_histograms(flat.device, _WORKSPACE_INTS)
     try:
-        threshold, scratch = _select(flat, numel - kept, hist)
+        threshold, scratch = _select(flat, numel - kept, hist, seed)
         return _write(flat, threshold, scratch, kept, bitmask, ties=True, hist=hist,
-                      clear=_PASSES[flat.dtype])
+                      clear=_passes(flat, seed), seed=seed, scale=scale)
     except BaseException:  # histograms perhaps left filled: the next call takes new zeros
         forget(hist)
         raise

@@ -1,6 +1,6 @@
 """DropIT's C++ autograd nodes on a GPU: the Triton kernels registered as the CUDA
-implementations of the CPU library's ``mmdropit_cpu::keep_topk`` and
-``mmdropit_cpu::scatter_bitmask`` (DropIT's selection) and ``mmdropit_cpu::pack_between`` and
+implementations of the CPU library's ``mmdropit_cpu::keep_topk``, ``mmdropit_cpu::keep_random``
+and ``mmdropit_cpu::scatter_bitmask`` (DropIT's selection) and ``mmdropit_cpu::pack_between`` and
 ``mmdropit_cpu::where_bits`` (the lean activations' 1-bit masks).
 
 The nodes (``kernels/cpu/dropit_linear.cpp``, ``dropit_conv.cpp``, ``lean_activation.cpp``)
@@ -26,7 +26,8 @@ from .library import load, load_codecs
 
 
 def register_kernels(dispatch_key: str) -> torch.library.Library:
-    """Register the Triton ``keep_topk`` and ``scatter_bitmask`` (:mod:`.dropit_kernels`),
+    """Register the Triton ``keep_topk``, ``keep_random`` and ``scatter_bitmask``
+    (:mod:`.dropit_kernels`),
     ``pack_between`` and ``where_bits`` (:mod:`.codec_kernels`) as the implementations of the
     CPU library's operators of those names for ``dispatch_key``.
 
@@ -42,7 +43,7 @@ def register_kernels(dispatch_key: str) -> torch.library.Library:
     if kernels is None or codecs is None:
         raise RuntimeError('the Triton kernels cannot be imported')
     registration = torch.library.Library('mmdropit_cpu', 'IMPL')
-    for module, names in ((kernels, ('keep_topk', 'scatter_bitmask')),
+    for module, names in ((kernels, ('keep_topk', 'keep_random', 'scatter_bitmask')),
                           (codecs, ('pack_between', 'where_bits'))):
         for name in names:
             registration.impl(name, getattr(module, name), dispatch_key)
