@@ -31,7 +31,7 @@ SOURCES = (_HERE / 'dropit_kernels.cpp', _HERE / 'dropit_linear.cpp', _HERE / 'd
            _HERE / 'derivative_code_kernels.cpp', _HERE / 'int8_kernels.cpp',
            _HERE / 'low_bit_kernels.cpp')
 HEADERS = (_HERE / 'avx512_paths.h', _HERE / 'chunks.h', _HERE / 'codec_groups.h',
-           _HERE / 'dispatched_ops.h')
+           _HERE / 'dispatched_ops.h', _HERE / 'selection_keys.h', _HERE / 'threshold_search.h')
 CFLAGS = ('-O3', '-fopenmp', '-ffp-contract=off')  # no fused multiply-add: eager's rounding
 LDFLAGS = ('-fopenmp',)
 BUILD_COMMAND = 'python -m mmdropit.kernels.cpu.build'
