@@ -215,7 +215,7 @@ def test_stale_build_is_not_loaded(tmp_path):
 
 def test_portable_loops_equal_avx512_ones():
     """The loops machines without AVX-512 run give what the AVX-512 forms give (DropIT's
-    selection and the integer codecs)."""
+    selections, ``random``'s keys and scaled values too, and the integer codecs)."""
     code = '''
 import torch
 from mmdropit.kernels import cpu
@@ -229,6 +229,8 @@ for numel in (5, 70_001, 600_003):
         for bitmask in (True, False):
             first, values = torch.ops.mmdropit_cpu.keep_topk(x, kept, bitmask)
             out += [first, values]
+            g = torch.Generator().manual_seed(kept)
+            out += list(torch.ops.mmdropit_cpu.keep_random(x, kept, bitmask, 3.0, g))
             if bitmask:
                 out.append(torch.ops.mmdropit_cpu.scatter_bitmask(first, values, numel))
     for bits in (4, 2):

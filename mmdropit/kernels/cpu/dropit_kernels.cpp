@@ -49,7 +49,8 @@ using mmdropit_chunks::for_each_chunk;
 using mmdropit_select::count_around;
 using mmdropit_select::DrawnKeys;
 using mmdropit_select::find_threshold;
-using mmdropit_select::kFloatMagnitudes;
+using mmdropit_select::kHasLanes;
+using mmdropit_select::lanes_of;
 using mmdropit_select::magnitude_key;
 using mmdropit_select::MagnitudeKeys;
 
@@ -80,10 +81,11 @@ void write_kept(const scalar_t* data, const Keys& key_at, const Chunks& chunks,
                 index_t* indices, scalar_t* values) {
   using opmath_t = at::opmath_type<scalar_t>;
   for_each_chunk(chunks, [&](int64_t c, int64_t begin, int64_t end) {
-    if constexpr (kFloatMagnitudes<Keys> && std::is_same_v<index_t, int32_t>) {
-      if (mmdropit_avx512::supported() && scale == 1.0) {
+    if constexpr (kHasLanes<Keys> && std::is_same_v<scalar_t, float> &&
+                  std::is_same_v<index_t, int32_t>) {
+      if (mmdropit_avx512::supported()) {
         return mmdropit_avx512::write_kept(
-            data, begin, end, threshold, kept.ties[c], bitmask,
+            data, lanes_of(key_at), begin, end, threshold, kept.ties[c], float(scale), bitmask,
             indices == nullptr ? nullptr : indices + kept.offset[c], values + kept.offset[c]);
       }
     }

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "avx512_paths.h"
+
 namespace mmdropit_select {
 
 // The bit pattern of |v| as a float: its order is the order of magnitudes (NaN above inf).
@@ -44,8 +46,16 @@ struct DrawnKeys {
   }
 };
 
-// Whether the AVX-512 paths (float magnitudes) take this key source.
+// Whether a key source has an AVX-512 form (avx512_paths.h; lanes_of gives it): float32
+// magnitudes and random's keys do; the others run the portable loops.
 template <typename Keys>
-constexpr bool kFloatMagnitudes = std::is_same_v<Keys, MagnitudeKeys<float>>;
+constexpr bool kHasLanes =
+    std::is_same_v<Keys, MagnitudeKeys<float>> || std::is_same_v<Keys, DrawnKeys>;
+
+inline mmdropit_avx512::MagnitudeLanes lanes_of(const MagnitudeKeys<float>& keys) {
+  return {keys.data};
+}
+
+inline mmdropit_avx512::DrawnLanes lanes_of(const DrawnKeys& keys) { return {keys.seed}; }
 
 }  // namespace mmdropit_select

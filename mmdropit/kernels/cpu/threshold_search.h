@@ -141,9 +141,9 @@ template <typename Keys>
 void count_around(const Keys& key_at, const Chunks& chunks, int64_t threshold,
                   std::vector<int64_t>& above, std::vector<int64_t>& equal) {
   for_each_chunk(chunks, [&](int64_t c, int64_t begin, int64_t end) {
-    if constexpr (kFloatMagnitudes<Keys>) {
+    if constexpr (kHasLanes<Keys>) {
       if (mmdropit_avx512::supported()) {
-        return mmdropit_avx512::count_around(key_at.data, begin, end, threshold, above[c],
+        return mmdropit_avx512::count_around(lanes_of(key_at), begin, end, threshold, above[c],
                                              equal[c]);
       }
     }
@@ -163,9 +163,10 @@ void count_around(const Keys& key_at, const Chunks& chunks, int64_t threshold,
 template <typename Keys>
 void bracket_chunk(const Keys& key_at, int64_t begin, int64_t end, uint32_t low, uint32_t high,
                    int64_t& below, int64_t& above, std::vector<uint32_t>& band) {
-  if constexpr (kFloatMagnitudes<Keys>) {
+  if constexpr (kHasLanes<Keys>) {
     if (mmdropit_avx512::supported()) {
-      return mmdropit_avx512::bracket(key_at.data, begin, end, low, high, below, above, band);
+      return mmdropit_avx512::bracket(lanes_of(key_at), begin, end, low, high, below, above,
+                                      band);
     }
   }
   int64_t n_below = 0, n_above = 0;
