@@ -21,7 +21,7 @@ Training", ICLR 2023): they contribute least to the weight gradient.
   host sync per layer on a GPU, eager or fused), which no rewrite can avoid.
 - ``random``: keeps ``kept_count(numel, gamma)`` elements drawn uniformly without replacement and
   scales them by ``numel / kept``, so the weight gradient is an unbiased estimate of the exact
-  one. No host sync. (The fused CPU kernel draws its set otherwise, see :mod:`.ops`.)
+  one. No host sync. (The fused kernels draw their set otherwise, see :mod:`.ops`.)
 
 ``mink`` and ``random`` (:data:`FIXED_COUNT`) keep a number of elements fixed by the shape and
 gamma, so what a layer saves has static shapes (``torch.compile`` traces it whole, see

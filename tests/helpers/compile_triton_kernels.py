@@ -95,6 +95,7 @@ def _host_calls(kernels) -> None:
             kernels.keep_topk(flat, 7_000, bitmask)
             kernels.keep_topk(flat, flat.numel(), bitmask)
             kernels.keep_random(flat, 7_000, bitmask, 10.0, None)
+            kernels.keep_random(flat, flat.numel(), bitmask, 1.0, None)
             kernels.write_above(flat, torch.tensor([0.5]), torch.zeros(69, dtype=torch.int32),
                                 bitmask)
         kernels.above_counts(flat, 0.5)

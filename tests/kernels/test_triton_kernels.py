@@ -81,6 +81,8 @@ def test_keep_random_draws_its_seed_from_the_generator_it_is_given(kernels):
     draws = [kernels.keep_random(x, 500, True, 10.0, torch.Generator(DEVICE).manual_seed(seed))
              for seed in (3, 3, 4)]
     assert torch.equal(draws[0][0], draws[1][0]) and not torch.equal(draws[0][0], draws[2][0])
+    everything = kernels.keep_random(x, x.numel(), True, 2.0, None)  # scaled as the CPU's
+    assert torch.equal(everything[1], x * 2.0)
 
 
 @pytest.mark.parametrize('inputs', ['ties', 'all_equal'])

@@ -502,8 +502,9 @@ def _keep_largest(flat: torch.Tensor, kept: int, bitmask: bool, seed: torch.Tens
     """:func:`keep_topk` (no ``seed``) or :func:`keep_random`."""
     numel = flat.numel()
     if kept == numel:  # everything kept (an empty input too): no histograms, nothing to clear
-        threshold = _on_device(-1.0, flat)  # (and random's scale is 1)
-        return _write(flat, threshold, _counts(flat, threshold), kept, bitmask, ties=False)
+        threshold = _on_device(-1.0, flat)
+        return _write(flat, threshold, _counts(flat, threshold), kept, bitmask, ties=False,
+                      seed=seed, scale=scale)
     hist = zeroed_histograms(flat.device, _WORKSPACE_INTS)
     try:
         threshold, scratch = _select(flat, numel - kept, hist, seed)
