@@ -37,6 +37,32 @@ def test_the_triton_selection_replays_from_a_captured_graph():
         assert torch.equal(dense, kernels.scatter_bitmask(*expected, static.numel()))
 
 
+def test_the_random_selection_replays_with_a_new_seed_each_time():
+    """``random``'s seed is drawn on the device from DropIT's own CUDA generator, not the
+    default one: replayed from a captured graph (as a compiled ``reduce-overhead`` step
+    replays it), each replay must keep another set, or every step would drop the same
+    elements. Nothing registers DropIT's generator with the graph by hand: this checks that
+    torch does (lazily, on a generator's first use in a capture, since pytorch#176752; before,
+    only the default generator was)."""
+    from mmdropit.common.random_source import generator
+    from mmdropit.kernels.cuda import dropit_kernels as kernels
+    static = torch.randn(140_001, device='cuda')
+    kept, draw = kept_count(static.numel(), 0.9), generator(static.device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compiled and warmed up outside the capture
+        kernels.keep_random(static, kept, True, 10.0, draw)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        bits, _ = kernels.keep_random(static, kept, True, 10.0, draw)
+    replays = []
+    for _ in range(3):
+        graph.replay()
+        replays.append(bits.clone())
+    assert not torch.equal(replays[0], replays[1]) and not torch.equal(replays[1], replays[2])
+
+
 def test_a_compiled_dropit_step_stays_inside_cuda_graphs():
     from torch._dynamo.utils import counters
     torch.manual_seed(0)
