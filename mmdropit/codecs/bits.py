@@ -77,7 +77,8 @@ def join_codes(codes: tuple[torch.Tensor, ...]) -> torch.Tensor:
 
 
 def split_codes(joined: torch.Tensor, bits: int, numel: int) -> tuple[torch.Tensor, ...]:
-    """The tensors :func:`join_codes` joined, for ``numel`` values in ``bits`` bits.
+    """The tensors :func:`join_codes` joined, for ``numel`` values in ``bits`` bits (views of
+    ``joined``, but for a part that starts unaligned for its dtype, copied).
 
     Example:
         >>> values = torch.randn(100)
@@ -88,6 +89,9 @@ def split_codes(joined: torch.Tensor, bits: int, numel: int) -> tuple[torch.Tens
     parts, start = [], 0
     for dtype, count in code_parts(numel, bits):
         size = count * dtype.itemsize
-        parts.append(joined[start:start + size].view(dtype))
+        part = joined[start:start + size]
+        if (joined.storage_offset() + start) % dtype.itemsize:  # the scales after an odd
+            part = part.clone()  # count of int8 codes: a view must start aligned
+        parts.append(part.view(dtype))
         start += size
     return tuple(parts)

@@ -170,6 +170,23 @@ def test_inside_a_plain_checkpoint_the_recomputation_stores_codes(checkpoints):
     assert planned_bytes < 0.3 * compressed_bytes
 
 
+def test_8_bit_codes_of_a_count_not_a_multiple_of_4_come_back_inside_a_checkpoint():
+    """A recomputed tensor's codes are joined into one byte tensor: int8 codes, then float32
+    scales. With a count not a multiple of 4 the scales start unaligned, and backward failed
+    to read them ("storage_offset must be divisible by 4"; met as a flaky failure of a memory
+    budget test whose lossy choice varied with its timings)."""
+    from mmdropit.checkpoint import checkpoint_module
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(7, 7), nn.GELU(), nn.Linear(7, 3))
+    x = torch.randn(746, 7, requires_grad=True)  # 5,222 elements a saved input (>= MIN_NUMEL)
+    compress_activations(block, bits=8)
+    expected = torch.autograd.grad(block(x).square().sum(), x)
+    checkpoint_module(block)
+    got = torch.autograd.grad(block(x).square().sum(), x)
+    assert torch.equal(got[0], expected[0])
+
+
 @pytest.mark.xfail(strict=True, reason='known miss (2026-11-26): inside a recomputed segment '
                    'the compressed GELUs hold more than the same plan on the dense model')
 def test_a_nested_plan_on_top_of_compression_keeps_no_more_than_on_the_dense_model():
