@@ -137,7 +137,7 @@ def test_the_frontier_stage_runs_each_model_at_its_batch_in_bf16(tmp_path):
     variants = deit.split('--variants ')[1].split()[0].split(',')
     assert {'bf16-autocast', 'grad-ckpt+bf16', 'micro-2+bf16', 'micro-4+bf16', 'compile+bf16',
             'ckpt-plan-0.5+bf16', 'ckpt-plan-min+bf16', 'budget-0.5+bf16', 'budget-least+bf16',
-            'offload-0.5+bf16'} <= set(variants)
+            'offload-0.5+bf16', 'dropit-mink+bf16', 'dropit-mink+grad-ckpt+bf16'} <= set(variants)
     from mmdropit.bench import catalogue
     assert set(variants) <= set(catalogue())
 
