@@ -67,6 +67,7 @@ def test_interval_must_be_positive():
         MemoryReportHook(interval=0)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 def test_cuda_peak_counters_are_not_reset(tmp_path):
     runner = _runner(tmp_path, interval=1)

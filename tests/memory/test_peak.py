@@ -107,6 +107,7 @@ def test_frozen_parameters_are_counted_and_need_no_gradient_hook(chain):
     assert meter.result.by_category['parameter'] == 2 * BLOCKS * MIB
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 def test_cuda_peak_with_and_without_reset():
     net = nn.Linear(1024, 1024).cuda()

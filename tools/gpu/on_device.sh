@@ -24,16 +24,16 @@
 #                    carried): their library holds DropIT Linear's C++ autograd node, which runs
 #                    on the GPU with the Triton kernels (cpu-kernels.log; cached on the machine)
 #   host-cost        the host time a DropIT Linear and a DropIT 3x3 convolution add to a tiny
-#                    host-bound step on the GPU: plain, mink as the C++ node, as the Python
-#                    Function, eager (python -m mmdropit.bench.host_cost --device cuda;
+#                    host-bound step on the GPU: plain, mink and random as the C++ node, as the
+#                    Python Function, eager (python -m mmdropit.bench.host_cost --device cuda;
 #                    host_cost.md, host_cost_{linear,conv}.json)
-#   kernel-tests     DropIT's Triton kernels against the eager path, compiled on CUDA tensors
-#                    (needs no mmcv: runs beside a background build; kernel-tests.log)
-#   tests            pytest -m cuda over the whole suite (needs mmcv; tests.log), the eager DropIT
-#                    path's sync check included
-#   kernels          DropIT's kernels (keep_topk at gamma 0.9 fused and eager, scatter_bitmask,
-#                    the codec kernels when there) on DeiT-S and ResNet-50 layer inputs at batch
-#                    64 and 256, bf16 and fp32: GB/s beside the copy's, time beside the layer's
+#   kernel-tests     DropIT's and the codecs' Triton kernels against the eager path, compiled on
+#                    CUDA tensors (needs no mmcv: runs beside a background build; kernel-tests.log)
+#   tests            pytest -m cuda over the test files that hold CUDA tests (needs mmcv;
+#                    tests.log), the eager DropIT path's sync check included
+#   kernels          DropIT's kernels (keep_topk at gamma 0.9 fused and eager, keep_random,
+#                    scatter_bitmask, the codec kernels) on DeiT-S and ResNet-50 layer inputs at
+#                    batch 64 and 256, bf16 and fp32: GB/s beside the copy's, time beside the layer's
 #                    GEMM, then keep_topk and scatter_bitmask launch by launch on the DeiT-S
 #                    inputs at batch 256 (python -m mmdropit.bench.kernel_speed; needs no mmcv;
 #                    kernels/)
@@ -189,16 +189,18 @@ for stage in "${STAGES[@]}"; do
       run cpu-kernels.log $PY -m mmdropit.kernels.cpu.build ;;
     host-cost)
       for layer in linear conv; do
-        run host_cost.md $PY -m mmdropit.bench.host_cost --device cuda --strategies mink \
+        run host_cost.md $PY -m mmdropit.bench.host_cost --device cuda --strategies mink random \
           --rounds 5 --layer $layer --json "$OUT/host_cost_$layer.json"
       done ;;
     kernel-tests)
       run kernel-tests.log $PY -m pytest -q -p no:cacheprovider \
-        "$ROOT/tests/kernels/test_triton_kernels.py" ;;
+        "$ROOT/tests/kernels/test_triton_kernels.py" \
+        "$ROOT/tests/kernels/test_triton_codec_kernels.py" ;;
     tests)
       run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests/cuda" \
         "$ROOT/tests/kernels" "$ROOT/tests/dropit/test_no_host_sync.py" \
-        "$ROOT/tests/dropit/test_nodes.py" ;;
+        "$ROOT/tests/dropit/test_nodes.py" "$ROOT/tests/memory/test_peak.py" \
+        "$ROOT/tests/engine/test_memory_report_hook.py" ;;
     kernels)  # writes its table after each layer: a stage stopped by its limit keeps those
       run kernels.log $PY -m mmdropit.bench.kernel_speed "$OUT/kernels" --device cuda ;;
     bench)  # one process per model: a model that runs out of time still leaves the one before
