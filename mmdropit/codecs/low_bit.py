@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
-from ..common.random_source import generator
+from ..common.random_source import device_seed, generator
 from ..kernels import fused_codec_ops
 from .int8 import CHUNK, GROUP
 
@@ -86,7 +86,7 @@ def quantize_low(values: torch.Tensor,
     draw = generator(values.device)
     fused = fused_codec_ops(values)
     if fused is not None:
-        seed = torch.randint(-2**63, 2**63 - 1, (1,), generator=draw, device=values.device)
+        seed = device_seed(values.device, draw)
         return fused.quantize_low(values.contiguous(), bits, seed if values.is_cuda else int(seed))
     numel, levels = values.numel(), 2**bits - 1
     groups = math.ceil(numel / GROUP)

@@ -26,7 +26,8 @@ _seed: int | None = None  # set by reseed(seed); else the run's seed
 
 
 def generator(device: torch.device) -> torch.Generator:
-    """The plugin's generator for ``device``, created and seeded at its first use."""
+    """The plugin's generator for ``device``, created and seeded at its first use (while a CUDA
+    graph is captured, the device's default generator: :func:`capturable`)."""
     if device.type == 'cuda' and device.index is None:
         device = torch.device('cuda', torch.cuda.current_device())
     found = _GENERATORS.get(device)
@@ -34,7 +35,26 @@ def generator(device: torch.device) -> torch.Generator:
         seed = torch.initial_seed() if _seed is None else _seed
         found = torch.Generator(device).manual_seed(seed + _OFFSET)
         _GENERATORS[device] = found
-    return found
+    return capturable(found)
+
+
+def capturable(draw: torch.Generator | None) -> torch.Generator | None:
+    """``draw``, or, while the current CUDA stream captures a graph, the default generator of
+    ``draw``'s device, which every capture registers. A graph replays a generator's draws with
+    new numbers only if the generator was registered with it before its capture (torch 2.11:
+    an unregistered one fails the capture, "Attempt to increase offset for a CUDA generator not
+    in capture mode"), and no capture (``torch.cuda.graph``, ``torch.compile``'s
+    ``reduce-overhead``) knows of the plugin's. So a captured step's draws move the global
+    stream, as its dropout's do."""
+    if draw is None or draw.device.type != 'cuda' or not torch.cuda.is_current_stream_capturing():
+        return draw
+    return torch.cuda.default_generators[draw.device.index]
+
+
+def device_seed(device: torch.device, draw: torch.Generator | None) -> torch.Tensor:
+    """A 64-bit seed drawn on ``device`` from ``draw`` (the default generator without it;
+    :func:`capturable`), as a one-element int64 tensor there: nothing is read back."""
+    return torch.randint(-2**63, 2**63 - 1, (1,), generator=capturable(draw), device=device)
 
 
 def reseed(seed: int | None = None) -> None:

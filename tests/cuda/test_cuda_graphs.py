@@ -38,12 +38,11 @@ def test_the_triton_selection_replays_from_a_captured_graph():
 
 
 def test_the_random_selection_replays_with_a_new_seed_each_time():
-    """``random``'s seed is drawn on the device from DropIT's own CUDA generator, not the
-    default one: replayed from a captured graph (as a compiled ``reduce-overhead`` step
-    replays it), each replay must keep another set, or every step would drop the same
-    elements. Nothing registers DropIT's generator with the graph by hand: this checks that
-    torch does (lazily, on a generator's first use in a capture, since pytorch#176752; before,
-    only the default generator was)."""
+    """``random``'s seed is drawn on the device: replayed from a captured graph (as a compiled
+    ``reduce-overhead`` step replays it), each replay must keep another set, or every step
+    would drop the same elements. Given DropIT's own generator, which no capture registers
+    (torch 2.11 fails the capture of an unregistered one), the draw under a capture is the
+    default generator's (``random_source.capturable``)."""
     from mmdropit.common.random_source import generator
     from mmdropit.kernels.cuda import dropit_kernels as kernels
     static = torch.randn(140_001, device='cuda')
@@ -63,13 +62,34 @@ def test_the_random_selection_replays_with_a_new_seed_each_time():
     assert not torch.equal(replays[0], replays[1]) and not torch.equal(replays[1], replays[2])
 
 
-def test_a_compiled_dropit_step_stays_inside_cuda_graphs():
+def test_stochastic_rounding_replays_with_new_numbers_each_time():
+    """The 4-bit codec's seed comes from DropIT's generator too (the default one under a
+    capture): each replay rounds the same values to other codes."""
+    from mmdropit.codecs.low_bit import quantize_low
+    static = torch.randn(140_001, device='cuda')
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compiled and warmed up outside the capture
+        quantize_low(static, 4)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        packed, _, _ = quantize_low(static, 4)
+    replays = []
+    for _ in range(3):
+        graph.replay()
+        replays.append(packed.clone())
+    assert not torch.equal(replays[0], replays[1]) and not torch.equal(replays[1], replays[2])
+
+
+@pytest.mark.parametrize('strategy', ['mink', 'random'])
+def test_a_compiled_dropit_step_stays_inside_cuda_graphs(strategy):
     from torch._dynamo.utils import counters
     torch.manual_seed(0)
     torch._dynamo.reset()
     counters.clear()
     model = to_dropit(nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 10)).cuda(),
-                      gamma=0.9, exclude=[])
+                      gamma=0.9, strategy=strategy, exclude=[])
     step = torch.compile(lambda x: model(x).square().mean(), mode='reduce-overhead')
     for _ in range(4):
         step(torch.randn(32, 64, device='cuda')).backward()

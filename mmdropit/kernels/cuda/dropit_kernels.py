@@ -86,6 +86,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ...common.random_source import device_seed
 from .codec_kernels import rounded_to
 from .histogram_workspace import forget, zeroed_histograms
 
@@ -490,11 +491,11 @@ def keep_random(flat: torch.Tensor, kept: int, bitmask: bool, scale: float,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """``random``'s ``kept`` elements of the contiguous 1-d ``flat``, drawn uniformly without
     replacement: those of the largest keys (:func:`_drawn_keys`) from a seed drawn on the
-    device from ``generator`` (the default one without it; nothing is read back), encoded as
+    device from ``generator`` (the default one without it, or while a CUDA graph is captured:
+    :func:`~mmdropit.common.random_source.capturable`; nothing is read back), encoded as
     :func:`keep_topk` encodes, the values times ``scale``. The CPU kernel's operator, with its
     arguments."""
-    seed = torch.randint(-2**63, 2**63 - 1, (1,), generator=generator, device=flat.device)
-    return _keep_largest(flat, kept, bitmask, seed, scale)
+    return _keep_largest(flat, kept, bitmask, device_seed(flat.device, generator), scale)
 
 
 def _keep_largest(flat: torch.Tensor, kept: int, bitmask: bool, seed: torch.Tensor | None,
