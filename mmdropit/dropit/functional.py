@@ -141,11 +141,11 @@ class DropITLinearFunction(torch.autograd.Function):
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_input = grad_weight = grad_bias = None
         matrix = grad_out.dim() == 2  # a batch of rows: no reshaping (views cost host time)
+        flat_grad = grad_out if matrix else grad_out.reshape(-1, grad_out.shape[-1])
+        if need_weight:  # first: the rebuilt input is freed before grad_input takes memory
+            grad_weight = flat_grad.t().mm(unkeep_rows(tuple(saved), ctx.layout))
         if need_input:
             grad_input = grad_out.mm(weight) if matrix else grad_out.matmul(weight)
-        flat_grad = grad_out if matrix else grad_out.reshape(-1, grad_out.shape[-1])
-        if need_weight:
-            grad_weight = flat_grad.t().mm(unkeep_rows(tuple(saved), ctx.layout))
         if need_bias:
             grad_bias = flat_grad.sum(0)
         return grad_input, grad_weight, grad_bias, None

@@ -9,9 +9,10 @@
 //              encoding, selected by the layer), saved with the weight; the output as F.linear
 //              computes it, as a tensor of its own (not a view: a custom node's output may then
 //              be changed in place, as DETR's heads do).
-//   backward   input gradient grad_out @ weight (exact), bias gradient the sum of grad_out
-//              over rows (exact), weight gradient grad_out^T @ the dense input rebuilt by
-//              scatter_kept; each only when autograd needs it.
+//   backward   weight gradient grad_out^T @ the dense input rebuilt by scatter_kept, then
+//              input gradient grad_out @ weight (exact; the rebuilt input is freed by then, so
+//              the two never take memory together), bias gradient the sum of grad_out over rows
+//              (exact); each only when autograd needs it.
 //
 // The same operators in the same order as the Python Function, so the outputs and gradients are
 // bit-identical to it. The selections and scatter_bitmask are called through the dispatcher, so
@@ -76,15 +77,15 @@ struct DropITLinearNode : public torch::autograd::Function<DropITLinearNode> {
     const at::Tensor& grad_out = grads[0];
     const bool matrix = grad_out.dim() == 2;  // a batch of rows: no reshaping
     at::Tensor grad_input, grad_weight, grad_bias;
-    if (ctx->needs_input_grad(0)) {
-      grad_input = matrix ? grad_out.mm(weight) : grad_out.matmul(weight);
-    }
     const at::Tensor flat_grad = matrix ? grad_out : grad_out.reshape({-1, grad_out.size(-1)});
-    if (ctx->needs_input_grad(1)) {
+    if (ctx->needs_input_grad(1)) {  // first: the rebuilt input is freed before grad_input exists
       const int64_t numel = ctx->saved_data["numel"].toInt();
       const int64_t features = ctx->saved_data["features"].toInt();
       grad_weight = flat_grad.t().mm(scatter_kept(saved[1], saved[2], numel)
                                          .view({-1, features}));
+    }
+    if (ctx->needs_input_grad(0)) {
+      grad_input = matrix ? grad_out.mm(weight) : grad_out.matmul(weight);
     }
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
       grad_bias = flat_grad.sum(0);
