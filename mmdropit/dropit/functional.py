@@ -181,15 +181,21 @@ class DropITConvFunction(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         weight, *saved = ctx.saved_tensors
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
-        if need_weight:
+        need_bias = need_bias and ctx.bias_sizes is not None
+        grad_input = grad_weight = grad_bias = None
+        if need_weight:  # first, alone: the rebuilt input is freed before grad_input exists
             x = unkeep(tuple(saved), ctx.layout)
             if ctx.pads is not None:
                 x = F.pad(x, ctx.pads)
-        else:  # only the shape is read, as in torch.nn.grad.conv2d_input
-            x = grad_out.new_empty(1).expand(ctx.input_shape)
-        grad_input, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
-            grad_out, x, weight, ctx.bias_sizes, *ctx.conv_args,
-            [need_input, need_weight, need_bias and ctx.bias_sizes is not None])
+            _, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+                grad_out, x, weight, ctx.bias_sizes, *ctx.conv_args, [False, True, need_bias])
+            del x
+        if need_input or (need_bias and not need_weight):
+            shape_only = grad_out.new_empty(1).expand(ctx.input_shape)  # as conv2d_input reads
+            grad_input, _, bias_grad = torch.ops.aten.convolution_backward(
+                grad_out, shape_only, weight, ctx.bias_sizes, *ctx.conv_args,
+                [need_input, False, need_bias and not need_weight])
+            grad_bias = grad_bias if need_weight else bias_grad
         if grad_input is not None and ctx.pads is not None:
             grad_input = F.pad(grad_input, [-p for p in ctx.pads])  # crop the padding
         return grad_input, grad_weight, grad_bias, None, None, None, None, None, None

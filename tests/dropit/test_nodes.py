@@ -197,24 +197,36 @@ def _with_triton_kernels(monkeypatch, module: Callable, names: tuple[str, ...],
         registration._destroy()
 
 
+def _backward_peak(layer: nn.Module, x: torch.Tensor, python: bool = False) -> int:
+    """The bytes a step of ``layer`` on ``x`` allocates at its highest, from the allocator's
+    reports (no dispatch mode: the node runs), its second step's (the first may cache)."""
+    grad = torch.randn_like(layer(x.detach()))
+    for _ in range(2):
+        layer.zero_grad(set_to_none=True)
+        with ProfiledPeakMeter() as meter:
+            out = _python(layer, x) if python else layer(x)
+            out.backward(grad)
+    return meter.result.peak_bytes
+
+
 @pytest.mark.parametrize('python', [False, True], ids=['node', 'python function'])
-def test_a_linear_backward_never_holds_its_rebuilt_input_beside_its_input_gradient(python):
+@pytest.mark.parametrize('kind', ['linear', 'conv'])
+def test_a_backward_never_holds_the_rebuilt_input_beside_the_input_gradient(kind, python):
     """The weight gradient comes first, from the input rebuilt dense, which is freed before the
     input gradient takes memory: at the start of a checkpointed block's backward (the step's
-    peak under per-block checkpointing) the two would otherwise be held together."""
+    peak under per-block checkpointing) the two would otherwise be held together. So a step
+    takes no more than the plain layer's and the kept part (both at once: an input more)."""
     torch.manual_seed(0)
-    layer = nn.Linear(256, 64)
+    if kind == 'linear':
+        plain, x = nn.Linear(256, 64), torch.randn(1024, 256, requires_grad=True)
+    else:
+        plain, x = nn.Conv2d(16, 16, 3, padding=1), torch.randn(16, 16, 32, 32,
+                                                               requires_grad=True)
+    layer = copy.deepcopy(plain)
     DropITConfig(0.9, 'mink', exclude=[]).apply(layer)
-    x = torch.randn(1024, 256, requires_grad=True)
-    grad = torch.randn(1024, 64)
-    with ProfiledPeakMeter() as meter:  # the allocator's reports: no dispatch mode
-        out = _python(layer, x) if python else layer(x)
-        out.backward(grad)
-    assert (out.grad_fn.name() == LINEAR_NODE) != python
-    size = x.numel() * x.element_size()  # the input gradient's, the rebuilt input's
-    # the output (0.25), the kept part (~0.13), the weight's gradient (0.06), then one
-    # input-sized tensor at a time in backward (both at once: ~2.4)
-    assert meter.result.peak_bytes < 1.9 * size
+    assert layer(x).grad_fn.name() == _node(layer)  # the layer runs the node
+    size = x.numel() * x.element_size()
+    assert _backward_peak(layer, x, python) < _backward_peak(plain, x) + 0.5 * size
 
 
 @pytest.mark.parametrize('kind', ['linear', 'conv2d stride 2'])

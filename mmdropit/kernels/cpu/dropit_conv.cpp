@@ -8,10 +8,11 @@
 //              encoded selection it is given (`first` + `values`: another strategy's or
 //              encoding, selected by the layer), saved with the weight; the output of
 //              at::convolution (N-d, not transposed).
-//   backward   one at::convolution_backward for the gradients autograd needs: the input's and
-//              the bias's exact, the weight's from the dense input rebuilt by scatter_kept
-//              (where the weight needs none, an expanded one-element tensor of the input's
-//              shape stands in: only its shape is read).
+//   backward   at::convolution_backward for the gradients autograd needs: first the weight's
+//              (and the bias's) from the dense input rebuilt by scatter_kept, then, in a call
+//              of its own, the input's exact (an expanded one-element tensor of the input's
+//              shape stands in for it: only its shape is read), so the rebuilt input and the
+//              input's gradient never take memory together.
 //
 // The same operators in the same order as the Python Function, so the outputs and gradients are
 // bit-identical to it; the selections and scatter_bitmask are called through the dispatcher
@@ -22,6 +23,7 @@
 
 #include <array>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "dispatched_ops.h"
@@ -64,22 +66,30 @@ struct DropITConvNode : public torch::autograd::Function<DropITConvNode> {
     const at::IntArrayRef stride = all.slice(2, spatial), padding = all.slice(2 + spatial, spatial),
                           dilation = all.slice(2 + 2 * spatial, spatial),
                           sizes = all.slice(2 + 3 * spatial);
-    const bool need_weight = ctx->needs_input_grad(1);
-    const bool has_bias = geometry[1] != 0;
-    at::Tensor x;
-    if (need_weight) {
-      const int64_t numel = c10::multiply_integers(sizes);
-      x = mmdropit_dispatched::scatter_kept(saved[1], saved[2], numel).view(sizes);
-    } else {  // only the shape is read, as in torch.nn.grad.conv2d_input
-      x = grad_out.new_empty({1}).expand(sizes);
-    }
+    const bool need_input = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
+    const bool need_bias = geometry[1] != 0 && ctx->needs_input_grad(2);
     const std::vector<int64_t> bias_size{weight.size(0)};
     const at::OptionalIntArrayRef bias_sizes =
-        has_bias ? at::OptionalIntArrayRef(bias_size) : at::OptionalIntArrayRef();
+        geometry[1] != 0 ? at::OptionalIntArrayRef(bias_size) : at::OptionalIntArrayRef();
     const std::vector<int64_t> output_padding(stride.size(), 0);
-    auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
-        grad_out, x, weight, bias_sizes, stride, padding, dilation, false, output_padding,
-        geometry[0], {ctx->needs_input_grad(0), need_weight, has_bias && ctx->needs_input_grad(2)});
+    const auto gradients = [&](const at::Tensor& x, std::array<bool, 3> mask) {
+      return at::convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
+                                      false, output_padding, geometry[0], mask);
+    };
+    at::Tensor grad_input, grad_weight, grad_bias;
+    if (need_weight) {  // first, alone: the rebuilt input is freed before grad_input exists
+      const int64_t numel = c10::multiply_integers(sizes);
+      std::tie(std::ignore, grad_weight, grad_bias) = gradients(
+          mmdropit_dispatched::scatter_kept(saved[1], saved[2], numel).view(sizes),
+          {false, true, need_bias});
+    }
+    if (need_input || (need_bias && !need_weight)) {
+      // only the input's shape is read, as in torch.nn.grad.conv2d_input
+      at::Tensor bias_grad;
+      std::tie(grad_input, std::ignore, bias_grad) = gradients(
+          grad_out.new_empty({1}).expand(sizes), {need_input, false, need_bias && !need_weight});
+      if (!need_weight) grad_bias = bias_grad;
+    }
     return {grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
