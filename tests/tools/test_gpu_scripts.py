@@ -2,6 +2,7 @@
 stages each script would run, the summary table."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from importlib.metadata import requires
@@ -211,6 +212,42 @@ def test_the_summary_ends_with_each_frontier(tmp_path):
     assert lines[-1].split() == ['budget-0.5+bf16', 'ours', '0.50', '0.30', '1.33',
                                  'micro-4+bf16', 'BEATEN', 'by', 'micro-4+bf16', '(1.20x)',
                                  'fastest', 'fitting', 'micro-4+bf16', '(1.20x)']
+
+
+def _prepared_calls() -> list[tuple[int, str]]:
+    """docs/gpu.md's device calls: each one's ``timeout_s`` and command."""
+    text = (ROOT / 'docs' / 'gpu.md').read_text()
+    return [(int(limit), command) for limit, command in
+            re.findall(r"run\(carry=\['\.gpu'\], timeout_s=(\d+), command='([^']*)'\)", text)]
+
+
+UNLIMITED_STAGE_SECONDS = {'setup': 10, 'mmcv-lite': 10}
+"""What a stage without a limit of its own takes on the device (5 and 10 s measured)."""
+RUNS_PER_LIMIT = {'host-cost': 2}  # one limited process per layer (Linear, convolution)
+
+
+@pytest.mark.parametrize('call', range(2))
+def test_each_prepared_call_runs_as_written_within_its_limits(tmp_path, call):
+    from mmdropit.bench.variants import catalogue
+
+    calls = _prepared_calls()
+    assert len(calls) == 2
+    timeout_s, command = calls[call]
+    setting, script = command.split('timeout ', 1)[0], command.split('on_device.sh $R ', 1)[1]
+    inner = int(re.search(r'timeout (\d+) bash tools/gpu/on_device.sh', command).group(1))
+    assert inner + 15 <= timeout_s  # the archive is packed after the inner timeout
+    stages = script.split(';')[0].split()
+    seconds = sum(int(stage.split('@')[1]) * RUNS_PER_LIMIT.get(stage.split('@')[0], 1)
+                  if '@' in stage else UNLIMITED_STAGE_SECONDS[stage] for stage in stages)
+    assert seconds <= inner
+    env = dict(re.findall(r'(\w+)=(\S+)', setting))
+    unknown = set(env.get('VARIANTS', '').split(',')) - set(catalogue()) - {''}
+    assert not unknown
+    result = subprocess.run(['bash', str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path),
+                             *stages], capture_output=True, text=True, env={**os.environ, **env})
+    assert result.returncode == 0, result.stderr
+    if 'VARIANTS' in env:
+        assert f"--variants {env['VARIANTS']} " in result.stdout
 
 
 def test_the_snapshot_script_says_it_needs_cuda(tmp_path):
