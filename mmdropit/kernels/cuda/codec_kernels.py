@@ -71,6 +71,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .grid import ceil_div
+
 GROUP = 32
 """Values sharing a scale (or a minimum and a step): the codecs' ``GROUP`` and the CPU kernels'
 ``kGroup``, which ``kernels`` sits below and does not import (the bit-identity tests against
@@ -83,7 +85,7 @@ _ROUNDING = tl.constexpr(12582912.0)  # 1.5 * 2**23: adding, subtracting it roun
 
 
 def _grid(groups: int) -> tuple[int]:
-    return (triton.cdiv(groups, GROUPS),)
+    return (ceil_div(groups, GROUPS),)
 
 
 @triton.jit
@@ -258,7 +260,7 @@ def quantize_int8(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(codes, scales)`` of the contiguous 1-D ``flat``: int8 codes and a float32 scale per
     group."""
     numel = flat.numel()
-    group_count = triton.cdiv(numel, GROUP)
+    group_count = ceil_div(numel, GROUP)
     codes = torch.empty(numel, dtype=torch.int8, device=flat.device)
     scales = torch.empty(group_count, dtype=torch.float32, device=flat.device)
     if group_count:
@@ -286,7 +288,7 @@ def quantize_low(flat: torch.Tensor, bits: int,
     if bits not in (4, 2):
         raise ValueError(f'quantize_low: bits must be 4 or 2, got {bits}')
     numel = flat.numel()
-    group_count = triton.cdiv(numel, GROUP)
+    group_count = ceil_div(numel, GROUP)
     packed = torch.empty(group_count * GROUP * bits // 8, dtype=torch.uint8, device=flat.device)
     minimums = torch.empty(group_count, dtype=torch.float32, device=flat.device)
     steps = torch.empty(group_count, dtype=torch.float32, device=flat.device)
@@ -314,7 +316,7 @@ def pack_between(flat: torch.Tensor, low: float, high: float, bounded: bool) -> 
     numel = flat.numel()
     bits = torch.empty((numel + 7) // 8, dtype=torch.uint8, device=flat.device)
     if numel:
-        _pack_between_kernel[(triton.cdiv(numel, MASK_BLOCK),)](
+        _pack_between_kernel[(ceil_div(numel, MASK_BLOCK),)](
             flat, bits, numel, low, high, BOUNDED=bounded, BLOCK=MASK_BLOCK)
     return bits
 
@@ -324,7 +326,7 @@ def where_bits(grad: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     numel = grad.numel()
     out = torch.empty_like(grad)
     if numel:
-        _where_bits_kernel[(triton.cdiv(numel, MASK_BLOCK),)](grad, bits, out, numel,
+        _where_bits_kernel[(ceil_div(numel, MASK_BLOCK),)](grad, bits, out, numel,
                                                               BLOCK=MASK_BLOCK)
     return out
 
@@ -336,7 +338,7 @@ def bucket_codes(flat: torch.Tensor, boundaries: torch.Tensor) -> torch.Tensor:
     numel = flat.numel()
     packed = torch.empty((numel + 1) // 2, dtype=torch.uint8, device=flat.device)
     if numel:
-        _bucket_codes_kernel[(triton.cdiv(numel, MASK_BLOCK),)](
+        _bucket_codes_kernel[(ceil_div(numel, MASK_BLOCK),)](
             flat, boundaries, packed, numel, COUNT=boundaries.numel(), BLOCK=MASK_BLOCK)
     return packed
 
@@ -347,6 +349,6 @@ def scale_by_codes(grad: torch.Tensor, packed: torch.Tensor, table: torch.Tensor
     numel = grad.numel()
     out = torch.empty_like(grad)
     if numel:
-        _scale_by_codes_kernel[(triton.cdiv(numel, MASK_BLOCK),)](grad, packed, table, out,
+        _scale_by_codes_kernel[(ceil_div(numel, MASK_BLOCK),)](grad, packed, table, out,
                                                                    numel, BLOCK=MASK_BLOCK)
     return out

@@ -88,6 +88,7 @@ import triton.language as tl
 
 from ...common.random_source import device_seed
 from .codec_kernels import rounded_to
+from .grid import ceil_div, next_power_of_2
 from .histogram_workspace import forget, zeroed_histograms
 
 BLOCK = 4096
@@ -398,15 +399,15 @@ def _scatter_kernel(bits_ptr, values_ptr, chunk_counts_ptr, out_ptr, numel, bloc
 
 
 def _blocks(numel: int) -> int:
-    return triton.cdiv(max(numel, 1), BLOCK)
+    return ceil_div(max(numel, 1), BLOCK)
 
 
 def _chunked_grid(blocks: int) -> tuple[tuple[int], int]:
     """The grid of a radix-select or count pass over ``blocks`` blocks (at most
     :data:`PROGRAMS` programs) and the blocks each program walks (its chunk; the last may be
     shorter, and programs past the end walk none)."""
-    chunk = triton.cdiv(blocks, min(PROGRAMS, blocks))
-    return (triton.cdiv(blocks, chunk),), chunk
+    chunk = ceil_div(blocks, min(PROGRAMS, blocks))
+    return (ceil_div(blocks, chunk),), chunk
 
 
 def _on_device(threshold: float | torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
@@ -433,7 +434,7 @@ def _select(flat: torch.Tensor, rank: int, hist: torch.Tensor,
     grid, chunk = _chunked_grid(blocks)
     threshold = flat.new_empty(1, dtype=torch.float32)
     scratch = flat.new_empty(_scratch_ints(grid[0]), dtype=torch.int32)
-    chunks = triton.next_power_of_2(grid[0])
+    chunks = next_power_of_2(grid[0])
     for done in range(passes):
         _digit_histogram_kernel[grid](flat, numel, hist, rank, blocks, chunk, threshold, scratch,
                                       _seed_or(seed, flat), PASS=done,
@@ -475,7 +476,7 @@ def _write(flat: torch.Tensor, threshold: torch.Tensor, counts: torch.Tensor, ke
     _write_kernel[grid](flat, numel, threshold, counts, kept, first, values, blocks, chunk,
                         counts if hist is None else hist, _seed_or(seed, flat), scale,
                         TIES=ties, BITMASK=bitmask, DRAWN=seed is not None,
-                        CHUNKS=triton.next_power_of_2(grid[0]), CLEAR=clear, BLOCK=BLOCK)
+                        CHUNKS=next_power_of_2(grid[0]), CLEAR=clear, BLOCK=BLOCK)
     return first, values
 
 
@@ -540,5 +541,5 @@ def scatter_bitmask(bits: torch.Tensor, values: torch.Tensor, numel: int) -> tor
     _popcount_kernel[grid](bits, bits.numel(), chunk_counts, blocks, chunk, BLOCK=BLOCK)
     out = values.new_empty(numel)
     _scatter_kernel[grid](bits, values, chunk_counts, out, numel, blocks, chunk,
-                          CHUNKS=triton.next_power_of_2(grid[0]), BLOCK=BLOCK)
+                          CHUNKS=next_power_of_2(grid[0]), BLOCK=BLOCK)
     return out
