@@ -327,7 +327,7 @@ def where_bits(grad: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(grad)
     if numel:
         _where_bits_kernel[(ceil_div(numel, MASK_BLOCK),)](grad, bits, out, numel,
-                                                              BLOCK=MASK_BLOCK)
+                                                           BLOCK=MASK_BLOCK)
     return out
 
 
@@ -350,5 +350,5 @@ def scale_by_codes(grad: torch.Tensor, packed: torch.Tensor, table: torch.Tensor
     out = torch.empty_like(grad)
     if numel:
         _scale_by_codes_kernel[(ceil_div(numel, MASK_BLOCK),)](grad, packed, table, out,
-                                                                   numel, BLOCK=MASK_BLOCK)
+                                                               numel, BLOCK=MASK_BLOCK)
     return out

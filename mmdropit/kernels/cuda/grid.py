@@ -1,10 +1,9 @@
 """Launch-grid arithmetic on the host, in plain Python.
 
 Triton's ``triton.cdiv`` and ``triton.next_power_of_2`` are ``constexpr_function`` objects in
-recent Triton releases (3.7 here): callable from kernels and from the host, but a host call
-unwraps its arguments first, ~3.5 us each on this CPU. A DropIT selection computed its grids
-with eight such calls, most of its Python time without the launches (37 us of ~40 at 64
-elements): paid every layer of a host-bound GPU step.
+recent Triton releases: callable from kernels and from the host, but a host call unwraps its
+arguments first, microseconds each, and a selection's launches need several a layer, every step
+(docs/dropit.md, "Host cost").
 
 Example:
     >>> ceil_div(4097, 4096), next_power_of_2(33), next_power_of_2(1)
