@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
-from ..common.random_source import device_seed, generator
+from ..common.random_source import capturable, device_seed, generator
 from ..kernels import fused_codec_ops
 from .int8 import CHUNK, GROUP
 
@@ -83,7 +83,7 @@ def quantize_low(values: torch.Tensor,
                  bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(packed, minimums, steps)``: the 1-D ``values`` in ``bits`` bits (4 or 2), rounded
     stochastically, with each group's minimum and step in float32."""
-    draw = generator(values.device)
+    draw = capturable(generator(values.device))
     fused = fused_codec_ops(values)
     if fused is not None:
         seed = device_seed(values.device, draw)

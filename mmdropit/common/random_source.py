@@ -26,8 +26,8 @@ _seed: int | None = None  # set by reseed(seed); else the run's seed
 
 
 def generator(device: torch.device) -> torch.Generator:
-    """The plugin's generator for ``device``, created and seeded at its first use (while a CUDA
-    graph is captured, the device's default generator: :func:`capturable`)."""
+    """The plugin's generator for ``device``, created and seeded at its first use (a draw made
+    now takes it through :func:`capturable`)."""
     if device.type == 'cuda' and device.index is None:
         device = torch.device('cuda', torch.cuda.current_device())
     found = _GENERATORS.get(device)
@@ -35,7 +35,7 @@ def generator(device: torch.device) -> torch.Generator:
         seed = torch.initial_seed() if _seed is None else _seed
         found = torch.Generator(device).manual_seed(seed + _OFFSET)
         _GENERATORS[device] = found
-    return capturable(found)
+    return found
 
 
 def capturable(draw: torch.Generator | None) -> torch.Generator | None:
@@ -45,7 +45,8 @@ def capturable(draw: torch.Generator | None) -> torch.Generator | None:
     an unregistered one fails the capture, "Attempt to increase offset for a CUDA generator not
     in capture mode"), and no capture (``torch.cuda.graph``, ``torch.compile``'s
     ``reduce-overhead``) knows of the plugin's. So a captured step's draws move the global
-    stream, as its dropout's do."""
+    stream, as its dropout's do. Called where the draw runs (inside the operators), not where a
+    compiled step is traced."""
     if draw is None or draw.device.type != 'cuda' or not torch.cuda.is_current_stream_capturing():
         return draw
     return torch.cuda.default_generators[draw.device.index]

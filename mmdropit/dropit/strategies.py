@@ -47,7 +47,7 @@ from collections.abc import Callable
 import torch
 
 from ..errors import ConfigError
-from ..common.random_source import generator
+from ..common.random_source import capturable, generator
 
 SAMPLE_SIZE = 1 << 16
 """Elements sampled by ``mink_approx`` to estimate the threshold."""
@@ -80,7 +80,7 @@ def kept_count(numel: int, gamma: float) -> int:
 
 def _sample(flat: torch.Tensor) -> torch.Tensor:
     index = torch.randint(0, flat.numel(), (SAMPLE_SIZE,), device=flat.device,
-                          generator=generator(flat.device))
+                          generator=capturable(generator(flat.device)))
     return flat.take(index)
 
 
@@ -159,7 +159,7 @@ def random(flat: torch.Tensor, gamma: float) -> Selection:
     :func:`random_scale` so the gradient is unbiased."""
     kept = kept_count(flat.numel(), gamma)
     chosen = torch.randperm(flat.numel(), device=flat.device,
-                            generator=generator(flat.device))[:kept]
+                            generator=capturable(generator(flat.device)))[:kept]
     keep = torch.zeros_like(flat, dtype=torch.bool).index_fill_(0, chosen, True)
     return keep, random_scale(flat.numel(), kept)
 
