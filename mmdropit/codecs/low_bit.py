@@ -83,11 +83,11 @@ def quantize_low(values: torch.Tensor,
                  bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(packed, minimums, steps)``: the 1-D ``values`` in ``bits`` bits (4 or 2), rounded
     stochastically, with each group's minimum and step in float32."""
-    draw = capturable(generator(values.device))
     fused = fused_codec_ops(values)
     if fused is not None:
-        seed = device_seed(values.device, draw)
+        seed = device_seed(values.device, generator(values.device))
         return fused.quantize_low(values.contiguous(), bits, seed if values.is_cuda else int(seed))
+    draw = capturable(generator(values.device))
     numel, levels = values.numel(), 2**bits - 1
     groups = math.ceil(numel / GROUP)
     packed = torch.empty(groups * GROUP * bits // 8, dtype=torch.uint8, device=values.device)
