@@ -170,7 +170,7 @@ def _search(start: Estimate, trials: Trials, lower: str, unplanned: int,
     (:func:`~.least.decide_least`, within ``max_slowdown``). Its combination is in effect."""
     if trials.budget_bytes is None:
         decision = decide_least(start, trials.techniques, trials.peak, max_slowdown,
-                                trials.seconds)
+                                trials.first_seconds)
         put_in_effect(decision.chosen, trials.techniques, trials.target)
         return decision
     decision = decide(start, trials.techniques, trials.budget_bytes, trials.peak, lower)

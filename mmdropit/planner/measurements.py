@@ -67,6 +67,10 @@ class Measurements:
             self._seconds[size] = self.probe.seconds(size, 2 if cold else 1)
         return self._seconds[size]
 
+    def timed(self, size: int) -> float | None:
+        """The time :meth:`seconds_of` measured for ``size`` (``None``: not measured yet)."""
+        return self._seconds.get(size)
+
     def part_seconds(self) -> float:
         """The time of a pass of :attr:`part` samples (:meth:`seconds_of`)."""
         return self.seconds_of(self.part)

@@ -99,7 +99,7 @@ def choose_measured(decision: Decision, trials: Trials, start: Estimate,
         if estimate.summary not in decision.measured:
             decision.measured[estimate.summary] = trials.peak(estimate)
     fitting = [e for e in listed if decision.measured[e.summary] <= budget]
-    timed = _median_seconds(fitting, trials.seconds)
+    timed = _median_seconds(fitting, trials.seconds, trials.first_seconds)
     decision.timed.update(timed)
     shown = {estimate.summary for estimate in decision.considered}
     decision.considered += [e for e in listed if e.summary not in shown]
@@ -128,16 +128,20 @@ def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials
     return found
 
 
-def _median_seconds(estimates: Sequence[Estimate],
-                    seconds: Callable[[Estimate], float]) -> dict[str, float]:
+def _median_seconds(estimates: Sequence[Estimate], seconds: Callable[[Estimate], float],
+                    first_seconds: Callable[[Estimate], float] | None = None
+                    ) -> dict[str, float]:
     """The median of :data:`ROUNDS` step times of each of ``estimates``, timed in turn (a
     drift of the machine's speed reaches them all alike), or of two where the same one leads
-    both by :data:`CLEAR_LEAD`; nothing is timed for one alone."""
+    both by :data:`CLEAR_LEAD`; nothing is timed for one alone. The first round's times come
+    from ``first_seconds`` (default ``seconds``): a time measured earlier in the run, where the
+    same passes were timed before (:meth:`~.trials.Trials.first_seconds`), counts as a round."""
     if len(estimates) < 2:
         return {}
     rounds: list[list[float]] = []
     while len(rounds) < ROUNDS and not (len(rounds) == 2 and _clear_lead(rounds)):
-        rounds.append([seconds(estimate) for estimate in estimates])
+        timer = first_seconds if first_seconds is not None and not rounds else seconds
+        rounds.append([timer(estimate) for estimate in estimates])
     return {estimate.summary: statistics.median(times[index] for times in rounds)
             for index, estimate in enumerate(estimates)}
 

@@ -78,3 +78,18 @@ class Trials:
         sizes = Counter(micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1)))
         passes = sum(count * probe.seconds(size, passes=1) for size, count in sizes.items())
         return passes / self.measurements.seconds_of(probe.batch_size)
+
+    def first_seconds(self, estimate: Estimate) -> float:
+        """The step time of ``estimate`` as :meth:`seconds` measures it, taken from passes
+        already timed where it applies nothing but micro-batches and each of their sizes has
+        been timed with nothing applied (:meth:`~.measurements.Measurements.timed`: the passes
+        the sizes' predictions came from, those :meth:`seconds` would time again). Any other
+        combination is put in effect and timed."""
+        measurements = self.measurements
+        batch_size = measurements.probe.batch_size
+        sizes = micro_batch_sizes(batch_size, estimate.setting('micro-batches', 1))
+        timed = [measurements.timed(size) for size in (*sizes, batch_size)]
+        if None in timed or any(choice.technique != self.micro_batches.name
+                                for choice in estimate.choices):
+            return self.seconds(estimate)
+        return sum(timed[:-1]) / timed[-1]

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from mmdropit.checkpoint import is_checkpointed
 from mmdropit.dropit import DropITConfig
 from mmdropit.planner import StepProbe, plan_within_budget
 from mmdropit.planner.switches import dropit_switch, quantize_switch, quantize_unavailable
@@ -45,6 +46,28 @@ def test_the_least_peak_measures_each_lossy_technique_at_its_leanest_setting_onl
                                  [_recording_switch(probe, applied)])
     assert applied and set(applied) == {0.9}
     assert outcome.least and outcome.decision.measured_bytes == outcome.decision.budget_bytes
+
+
+def test_the_least_peak_times_micro_batches_alone_by_the_passes_their_prediction_timed():
+    """A combination of micro-batches alone, measured for the least peak, gets the time of the
+    passes its sizes were timed with (nothing applied) when they were predicted: no pass of
+    its size runs again to time it."""
+    probe = _probe()
+    sizes, seconds = [], probe.seconds  # the sizes timed with nothing applied
+
+    def recorded_seconds(size: int, passes: int = 2) -> float:
+        if not any(map(is_checkpointed, probe.model.modules())):
+            sizes.append(size)
+        return seconds(size, passes)
+
+    probe.seconds = recorded_seconds
+    decision = plan_within_budget(probe, None, SplitTarget(probe.model),
+                                  max_slowdown=100.0).decision
+    alone = [e for e in decision.considered if e.summary in decision.timed
+             and {choice.technique for choice in e.choices} == {'micro-batches'}]
+    assert alone, decision.table()
+    for estimate in alone:
+        assert sizes.count(512 // estimate.setting('micro-batches')) == 1, decision.table()
 
 
 def test_a_budget_measures_every_setting():

@@ -180,3 +180,39 @@ def test_a_clear_leader_is_timed_for_two_rounds_and_a_close_race_for_three():
     close = {'bf16': [0.95, 0.95, 0.95], 'plan': [1.0, 1.0, 1.0]}
     _median_seconds(fitting, lambda e: close[e.summary].pop(0))
     assert close == {'bf16': [], 'plan': []}
+
+
+def test_the_first_round_takes_its_times_from_first_seconds_and_later_rounds_time_again():
+    fitting = _estimates('bf16', 'plan')
+    first = {'bf16': [0.95], 'plan': [1.0]}  # no clear lead after two rounds: three
+    later = {'bf16': [0.5, 0.5], 'plan': [1.0, 1.0]}
+    timed = _median_seconds(fitting, lambda e: later[e.summary].pop(0),
+                            lambda e: first[e.summary].pop(0))
+    assert timed == {'bf16': 0.5, 'plan': 1.0}
+    assert first == {'bf16': [], 'plan': []} and later == {'bf16': [], 'plan': []}
+
+
+def test_a_micro_batch_combination_s_first_round_is_the_pass_its_prediction_timed():
+    """Micro-batches alone run the passes each size was timed with, nothing applied, when the
+    sizes were predicted: the shortlist's first round takes those times and runs no pass for
+    them; a combination with a checkpoint plan is timed in both. Here a plan measures clearly
+    fastest, so two rounds are timed: one pass of each micro-batch size beyond its
+    prediction's."""
+    probe = _probe(per_block_factor=1.0, other_plan_factor=0.5)
+    timed, made_up = [], probe.seconds
+
+    def seconds(size: int, passes: int = 2) -> float:
+        timed.append((size, any(map(is_checkpointed, probe.model.modules()))))
+        return made_up(size, passes)
+
+    probe.seconds = seconds
+    decision = plan_within_budget(probe, 0.5, SplitTarget(probe.model)).decision
+    micro = [e for e in decision.considered if e.summary in decision.timed
+             and {c.technique for c in e.choices} == {'micro-batches'}]
+    plans = [e for e in decision.considered if e.summary in decision.timed
+             and e.setting('checkpoint-plan') is not None]
+    assert micro and plans, decision.table()
+    for estimate in micro:
+        size = BATCH // estimate.setting('micro-batches')
+        assert timed.count((size, False)) == 2, decision.table()
+    assert sum(checkpointed for _, checkpointed in timed) == 2 * len(plans)
