@@ -13,6 +13,10 @@ Example:
     >>> plan = per_block_plan(build_chain(record_step(net, lambda: net(x).sum()), net), net)
     >>> [target.where for target in plan.targets]
     ['1.0', '1.1', '1.2', '1.3']
+    >>> _ = net[0].requires_grad_(False), net[1][0].requires_grad_(False)  # a frozen stage
+    >>> plan = per_block_plan(build_chain(record_step(net, lambda: net(x).sum()), net), net)
+    >>> [target.where for target in plan.targets]
+    ['1.1', '1.2', '1.3']
     >>> own_checkpointing(net)
     []
 """
@@ -29,11 +33,20 @@ from .targets import ModuleTarget
 
 def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
     """The plan that checkpoints each block of ``model``'s block sequences
-    (:func:`~mmdropit.common.blocks.block_sequences`), predicted on ``chain`` (recorded on
-    ``model``); ``None`` when ``model`` has no block sequence, or a block is not a segment of
-    the chain (called more than once, or the step's last call)."""
+    (:func:`~mmdropit.common.blocks.block_sequences`) that runs with gradients, predicted on
+    ``chain`` (recorded on ``model``). A block of a frozen stage (no input or parameter that
+    requires grad, as the first stage of MMDetection's detectors) is left out, as OpenMMLab's
+    ``with_cp`` leaves it: there is nothing for backward to recompute.
+
+    Returns:
+        The plan; ``None`` when no block runs with gradients, or one that does is not a
+        segment of the chain (called more than once, or the step's last call).
+    """
+    calls = chain.record.calls
+    called = {call.name for call in calls}
+    frozen = called - {call.name for call in calls if call.needs_grad}
     targets = [ModuleTarget(f'{name}.{index}') for name, blocks in block_sequences(model)
-               for index in range(len(blocks))]
+               for index in range(len(blocks)) if f'{name}.{index}' not in frozen]
     by_target = {segment.plan_target: segment for segment in chain.segments}
     segments = [by_target.get(target) for target in targets]
     if not targets or None in segments:

@@ -11,6 +11,7 @@ from mmengine.config import Config
 from mmengine.registry import MODELS
 
 from mmdropit import plan_checkpoints
+from mmdropit.checkpoint import build_chain, per_block_plan, record_step
 from tests.checkpoint.test_plan import _all_targets
 from tests.conftest import ROOT
 
@@ -21,7 +22,8 @@ def _loss_step(model, data):
     return step
 
 
-def test_faster_rcnn_with_frozen_stages_plans_and_keeps_its_gradients():
+def _frozen_faster_rcnn() -> tuple[torch.nn.Module, dict]:
+    """The tiny Faster R-CNN with its first stage frozen (as every mmdet config), and a batch."""
     register_all_modules()
     cfg = Config.fromfile(ROOT / 'configs' / 'tiny' / 'faster-rcnn_r18_fpn_digits.py')
     cfg.model.backbone.frozen_stages = 1
@@ -30,16 +32,11 @@ def test_faster_rcnn_with_frozen_stages_plans_and_keeps_its_gradients():
     model.train()
     packed = demo_mm_inputs(batch_size=2, image_shapes=[(3, 160, 224)] * 2, num_items=[3, 2],
                             num_classes=10)
-    data = model.data_preprocessor(packed, True)
-    plain = copy.deepcopy(model)
+    return model, model.data_preprocessor(packed, True)
 
-    plan = plan_checkpoints(model, _loss_step(model, data))
-    assert plan.targets, str(plan)
-    assert not any(t.module.startswith(('backbone.layer1', 'backbone.conv1'))
-                   for t in _all_targets(plan))
-    assert plan.planned.activation_peak < plan.baseline.activation_peak
-    plan.apply(model)
 
+def _assert_same_step(model: torch.nn.Module, plain: torch.nn.Module, data: dict) -> None:
+    """``model`` (planned) and ``plain`` compute the same loss, gradients and buffers."""
     results = []
     for net in (model, plain):
         torch.manual_seed(1)  # the same proposals sampled in both runs
@@ -55,3 +52,33 @@ def test_faster_rcnn_with_frozen_stages_plans_and_keeps_its_gradients():
         torch.testing.assert_close(grads[name], plain_grads[name], rtol=1e-4, atol=1e-5)
     for (name, buffer), plain_buffer in zip(model.named_buffers(), plain.buffers()):
         assert torch.equal(buffer, plain_buffer), name
+
+
+def test_faster_rcnn_with_frozen_stages_plans_and_keeps_its_gradients():
+    model, data = _frozen_faster_rcnn()
+    plain = copy.deepcopy(model)
+
+    plan = plan_checkpoints(model, _loss_step(model, data))
+    assert plan.targets, str(plan)
+    assert not any(t.module.startswith(('backbone.layer1', 'backbone.conv1'))
+                   for t in _all_targets(plan))
+    assert plan.planned.activation_peak < plan.baseline.activation_peak
+    plan.apply(model)
+    _assert_same_step(model, plain, data)
+
+
+def test_per_block_checkpointing_of_a_detector_leaves_its_frozen_stage_out():
+    """The simple baseline a budget measures its choice against: mmdet's ``with_cp`` checkpoints
+    the backbone's blocks that run with gradients, not the frozen stage's, and so does the
+    per-block plan (it used to be no plan at all on a detector with a frozen stage)."""
+    model, data = _frozen_faster_rcnn()
+    plain = copy.deepcopy(model)
+    chain = build_chain(record_step(model, _loss_step(model, data)), model)
+    plan = per_block_plan(chain, model)
+    assert plan is not None
+    stages = {'backbone.layer2': 2, 'backbone.layer3': 2, 'backbone.layer4': 2}  # ResNet-18
+    assert [t.module for t in _all_targets(plan)] == [
+        f'{stage}.{index}' for stage, blocks in stages.items() for index in range(blocks)]
+    assert plan.planned.activation_peak < plan.baseline.activation_peak
+    plan.apply(model)
+    _assert_same_step(model, plain, data)
