@@ -31,6 +31,7 @@ from .combinations import put_in_effect
 from .decision import Decision
 from .estimate import Estimate
 from .search import EXACT_PREFERENCE
+from .techniques import Technique
 from .trials import Trials
 
 SHORTLIST = 5
@@ -78,23 +79,20 @@ def choose_measured(decision: Decision, trials: Trials, start: Estimate,
     the module), every measured peak and median time in its table; that combination is in
     effect on return.
 
-    A lossy combination is taken only if it measures more than
-    :data:`~.search.EXACT_PREFERENCE` faster than the fastest exact one that fits; where the
-    step fits with nothing applied (``unplanned`` within the budget), a combination only if
-    it measures more than :data:`NOTHING_PREFERENCE` faster than nothing.
+    The most exact combination that fits is taken unless a less exact one measures more than
+    :data:`~.search.EXACT_PREFERENCE` faster (:func:`exactness`: exact, then lossy through the
+    simple recipe's techniques only, bf16 autocast, then any other lossy one); where the step
+    fits with nothing applied (``unplanned`` within the budget), a combination only if it
+    measures more than :data:`NOTHING_PREFERENCE` faster than nothing.
     """
     budget = decision.budget_bytes
-    lossy_names = {technique.name for technique in trials.techniques if technique.lossy}
-
-    def lossy(estimate: Estimate) -> bool:
-        return any(choice.technique in lossy_names for choice in estimate.choices)
-
+    level = exactness(trials.techniques)
     nothing_fits = unplanned <= budget
     if nothing_fits:
         decision.measured[start.summary] = unplanned
     listed = shortlist(decision.considered, decision.chosen, budget,
                        _baselines(decision.considered, budget, trials, start, nothing_fits,
-                                  lossy))
+                                  level))
     for estimate in listed:
         if estimate.summary not in decision.measured:
             decision.measured[estimate.summary] = trials.peak(estimate)
@@ -103,27 +101,52 @@ def choose_measured(decision: Decision, trials: Trials, start: Estimate,
     decision.timed.update(timed)
     shown = {estimate.summary for estimate in decision.considered}
     decision.considered += [e for e in listed if e.summary not in shown]
-    best = _preferred(fitting, timed, lossy, start if nothing_fits else None)
+    best = _preferred(fitting, timed, level, start if nothing_fits else None)
     put_in_effect(best, trials.techniques, trials.target)
     return replace(decision, chosen=best, measured_bytes=decision.measured[best.summary])
 
 
+def exactness(techniques: Sequence[Technique]) -> Callable[[Estimate], int]:
+    """How exact a combination of ``techniques`` is: 0 exact, 1 lossy through
+    :attr:`~.techniques.Technique.simple` techniques only (bf16 autocast, which mixed-precision
+    training takes anyway), 2 through any other lossy one (DropIT, quantized activations).
+
+    Example:
+        >>> from .estimate import Choice
+        >>> from .techniques import MeasuredSettings, MicroBatches
+        >>> bf16, dropit = (MeasuredSettings(name, [name], None, str, None, None, simple=simple)
+        ...                 for name, simple in (('bf16', True), ('dropit', False)))
+        >>> level = exactness([bf16, dropit, MicroBatches(8, seconds_of=float)])
+        >>> start = Estimate(100, 800)
+        >>> [level(start.choose(Choice(*names, names[0]), 400, 1.0))
+        ...  for names in [('micro-batches', 2), ('bf16', 'bf16'), ('dropit', 'dropit')]]
+        [0, 1, 2]
+    """
+    lossy = {technique.name for technique in techniques if technique.lossy}
+    not_simple = {technique.name for technique in techniques
+                  if technique.lossy and not technique.simple}
+
+    def level(estimate: Estimate) -> int:
+        names = {choice.technique for choice in estimate.choices}
+        return 2 if names & not_simple else 1 if names & lossy else 0
+
+    return level
+
+
 def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials,
                start: Estimate, nothing_fits: bool,
-               lossy: Callable[[Estimate], bool]) -> list[Estimate]:
+               level: Callable[[Estimate], int]) -> list[Estimate]:
     """What the search's choice is always measured beside, where predicted to fit: the step
     with nothing applied, the fastest exact combination, the fastest with per-block
     checkpointing, and the :data:`SIMPLE_BASELINES` fastest whose lossy techniques are all
     :attr:`~.techniques.Technique.simple` (the simple recipe in bf16)."""
     fitting = _predicted_to_fit(considered, budget_bytes)
     per_block = trials.plans.per_block
-    not_simple = {t.name for t in trials.techniques if t.lossy and not t.simple}
     found = [start] if nothing_fits else []
-    for wanted, count in ((lambda e: not lossy(e), 1),
+    for wanted, count in ((lambda e: level(e) == 0, 1),
                           (lambda e: per_block is not None and
                            e.setting('checkpoint-plan') is per_block, 1),
-                          (lambda e: not any(choice.technique in not_simple
-                                             for choice in e.choices), SIMPLE_BASELINES)):
+                          (lambda e: level(e) <= 1, SIMPLE_BASELINES)):
         found += [e for e in fitting if wanted(e)][:count]
     return found
 
@@ -154,20 +177,18 @@ def _clear_lead(rounds: Sequence[Sequence[float]]) -> bool:
 
 
 def _preferred(fitting: Sequence[Estimate], timed: dict[str, float],
-               lossy: Callable[[Estimate], bool], nothing: Estimate | None) -> Estimate:
+               level: Callable[[Estimate], int], nothing: Estimate | None) -> Estimate:
     """The combination to train with among those measured to fit (see
-    :func:`choose_measured`)."""
+    :func:`choose_measured`; ``level`` is :func:`exactness`)."""
     if len(fitting) == 1:
         return fitting[0]
-
-    def fastest(estimates: list[Estimate]) -> Estimate | None:
-        return min(estimates, key=lambda e: timed[e.summary], default=None)
-
-    exact = fastest([e for e in fitting if not lossy(e)])
-    best = fastest([e for e in fitting if lossy(e)])
-    if best is None or (exact is not None and
-                        timed[best.summary] * EXACT_PREFERENCE >= timed[exact.summary]):
-        best = exact
+    best: Estimate | None = None
+    for exact_as in range(3):  # the most exact first: a less exact one must be clearly faster
+        fastest = min((e for e in fitting if level(e) == exact_as),
+                      key=lambda e: timed[e.summary], default=None)
+        if fastest is not None and (best is None or timed[fastest.summary] * EXACT_PREFERENCE
+                                    < timed[best.summary]):
+            best = fastest
     if nothing is not None and best.summary != nothing.summary and \
             timed[best.summary] * NOTHING_PREFERENCE >= timed[nothing.summary]:
         return next(e for e in fitting if e.summary == nothing.summary)
