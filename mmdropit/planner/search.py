@@ -1,7 +1,8 @@
 """Combine techniques under one memory budget: predict every combination, take the fastest that
 fits with a margin, measure it, and tighten when the measurement does not fit. The choice is
 then timed beside a shortlist of others (:mod:`.shortlist`), where a lossy combination is kept
-only if it measures more than :data:`EXACT_PREFERENCE` faster than the fastest exact one.
+only if it measures more than :data:`EXACT_PREFERENCE` faster than the fastest exact one (and
+DropIT or quantized activations than the fastest with bf16 alone).
 
 Example:
     >>> from .techniques import MicroBatches
@@ -34,9 +35,10 @@ ATTEMPTS = 3
 """Measured combinations that did not fit before the search gives up."""
 
 EXACT_PREFERENCE = 1.05
-"""A lossy combination is kept only if the fastest exact one measured to fit takes more than
-this many times its measured step time (the exact one costs no accuracy;
-:func:`~.shortlist.choose_measured`)."""
+"""A less exact combination is kept only if the fastest more exact one measured to fit takes
+more than this many times its measured step time: a lossy one against an exact one (which costs
+no accuracy), DropIT or quantized activations against bf16 alone
+(:func:`~.shortlist.exactness`, :func:`~.shortlist.choose_measured`)."""
 
 NEAR_MEASUREMENTS = 4
 """Combinations predicted over the budget by no more than the bytes they may not hold (their
