@@ -52,7 +52,7 @@ def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
     if not targets or None in segments:
         return None
     return CheckpointPlan(targets, baseline=predict(chain, []), planned=predict(chain, segments),
-                          forward_seconds=chain.record.calls[0].seconds)
+                          forward_seconds=calls[0].seconds)
 
 
 OWN_SWITCHES = ('grad_checkpointing', 'with_cp')

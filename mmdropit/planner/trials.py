@@ -64,9 +64,9 @@ class Trials:
         when the batch is split). Out of memory measures twice the budget (twice the step's
         peak for the least peak): the search halves its target, and ranks it last."""
         put_in_effect(estimate, self.techniques, self.target)
-        batch_size = self.measurements.probe.batch_size
-        size = micro_batch_sizes(batch_size, estimate.setting('micro-batches', 1))[0]
-        peak = self.measurements.probe.peak(size, gradients_held=size < batch_size)
+        probe = self.measurements.probe
+        size = self._parts(estimate)[0]
+        peak = probe.peak(size, gradients_held=size < probe.batch_size)
         return 2 * (self.budget_bytes or self.measurements.whole) if peak is None else peak
 
     def seconds(self, estimate: Estimate) -> float:
@@ -75,7 +75,7 @@ class Trials:
         warmed it up)."""
         put_in_effect(estimate, self.techniques, self.target)
         probe = self.measurements.probe
-        sizes = Counter(micro_batch_sizes(probe.batch_size, estimate.setting('micro-batches', 1)))
+        sizes = Counter(self._parts(estimate))
         passes = sum(count * probe.seconds(size, passes=1) for size, count in sizes.items())
         return passes / self.measurements.seconds_of(probe.batch_size)
 
@@ -85,11 +85,16 @@ class Trials:
         been timed with nothing applied (:meth:`~.measurements.Measurements.timed`: the passes
         the sizes' predictions came from, those :meth:`seconds` would time again). Any other
         combination is put in effect and timed."""
+        if any(choice.technique != self.micro_batches.name for choice in estimate.choices):
+            return self.seconds(estimate)
         measurements = self.measurements
-        batch_size = measurements.probe.batch_size
-        sizes = micro_batch_sizes(batch_size, estimate.setting('micro-batches', 1))
-        timed = [measurements.timed(size) for size in (*sizes, batch_size)]
-        if None in timed or any(choice.technique != self.micro_batches.name
-                                for choice in estimate.choices):
+        timed = [measurements.timed(size)
+                 for size in (*self._parts(estimate), measurements.probe.batch_size)]
+        if None in timed:
             return self.seconds(estimate)
         return sum(timed[:-1]) / timed[-1]
+
+    def _parts(self, estimate: Estimate) -> list[int]:
+        """The sizes of the passes ``estimate`` runs the batch as, largest first."""
+        return micro_batch_sizes(self.measurements.probe.batch_size,
+                                 estimate.setting('micro-batches', 1))
