@@ -39,10 +39,12 @@ SHORTLIST = 5
 ROUNDS = 3
 """Timed steps of each shortlisted combination, alternated between them (the median counts)."""
 CLEAR_LEAD = 1.10
-"""After two rounds the timing stops where one combination was the fastest in both by more
-than this factor over every other: a third round could not change which is fastest by more
-than the noise (10-30% between runs on this CPU; steps of one process alternated agree far
-closer), and a decision on the CPU is mostly these timed steps."""
+"""After two rounds a combination that another was faster than by more than this factor in
+both is not timed again, and the timing stops where one is left: a third round could not change
+which is the faster by more than the noise (10-30% between runs on this CPU; steps of one process
+alternated agree far closer), and a decision on the CPU is mostly these timed steps. At
+least :data:`~.search.EXACT_PREFERENCE` and :data:`NOTHING_PREFERENCE`, so that a combination
+left out could not have been preferred for those."""
 SIMPLE_BASELINES = 2
 """Combinations of the simple recipe (lossy techniques all simple: bf16 autocast) measured for
 a decision, the fastest predicted first: neighbours such as bf16 + 4 and bf16 + 8
@@ -154,26 +156,37 @@ def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials
 def _median_seconds(estimates: Sequence[Estimate], seconds: Callable[[Estimate], float],
                     first_seconds: Callable[[Estimate], float] | None = None
                     ) -> dict[str, float]:
-    """The median of :data:`ROUNDS` step times of each of ``estimates``, timed in turn (a
-    drift of the machine's speed reaches them all alike), or of two where the same one leads
-    both by :data:`CLEAR_LEAD`; nothing is timed for one alone. The first round's times come
+    """The median of up to :data:`ROUNDS` step times of each of ``estimates``, timed in turn (a
+    drift of the machine's speed reaches them all alike); after two rounds one that another
+    beat by more than :data:`CLEAR_LEAD` in both is not timed again (:func:`_beaten`), and the
+    timing ends where one is left. Nothing is timed for one alone. The first round's times come
     from ``first_seconds`` (default ``seconds``): a time measured earlier in the run, where the
     same passes were timed before (:meth:`~.trials.Trials.first_seconds`), counts as a round."""
     if len(estimates) < 2:
         return {}
-    rounds: list[list[float]] = []
-    while len(rounds) < ROUNDS and not (len(rounds) == 2 and _clear_lead(rounds)):
-        timer = first_seconds if first_seconds is not None and not rounds else seconds
-        rounds.append([timer(estimate) for estimate in estimates])
-    return {estimate.summary: statistics.median(times[index] for times in rounds)
-            for index, estimate in enumerate(estimates)}
+    times: dict[str, list[float]] = {estimate.summary: [] for estimate in estimates}
+    racing = list(estimates)
+    for round_ in range(ROUNDS):
+        timer = first_seconds if first_seconds is not None and round_ == 0 else seconds
+        for estimate in racing:
+            times[estimate.summary].append(timer(estimate))
+        if round_ >= 1:
+            racing = [e for e in racing if not _beaten(e, racing, times)]
+            if len(racing) < 2:
+                break
+    return {summary: statistics.median(taken) for summary, taken in times.items()}
 
 
-def _clear_lead(rounds: Sequence[Sequence[float]]) -> bool:
-    """Whether one position is the fastest of every round by more than :data:`CLEAR_LEAD`."""
-    leaders = {min(range(len(times)), key=times.__getitem__) for times in rounds}
-    return len(leaders) == 1 and all(
-        sorted(times)[0] * CLEAR_LEAD < sorted(times)[1] for times in rounds)
+def _beaten(estimate: Estimate, racing: Sequence[Estimate], times: dict[str, list[float]]
+            ) -> bool:
+    """Whether another of ``racing`` (timed in the same rounds) was faster than ``estimate`` by
+    more than :data:`CLEAR_LEAD` in every round: a further round could not make ``estimate``
+    the faster by more than the noise, nor clear the 5% or 10% that a less exact combination,
+    or any against nothing applied, must lead by (:data:`~.search.EXACT_PREFERENCE`,
+    :data:`NOTHING_PREFERENCE`)."""
+    own = times[estimate.summary]
+    return any(all(theirs * CLEAR_LEAD < mine for theirs, mine in zip(times[e.summary], own))
+               for e in racing if e.summary != estimate.summary)
 
 
 def _preferred(fitting: Sequence[Estimate], timed: dict[str, float],

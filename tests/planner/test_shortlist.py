@@ -16,7 +16,8 @@ from mmdropit.planner import StepProbe, bf16_switch, plan_within_budget
 from mmdropit.planner.estimate import Choice, Estimate
 from mmdropit.planner.outcome import BudgetOutcome
 from mmdropit.planner.search import EXACT_PREFERENCE
-from mmdropit.planner.shortlist import _median_seconds, _preferred
+from mmdropit.planner.shortlist import (CLEAR_LEAD, NOTHING_PREFERENCE, _median_seconds,
+                                       _preferred)
 from mmdropit.planner.switches import dropit_switch
 from tests.helpers.split_target import SplitTarget
 
@@ -231,3 +232,16 @@ def test_a_micro_batch_combination_s_first_round_is_the_pass_its_prediction_time
         size = BATCH // estimate.setting('micro-batches')
         assert timed.count((size, False)) == 2, decision.table()
     assert sum(checkpointed for _, checkpointed in timed) == 2 * len(plans)
+
+
+def test_a_combination_clearly_beaten_in_two_rounds_is_not_timed_a_third_time():
+    """After two rounds, one that another beat by more than 10% in both drops out; the close
+    race between the others gets its third round, and the dropped one keeps its two times'
+    median. The margin covers the leads a less exact combination, or any against nothing
+    applied, must show."""
+    fitting = _estimates('bf16', 'plan', 'dropit')
+    times = {'bf16': [0.50, 0.52, 0.51], 'plan': [0.53, 0.50, 0.52], 'dropit': [0.6, 0.7, 0.6]}
+    timed = _median_seconds(fitting, lambda e: times[e.summary].pop(0))
+    assert times == {'bf16': [], 'plan': [], 'dropit': [0.6]}
+    assert timed == {'bf16': 0.51, 'plan': 0.52, 'dropit': pytest.approx(0.65)}
+    assert CLEAR_LEAD >= max(EXACT_PREFERENCE, NOTHING_PREFERENCE)
