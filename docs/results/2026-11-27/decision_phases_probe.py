@@ -1,6 +1,7 @@
 """Where a memory-budget decision's time goes: ``tools/benchmark.py`` run with the planner's
 passes timed one by one (the plain step metered and timed, each micro-batch size timed, the
-search's and the shortlist's trial passes), printed as they end and summed at the end (stop 48).
+search's and the shortlist's trial passes; each lossy setting's measurement since stop 50),
+printed as they end and summed at the end (stop 48).
 
     python docs/results/2026-11-27/decision_phases_probe.py --models deit_small \
         --batch-size 64 --steps 1 --variants budget-0.5 --out /tmp/phases
@@ -41,6 +42,7 @@ def timed(owner, name: str, label: str) -> None:
 
 
 timed(measurements.Measurements, 'unplanned_peak', 'plain step metered')
+timed(measurements.Measurements, 'effect', 'lossy setting measured')
 timed(measurements.Measurements, 'seconds_of', 'pass of a size timed')
 timed(measurements.Measurements, 'peak_of', 'pass of a size metered')
 timed(trials.Trials, 'record_plain_step', 'step recorded for plans')
