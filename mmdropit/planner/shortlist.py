@@ -37,7 +37,8 @@ from .trials import Trials
 SHORTLIST = 5
 """Combinations measured for one decision, the search's choice and the baselines included."""
 ROUNDS = 3
-"""Timed steps of each shortlisted combination, alternated between them (the median counts)."""
+"""Timed steps of each shortlisted combination at most, alternated between them (the median
+counts; fewer where :data:`CLEAR_LEAD` leaves one out)."""
 CLEAR_LEAD = 1.10
 """After two rounds a combination that another was faster than by more than this factor in
 both is not timed again, and the timing stops where one is left: a third round could not change
