@@ -1,7 +1,8 @@
 """Where a memory-budget decision's time goes: ``tools/benchmark.py`` run with the planner's
 passes timed one by one (the plain step metered and timed, each micro-batch size timed, the
 search's and the shortlist's trial passes; each lossy setting's measurement since stop 50),
-printed as they end and summed at the end (stop 48).
+printed as they end and summed at the end (stop 48). The labels nest: a pass run inside another
+labelled call (the plain passes a lossy setting's measurement runs first) counts in both.
 
     python docs/results/2026-11-27/decision_phases_probe.py --models deit_small \
         --batch-size 64 --steps 1 --variants budget-0.5 --out /tmp/phases
