@@ -50,7 +50,8 @@ from .trials import Trials
 def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
                        switches: Sequence[Switch] = (), lower: str = LOWER,
                        saved: dict | None = None,
-                       max_slowdown: float | None = LEAST_MAX_SLOWDOWN) -> BudgetOutcome:
+                       max_slowdown: float | None = LEAST_MAX_SLOWDOWN,
+                       nested: bool = True) -> BudgetOutcome:
     """Measure the step, and put in effect the fastest combination of techniques whose measured
     peak fits ``budget``.
 
@@ -79,6 +80,9 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         max_slowdown: With ``budget=None``, the most measured time a combination may take,
             as a multiple of the plain step's (:data:`~.least.LEAST_MAX_SLOWDOWN`; ``None``:
             no bound).
+        nested: Whether checkpoint plans may nest checkpoints; ``False`` for a step trained
+            under ``torch.compile``, whose compiled backward recomputes a nested checkpoint
+            with the outer one (see :func:`~mmdropit.checkpoint.plan_checkpoints`).
 
     Raises:
         ConfigError: The batch runs out of memory with nothing applied, or no combination
@@ -89,7 +93,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     bound = max_slowdown if least else None  # the outcome's: no budget, no time bound
     if least:  # a setting another one saves more than cannot give the least peak
         switches = [replace(switch, settings=switch.settings[-1:]) for switch in switches]
-    trials = Trials(Measurements(probe), switches, target)
+    trials = Trials(Measurements(probe), switches, target, nested)
     unused = ''
     if saved is not None:
         try:

@@ -49,16 +49,19 @@ class CheckpointPlans(Technique):
         step_seconds: The measured time of the forward and backward pass of what ``record``
             records (called by need, like ``record``): recompute time is a share of it.
         model: The recorded model (its repeated blocks make the per-block plan).
+        nested: Whether searched plans may nest checkpoints (``False`` for a step that runs
+            under ``torch.compile``: see :func:`~mmdropit.checkpoint.plan_checkpoints`).
     """
 
     name = 'checkpoint-plan'
     slows_only = True
 
     def __init__(self, record: Callable[[], Chain], step_seconds: Callable[[], float],
-                 model: nn.Module) -> None:
+                 model: nn.Module, nested: bool = True) -> None:
         self._record = record
         self.step_seconds = step_seconds
         self._model = model
+        self.nested = nested
         self._per_block: CheckpointPlan | None = None
         self._per_block_searched = False
         self._chain: Chain | None = None
@@ -83,7 +86,8 @@ class CheckpointPlans(Technique):
             if searched.low <= share <= searched.high:
                 return searched.plan
         try:
-            plan = plan_for_chain(self.chain, budget=share) if share > 0 else None
+            plan = (plan_for_chain(self.chain, budget=share, nested=self.nested) if share > 0
+                    else None)
         except ConfigError:  # below what any plan reaches
             plan = None
         if plan is None:  # so is every smaller share
@@ -94,7 +98,7 @@ class CheckpointPlans(Technique):
 
     def _least(self) -> CheckpointPlan:
         if self._least_plan is None:
-            self._least_plan = plan_for_chain(self.chain, budget=None)
+            self._least_plan = plan_for_chain(self.chain, budget=None, nested=self.nested)
         return self._least_plan
 
     @property

@@ -29,6 +29,8 @@ class Trials:
         measurements: The step's passes measured in this run.
         switches: The techniques whose settings are measured on the step.
         target: What the techniques are applied to.
+        nested: Whether checkpoint plans may nest checkpoints
+            (:class:`~.checkpoint_plans.CheckpointPlans`).
 
     Attributes:
         micro_batches: The micro-batches technique.
@@ -39,11 +41,11 @@ class Trials:
     """
 
     def __init__(self, measurements: Measurements, switches: Sequence[Switch],
-                 target: Target) -> None:
+                 target: Target, nested: bool = True) -> None:
         self.measurements, self.target = measurements, target
         self.micro_batches = MicroBatches(measurements.probe.batch_size, measurements.seconds_of)
         self.plans = CheckpointPlans(self.record_plain_step, measurements.part_seconds,
-                                     measurements.probe.model)
+                                     measurements.probe.model, nested)
         self.techniques: list[Technique] = [
             *(measurements.technique(switch) for switch in switches), self.micro_batches,
             self.plans]

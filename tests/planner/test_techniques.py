@@ -1,5 +1,5 @@
 """The techniques' own caches and candidates: a checkpoint plan searched once answers every
-share it fits; the per-block plan is offered once."""
+share it fits; the per-block plan is offered once; plans for a compiled step do not nest."""
 from __future__ import annotations
 
 import math
@@ -55,14 +55,33 @@ def test_a_searched_plan_with_the_per_block_checkpoints_is_offered_once_as_per_b
                             model=net)
     block = plans.per_block
     searched = replace(block, targets=block.targets[::-1])
-    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget: searched)
+    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget, nested: searched)
     offered = [estimate.summary for estimate in plans.candidates(Estimate(100, 900), 600)]
     assert offered[1:] == [f'per-block checkpointing (4 blocks, '
                            f'{block.activation_share:.2f} of the activations)'], offered
 
     other = replace(block, targets=block.targets[:2])
-    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget: other)
+    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget, nested: other)
     plans._plans.clear()
     offered = [estimate.summary for estimate in plans.candidates(Estimate(100, 900), 600)]
     assert [summary.split(' (')[0] for summary in offered[1:]] == \
         ['checkpoint plan', 'per-block checkpointing'], offered
+
+
+def test_plans_for_a_compiled_step_do_not_nest():
+    """With ``nested=False`` (a step trained under ``torch.compile``) even the least-memory
+    plan, given to a share no plan reaches, is single-level; on the same chain it nests
+    otherwise."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(32, 128), *[nn.Sequential(nn.Linear(128, 128), nn.GELU())
+                                              for _ in range(24)], nn.Linear(128, 10))
+    x = torch.randn(64, 32)
+    chain = build_chain(record_step(net, lambda: net(x).sum()), net)
+    nests = []
+    for nested in (True, False):
+        plans = CheckpointPlans(lambda: chain, step_seconds=lambda: 1.0, model=net,
+                                nested=nested)
+        planned, = [estimate for estimate in plans.candidates(Estimate(0, 10**9), 1)
+                    if estimate.choices]
+        nests.append(any(target.inner for target in planned.choices[0].setting.targets))
+    assert nests == [True, False]
