@@ -142,7 +142,8 @@ class _ActivationPeakTracker(MemTracker):
         return result
 
 
-def _resolve_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
+def resolve_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
+    """``device``, or ``model``'s when ``None``; a CUDA device with its index."""
     if device is not None:
         resolved = torch.device(device)
     else:
@@ -152,13 +153,15 @@ def _resolve_device(model: nn.Module, device: str | torch.device | None) -> torc
     return resolved
 
 
-def _bytes_on(tensors: list[torch.Tensor], device: torch.device) -> int:
+def bytes_on(tensors: list[torch.Tensor], device: torch.device) -> int:
+    """The bytes of the storages of those of ``tensors`` on ``device``, each once."""
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                 for t in tensors if t.device == device}
     return sum(storages.values())
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+def optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+    """The tensors of ``optimizer``'s state (none without one)."""
     if optimizer is None:
         return []
     return [value for state in optimizer.state.values() for value in state.values()
@@ -205,7 +208,7 @@ class StepPeakMeter(Meter[StepPeak]):
         super().__init__()
         self.model = model
         self.optimizer = optimizer
-        self.device = _resolve_device(model, device)
+        self.device = resolve_device(model, device)
         self.reset_peak = reset_peak
         self._tracker: _ActivationPeakTracker | None = None
         self._cuda_running = False
@@ -251,9 +254,9 @@ class StepPeakMeter(Meter[StepPeak]):
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device)
         known = {
-            'parameter': _bytes_on(list(self.model.parameters()), self.device),
-            'buffer': _bytes_on(list(self.model.buffers()), self.device),
-            'optimizer_state': _bytes_on(_optimizer_tensors(self.optimizer), self.device),
+            'parameter': bytes_on(list(self.model.parameters()), self.device),
+            'buffer': bytes_on(list(self.model.buffers()), self.device),
+            'optimizer_state': bytes_on(optimizer_tensors(self.optimizer), self.device),
         }
         known['other'] = max(peak - sum(known.values()), 0)
         return StepPeak(device=str(self.device), peak_bytes=peak, by_category=known,
