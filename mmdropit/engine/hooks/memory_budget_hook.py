@@ -29,7 +29,7 @@ from torch import nn
 from ...checkpoint.chain import Chain
 from ...checkpoint.per_block import own_checkpointing
 from ...codecs import CompressedActivations, compressible_modules
-from ...common.budget import parse_budget
+from ...common.budget import Budget, parse_budget, resolve_budget
 from ...common.class_swap import ClassSwap
 from ...common.files import atomic_write
 from ...common.parameters import is_sharded, model_device
@@ -49,6 +49,7 @@ from ..optim.micro_batching import MicroBatching, MicroBatchTrainStep, max_over_
 from ..runner_model import batch_loss, compiles_model, unwrap
 from .activation_offload_hook import ActivationOffloadHook
 from .checkpoint_plan_hook import CheckpointPlanHook
+from .compiled_peaks import CompiledPeaks
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
 BUDGET_HELP = ("a MemoryBudgetHook budget is the peak of a whole training step, a size such as "
@@ -56,6 +57,9 @@ BUDGET_HELP = ("a MemoryBudgetHook budget is the peak of a whole training step, 
                "or None for the least peak the techniques reach")
 LOSSY = ('bf16', 'dropit', 'quantize')
 """Techniques that change the computed gradients, tried only with ``lossy`` or ``allow``."""
+COMPILED_CORRECTIONS = 2
+"""How many times a bucket's decision is made again when its compiled step measures above the
+budget (then it is trained with, and warned about)."""
 
 _WRAPPER_SWAP = ClassSwap()
 
@@ -158,6 +162,15 @@ class MemoryBudgetHook(ShapeBucketHook):
     it is, with a warning. Under DDP every rank measures, the largest peak and the longest time
     count, so all ranks take the same decision.
 
+    Under ``torch.compile`` (``compile=True`` in the config) the trial passes run eagerly (a
+    compiled trial would compile each combination anew), checkpoint plans are single-level (the
+    compiled backward recomputes a nested checkpoint with the outer one), and activation
+    offload and quantized activations are not offered; the chosen combination is in effect
+    when the compiled step is first traced. The decision's peak and time are those of eager
+    passes; the compiled step's peak is measured on the next iteration of the same input-shape
+    bucket (:class:`~mmdropit.memory.CompiledStepPeakMeter`), given in the summary line, and
+    warned about when above the budget.
+
     Args:
         budget: The peak of a whole training step (parameters, gradients, optimizer state,
             activations, temporaries): a size (``'11GB'``, ``'11GiB'``, bytes as int) or a
@@ -177,8 +190,8 @@ class MemoryBudgetHook(ShapeBucketHook):
 
     Raises:
         ConfigError: A malformed budget or an unknown technique (at build time); lossy
-            techniques asked for when none can be added, or a compiled run (``compile`` in
-            the config; before training); a budget below what the techniques reach (the
+            techniques asked for when none can be added, or ones that do not compile in a
+            compiled run (before training); a budget below what the techniques reach (the
             message gives the least predicted peak).
     """
 
@@ -201,15 +214,18 @@ class MemoryBudgetHook(ShapeBucketHook):
         self._every_lossy = bool(lossy)
         self.offload = bool(offload)
         self._target: _RunnerTarget | None = None
+        self._step: MicroBatchTrainStep | None = None
+        self._compiled = False
+        self._compiled_peaks: CompiledPeaks | None = None
+        self._corrections: dict[ShapeKey, int] = {}
 
     def before_run(self, runner) -> None:
         if any(isinstance(hook, CheckpointPlanHook) for hook in runner.hooks):
             raise ConfigError('MemoryBudgetHook chooses the checkpoint plan itself: remove '
                               'CheckpointPlanHook from custom_hooks')
-        if compiles_model(runner):
-            raise ConfigError('MemoryBudgetHook does not plan compiled training (compile in the '
-                              'config): its trial passes would measure eager steps; drop '
-                              'compile, or use CheckpointPlanHook, which plans for compile')
+        self._compiled = compiles_model(runner)
+        if self._compiled:
+            self._leave_out_what_does_not_compile(runner)
         model = unwrap(runner.model)
         twice = checkpointed_twice(model, runner.cfg)
         if twice:
@@ -238,10 +254,28 @@ class MemoryBudgetHook(ShapeBucketHook):
         self.lossy = tuple(name for name in self.lossy if not kept[name])
         wrapper = _prepared(runner.optim_wrapper, autocast='bf16' in self.lossy)
         wrapper.split_train_step(runner.model)  # FlexibleRunner counted before before_run
+        self._step = runner.model.__dict__['train_step']  # before compile wraps it
         self._target = _RunnerTarget(model, wrapper)
+        if self._compiled:
+            self._compiled_peaks = CompiledPeaks(model, wrapper.optimizer)
 
-    def enter(self, runner, outcome: BudgetOutcome) -> None:
-        put_in_effect(outcome.decision.chosen, outcome.techniques, self._target)
+    def _leave_out_what_does_not_compile(self, runner) -> None:
+        """Under ``torch.compile``: activation offload and quantized activations are not
+        offered (their hooks and codecs have not been made to trace); an explicit request
+        for them is an error, ``lossy=True`` leaves quantized activations out with a line in
+        the log."""
+        if self.offload:
+            raise ConfigError('MemoryBudgetHook offload=True is not offered under compile (in '
+                              'the config): drop one of the two')
+        if 'quantize' not in self.lossy:
+            return
+        if not self._every_lossy:
+            raise ConfigError("MemoryBudgetHook allow=['quantize'] is not offered under "
+                              'compile (in the config): the 8- and 4-bit codecs do not compile '
+                              'yet; drop one of the two')
+        runner.logger.info('MemoryBudgetHook lossy=True under compile: 8- and 4-bit '
+                           'activations left out (their codecs do not compile yet)')
+        self.lossy = tuple(name for name in self.lossy if name != 'quantize')
 
     def leave(self, runner, outcome: BudgetOutcome) -> None:
         remove_all(outcome.techniques, self._target)
@@ -250,21 +284,83 @@ class MemoryBudgetHook(ShapeBucketHook):
         decision = outcome.decision
         chosen = decision.chosen
         verb = "kept the earlier run's decision" if outcome.reused else 'chose'
-        fit = (least_text(outcome.max_slowdown) if outcome.least
-               else f'within budget {mib(decision.budget_bytes)}')
+        fit = (least_text(outcome.max_slowdown) if outcome.least else
+               f'within budget {mib(resolve_budget(self.budget, outcome.unplanned_peak))}')
+        eager = ', eager' if self._compiled else ''
         timed = decision.timed.get(chosen.summary)
-        time = (f'{chosen.time_ratio:.2f}x the plain step\'s time (predicted)' if timed is None
-                else f'{timed:.2f}x the plain step\'s time (measured)')
-        return (f'{verb} {chosen.summary}: measured peak {mib(decision.measured_bytes)}, {fit} '
-                f'(nothing applied: {mib(outcome.unplanned_peak)}); {time}')
+        time = (f'{chosen.time_ratio:.2f}x the plain step\'s time (predicted{eager})'
+                if timed is None else f'{timed:.2f}x the plain step\'s time (measured{eager})')
+        compiled = self._compiled_peaks.measured.get(key) if self._compiled_peaks else None
+        compiled = '' if compiled is None else f'; the compiled step\'s peak {mib(compiled)}'
+        return (f'{verb} {chosen.summary}: measured peak {mib(decision.measured_bytes)}'
+                f'{" (eager)" if self._compiled else ""}, {fit} (nothing applied: '
+                f'{mib(outcome.unplanned_peak)}); {time}{compiled}')
+
+    def summary(self, runner) -> str | None:
+        if self._compiled_peaks and self.current not in self._compiled_peaks.measured:
+            return None  # said once the compiled step is measured
+        return super().summary(runner)
+
+    def enter(self, runner, outcome: BudgetOutcome) -> None:
+        put_in_effect(outcome.decision.chosen, outcome.techniques, self._target)
+        if self._compiled_peaks:
+            self._compiled_peaks.entered()
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        super().before_train_iter(runner, batch_idx, data_batch)
+        if self._compiled_peaks and self.current is not None:
+            self._compiled_peaks.start(self.current)
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        peak = self._compiled_peaks.stop() if self._compiled_peaks else None
+        if peak is not None:
+            self._check_compiled(runner, data_batch, max_over_ranks(peak))
+        super().after_train_iter(runner, batch_idx, data_batch, outputs)
+
+    def _check_compiled(self, runner, data: dict, peak: int) -> None:
+        """Keep the current bucket's decision if its compiled step's ``peak`` fits the budget;
+        else decide again for a budget lower by what compiling added to its eager peak (at
+        most :data:`COMPILED_CORRECTIONS` times, then warn)."""
+        key, outcome = self.current, self.decisions[self.current]
+        budget = resolve_budget(self.budget, outcome.unplanned_peak)
+        corrections = self._corrections.get(key, 0)
+        if budget is None or peak <= budget or corrections >= COMPILED_CORRECTIONS:
+            self._compiled_peaks.measured[key] = peak
+            if budget is not None and peak > budget:
+                runner.logger.warning(
+                    f'MemoryBudgetHook: the compiled step peaked at {mib(peak)}, above the '
+                    f'budget {mib(budget)}, after {corrections} decisions made again for it: '
+                    f'lower the budget by {mib(peak - budget)} or more, or train without '
+                    'compile')
+            return
+        self._corrections[key] = corrections + 1
+        lower = budget - max(peak - outcome.decision.measured_bytes, peak - budget)
+        runner.logger.info(
+            f'MemoryBudgetHook: the compiled step peaked at {mib(peak)}, above the budget '
+            f'{mib(budget)} (its eager passes: {mib(outcome.decision.measured_bytes)}); deciding '
+            f'again on eager passes for {mib(lower)}')
+        self.leave(runner, outcome)
+        try:
+            outcome = self._decide(runner, data, key, lower)
+        except ConfigError:  # nothing reaches it: the search removed every technique
+            self._compiled_peaks.measured[key] = peak
+            runner.logger.warning(
+                f'MemoryBudgetHook: the compiled step peaked at {mib(peak)}, above the budget '
+                f'{mib(budget)}, and no combination reaches {mib(lower)} on eager passes: '
+                'training on with it; raise the budget, or train without compile')
+        self.decisions[key] = outcome
+        self.enter(runner, outcome)
 
     def decide(self, runner, data: dict, key: ShapeKey) -> BudgetOutcome:
+        return self._decide(runner, data, key, self.budget)
+
+    def _decide(self, runner, data: dict, key: ShapeKey, budget: Budget) -> BudgetOutcome:
+        """The decision for the bucket ``key`` within ``budget`` (the hook's, or a lower one
+        after a compiled step measured above it), logged and written to ``memory_plan.json``;
+        for the hook's own budget, the one saved there by an earlier run when it still fits."""
         target, model = self._target, self._target.model
         wrapper = target.wrapper
-        step = runner.model.__dict__.get('train_step')
-        if not isinstance(step, MicroBatchTrainStep):
-            raise ConfigError('MemoryBudgetHook found no micro-batching train_step on the model: '
-                              'keep the runner\'s default train loop')
+        step = self._step
         probe = StepProbe(model, wrapper.optimizer, batch_size_of(data),
                           run_part=lambda size: step.run_part(data, size),
                           forward_part=lambda size: batch_loss(
@@ -287,11 +383,11 @@ class MemoryBudgetHook(ShapeBucketHook):
                if is_sharded(model.parameters()) else LOWER)
         name, where = shape_text(key), self.described[key]
         fingerprint = self._fingerprint(model, wrapper, key)
-        saved = self._saved(runner).get(name)
+        saved = self._saved(runner).get(name) if budget is self.budget else None
         reuse = saved if isinstance(saved, dict) and saved.get('fingerprint') == fingerprint \
             else None
-        outcome = plan_within_budget(probe, self.budget, target, switches, lower, reuse,
-                                     self.max_slowdown)
+        outcome = plan_within_budget(probe, budget, target, switches, lower, reuse,
+                                     self.max_slowdown, nested=not self._compiled)
         if outcome.unused_saved:
             runner.logger.warning(
                 f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '
@@ -304,10 +400,11 @@ class MemoryBudgetHook(ShapeBucketHook):
 
     def _fingerprint(self, model: nn.Module, wrapper: MicroBatching, key: ShapeKey) -> str:
         """What a saved decision is valid for: the budget (without one, ``max_slowdown``), the
-        allowed techniques, the batch shape, the number of processes, the model's parameters
-        and the optimizer."""
+        allowed techniques, the batch shape, whether the step is compiled, the number of
+        processes, the model's parameters and the optimizer."""
         described = [repr(self.budget), sorted(self.lossy), self.offload, list(key),
                      *([self.max_slowdown] if self.budget is None else []),
+                     *(['compiled'] if self._compiled else []),
                      get_world_size(),
                      [(name, list(param.shape), str(param.dtype), param.requires_grad)
                       for name, param in model.named_parameters()],

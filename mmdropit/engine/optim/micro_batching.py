@@ -196,6 +196,7 @@ class MicroBatchTrainStep:
                 log_vars.append(self.train_step(part, optim_wrapper))
         return merge_log_vars(log_vars, sizes)
 
+    @torch.compiler.disable  # bookkeeping: traced, its first-batch flag would recompile
     def _micro_batches(self, data: dict, batch_size: int) -> int:
         """The configured or searched number of micro-batches; a later batch smaller than that
         (an epoch's last) is split into single samples. The first batch must be large enough;
