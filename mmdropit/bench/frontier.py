@@ -208,10 +208,12 @@ def budget_variant(key: str) -> str:
         ('budget-0.5', 'budget-least-lossy')
         >>> budget_variant('0.25-False-offload-bfloat16')
         'budget-0.25-offload+bf16'
+        >>> budget_variant('0.5-False-bfloat16-compiled')
+        'budget-0.5+compile+bf16'
     """
     budget, lossy, *rest = key.split('-')
     return (f'budget-{budget}' + ('-offload' if 'offload' in rest else '')
-            + ('-lossy' if lossy == 'True' else '')
+            + ('-lossy' if lossy == 'True' else '') + ('+compile' if 'compiled' in rest else '')
             + ('+bf16' if 'bfloat16' in rest else '+fp16' if 'float16' in rest else ''))
 
 

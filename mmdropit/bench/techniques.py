@@ -255,7 +255,8 @@ def _search_split(work: Workload, budget: float) -> SplitDecision:
 
 
 def memory_budget(budget: float | None, lossy: bool = False, offload: bool = False,
-                  precision: MixedPrecisionConfig | None = None) -> Prepare:
+                  precision: MixedPrecisionConfig | None = None, compiled: bool = False
+                  ) -> Prepare:
     """The combination of techniques that ``MemoryBudgetHook`` would choose for ``budget`` (a
     fraction of the measured step peak; ``None``: the least peak), decided once per workload
     (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, what
@@ -264,14 +265,17 @@ def memory_budget(budget: float | None, lossy: bool = False, offload: bool = Fal
     ``precision``, for a model trained under that autocast (the hook under an
     ``AmpOptimWrapper``): measured, decided and run under it (pair with
     :func:`decided_autocast` as the variant's forward; not with ``lossy``, whose bf16 switch
-    is an autocast of its own)."""
+    is an autocast of its own); with ``compiled``, for a model trained under
+    ``torch.compile`` (``MemoryBudgetHook`` under ``compile=True``): single-level checkpoint
+    plans, decided on eager passes (stack :func:`compiled_forward` after it; the hook's
+    decisions made again when the compiled step measures above the budget are not)."""
     if lossy and precision is not None:
         raise ValueError('memory_budget: lossy already tries bf16 autocast; give one of the two')
 
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         key = (f'{"least" if budget is None else budget}-{lossy}' + ('-offload' if offload else '')
-               + (f'-{precision.dtype}' if precision else ''))
+               + (f'-{precision.dtype}' if precision else '') + ('-compiled' if compiled else ''))
         before, work.switched_precision = work.switched_precision, \
             precision or work.switched_precision
         try:
@@ -304,7 +308,8 @@ def memory_budget(budget: float | None, lossy: bool = False, offload: bool = Fal
                     min(work.batch_size, PART_SAMPLES))))
             probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_part)
             try:
-                work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches)
+                work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches,
+                                                               nested=not compiled)
             except ConfigError as error:  # a budget below what the techniques reach
                 raise RuntimeError(str(error)) from error
             print(f'  {work.name}: {work.budget_outcomes[key]}'.replace('\n', '\n  '), flush=True)

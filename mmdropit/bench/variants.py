@@ -242,6 +242,11 @@ def catalogue() -> dict[str, Variant]:
         *(Variant(f'budget-{budget or "least"}+bf16',
                   prepare=memory_budget(budget, precision=BF16), forward=decided_autocast,
                   precision='bf16') for budget in (*BUDGETS, None)),
+        *(Variant(f'budget-{budget}+compile+bf16',
+                  prepare=stacked(memory_budget(budget, precision=BF16, compiled=True),
+                                  compiled_forward),
+                  forward=decided_autocast, precision='bf16', compiled=True)
+          for budget in BUDGETS),
         *(Variant(f'budget-{budget}-offload+bf16',
                   prepare=memory_budget(budget, offload=True, precision=BF16),
                   forward=decided_autocast, precision='bf16') for budget in BUDGETS),

@@ -128,9 +128,11 @@ def test_every_budget_decision_key_names_a_variant_of_the_catalogue():
     variants = catalogue()
     for budget in ('0.5', '0.25', 'least'):
         for lossy, rest in (('False', ''), ('True', ''), ('False', '-offload'),
-                            ('False', '-bfloat16'), ('False', '-offload-bfloat16')):
+                            ('False', '-bfloat16'), ('False', '-offload-bfloat16'),
+                            ('False', '-bfloat16-compiled')):
             name = budget_variant(f'{budget}-{lossy}{rest}')
-            assert name in variants or 'least' in name and 'offload' in name, name
+            assert name in variants or 'least' in name and ('offload' in name
+                                                            or 'compile' in name), name
 
 
 def test_points_come_from_a_runs_rows_with_their_budgets():
