@@ -29,7 +29,7 @@ from torch import nn
 from ...checkpoint.chain import Chain
 from ...checkpoint.per_block import own_checkpointing
 from ...codecs import CompressedActivations, compressible_modules
-from ...common.budget import Budget, parse_budget, resolve_budget
+from ...common.budget import parse_budget, resolve_budget
 from ...common.class_swap import ClassSwap
 from ...common.files import atomic_write
 from ...common.parameters import is_sharded, model_device
@@ -168,8 +168,9 @@ class MemoryBudgetHook(ShapeBucketHook):
     offload and quantized activations are not offered; the chosen combination is in effect
     when the compiled step is first traced. The decision's peak and time are those of eager
     passes; the compiled step's peak is measured on the next iteration of the same input-shape
-    bucket (:class:`~mmdropit.memory.CompiledStepPeakMeter`), given in the summary line, and
-    warned about when above the budget.
+    bucket (:class:`~mmdropit.memory.CompiledStepPeakMeter`) and given in the summary line;
+    where it is above the budget the decision is made again for an eager budget lower by what
+    compiling added (at most :data:`COMPILED_CORRECTIONS` times, then a warning).
 
     Args:
         budget: The peak of a whole training step (parameters, gradients, optimizer state,
@@ -308,7 +309,7 @@ class MemoryBudgetHook(ShapeBucketHook):
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         super().before_train_iter(runner, batch_idx, data_batch)
-        if self._compiled_peaks and self.current is not None:
+        if self._compiled_peaks and isinstance(data_batch, dict) and self.current is not None:
             self._compiled_peaks.start(self.current)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
@@ -341,7 +342,7 @@ class MemoryBudgetHook(ShapeBucketHook):
             f'again on eager passes for {mib(lower)}')
         self.leave(runner, outcome)
         try:
-            outcome = self._decide(runner, data, key, lower)
+            outcome = self._decide(runner, data, key, lower=lower)
         except ConfigError:  # nothing reaches it: the search removed every technique
             self._compiled_peaks.measured[key] = peak
             runner.logger.warning(
@@ -352,12 +353,14 @@ class MemoryBudgetHook(ShapeBucketHook):
         self.enter(runner, outcome)
 
     def decide(self, runner, data: dict, key: ShapeKey) -> BudgetOutcome:
-        return self._decide(runner, data, key, self.budget)
+        return self._decide(runner, data, key)
 
-    def _decide(self, runner, data: dict, key: ShapeKey, budget: Budget) -> BudgetOutcome:
-        """The decision for the bucket ``key`` within ``budget`` (the hook's, or a lower one
-        after a compiled step measured above it), logged and written to ``memory_plan.json``;
-        for the hook's own budget, the one saved there by an earlier run when it still fits."""
+    def _decide(self, runner, data: dict, key: ShapeKey, lower: int | None = None
+                ) -> BudgetOutcome:
+        """The decision for the bucket ``key`` within the hook's budget (the one saved in
+        ``memory_plan.json`` by an earlier run when it still fits), or within ``lower`` bytes
+        after the compiled step measured above the budget; logged and written to
+        ``memory_plan.json``."""
         target, model = self._target, self._target.model
         wrapper = target.wrapper
         step = self._step
@@ -378,16 +381,17 @@ class MemoryBudgetHook(ShapeBucketHook):
                     *([bf16_switch(wrapper)] if 'bf16' in self.lossy else []),
                     *([offload_switch(model, lambda: probe.forward_part(
                         min(probe.batch_size, PART_SAMPLES)))] if self.offload else [])]
-        lower = ('lossy techniques (lossy=True), or ' if not self._every_lossy else '') \
+        go_lower = ('lossy techniques (lossy=True), or ' if not self._every_lossy else '') \
             + (f'sharding over more than {get_world_size()} processes'
                if is_sharded(model.parameters()) else LOWER)
         name, where = shape_text(key), self.described[key]
         fingerprint = self._fingerprint(model, wrapper, key)
-        saved = self._saved(runner).get(name) if budget is self.budget else None
+        saved = self._saved(runner).get(name) if lower is None else None
         reuse = saved if isinstance(saved, dict) and saved.get('fingerprint') == fingerprint \
             else None
-        outcome = plan_within_budget(probe, budget, target, switches, lower, reuse,
-                                     self.max_slowdown, nested=not self._compiled)
+        outcome = plan_within_budget(probe, self.budget if lower is None else lower, target,
+                                     switches, go_lower, reuse, self.max_slowdown,
+                                     nested=not self._compiled)
         if outcome.unused_saved:
             runner.logger.warning(
                 f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '
