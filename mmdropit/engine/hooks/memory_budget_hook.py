@@ -11,6 +11,7 @@ Example config::
     #                   or: dict(type='MemoryBudgetHook', budget=0.25, allow=['bf16', 'quantize'])
     # on a GPU, activation offload too (exact): dict(type='MemoryBudgetHook', budget=0.5,
     #                                                offload=True)
+    # compile = True works too: decided on eager passes, the compiled step's peak measured
 """
 from __future__ import annotations
 
