@@ -23,11 +23,14 @@ class CompiledPeaks:
 
     Attributes:
         measured: The measured peak of each bucket whose decision is kept.
+        corrections: How many times each bucket's decision was made again after its compiled
+            step measured above the budget (kept by the caller).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         self.model, self.optimizer = model, optimizer
         self.measured: dict[ShapeKey, int] = {}
+        self.corrections: dict[ShapeKey, int] = {}
         self._run_since_entered = 0
         self._meter: CompiledStepPeakMeter | None = None
 

@@ -217,16 +217,14 @@ class MemoryBudgetHook(ShapeBucketHook):
         self.offload = bool(offload)
         self._target: _RunnerTarget | None = None
         self._step: MicroBatchTrainStep | None = None
-        self._compiled = False
-        self._compiled_peaks: CompiledPeaks | None = None
-        self._corrections: dict[ShapeKey, int] = {}
+        self._compiled_peaks: CompiledPeaks | None = None  # under compile only
 
     def before_run(self, runner) -> None:
         if any(isinstance(hook, CheckpointPlanHook) for hook in runner.hooks):
             raise ConfigError('MemoryBudgetHook chooses the checkpoint plan itself: remove '
                               'CheckpointPlanHook from custom_hooks')
-        self._compiled = compiles_model(runner)
-        if self._compiled:
+        compiled = compiles_model(runner)
+        if compiled:
             self._leave_out_what_does_not_compile(runner)
         model = unwrap(runner.model)
         twice = checkpointed_twice(model, runner.cfg)
@@ -258,7 +256,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         wrapper.split_train_step(runner.model)  # FlexibleRunner counted before before_run
         self._step = runner.model.__dict__['train_step']  # before compile wraps it
         self._target = _RunnerTarget(model, wrapper)
-        if self._compiled:
+        if compiled:
             self._compiled_peaks = CompiledPeaks(model, wrapper.optimizer)
 
     def _leave_out_what_does_not_compile(self, runner) -> None:
@@ -288,15 +286,16 @@ class MemoryBudgetHook(ShapeBucketHook):
         verb = "kept the earlier run's decision" if outcome.reused else 'chose'
         fit = (least_text(outcome.max_slowdown) if outcome.least else
                f'within budget {mib(resolve_budget(self.budget, outcome.unplanned_peak))}')
-        eager = ', eager' if self._compiled else ''
+        compiled = self._compiled_peaks is not None
+        eager = ', eager' if compiled else ''
         timed = decision.timed.get(chosen.summary)
         time = (f'{chosen.time_ratio:.2f}x the plain step\'s time (predicted{eager})'
                 if timed is None else f'{timed:.2f}x the plain step\'s time (measured{eager})')
-        compiled = self._compiled_peaks.measured.get(key) if self._compiled_peaks else None
-        compiled = '' if compiled is None else f'; the compiled step\'s peak {mib(compiled)}'
+        peak = self._compiled_peaks.measured.get(key) if compiled else None
+        peak = '' if peak is None else f'; the compiled step\'s peak {mib(peak)}'
         return (f'{verb} {chosen.summary}: measured peak {mib(decision.measured_bytes)}'
-                f'{" (eager)" if self._compiled else ""}, {fit} (nothing applied: '
-                f'{mib(outcome.unplanned_peak)}); {time}{compiled}')
+                f'{" (eager)" if compiled else ""}, {fit} (nothing applied: '
+                f'{mib(outcome.unplanned_peak)}); {time}{peak}')
 
     def summary(self, runner) -> str | None:
         if self._compiled_peaks and self.current not in self._compiled_peaks.measured:
@@ -323,11 +322,11 @@ class MemoryBudgetHook(ShapeBucketHook):
         """Keep the current bucket's decision if its compiled step's ``peak`` fits the budget;
         else decide again for a budget lower by what compiling added to its eager peak (at
         most :data:`COMPILED_CORRECTIONS` times, then warn)."""
-        key, outcome = self.current, self.decisions[self.current]
+        key, outcome, peaks = self.current, self.decisions[self.current], self._compiled_peaks
         budget = resolve_budget(self.budget, outcome.unplanned_peak)
-        corrections = self._corrections.get(key, 0)
+        corrections = peaks.corrections.get(key, 0)
         if budget is None or peak <= budget or corrections >= COMPILED_CORRECTIONS:
-            self._compiled_peaks.measured[key] = peak
+            peaks.measured[key] = peak
             if budget is not None and peak > budget:
                 runner.logger.warning(
                     f'MemoryBudgetHook: the compiled step peaked at {mib(peak)}, above the '
@@ -335,17 +334,17 @@ class MemoryBudgetHook(ShapeBucketHook):
                     f'lower the budget by {mib(peak - budget)} or more, or train without '
                     'compile')
             return
-        self._corrections[key] = corrections + 1
-        lower = budget - max(peak - outcome.decision.measured_bytes, peak - budget)
+        peaks.corrections[key] = corrections + 1
+        lower = budget - (peak - outcome.decision.measured_bytes)  # what it measured fits
         runner.logger.info(
             f'MemoryBudgetHook: the compiled step peaked at {mib(peak)}, above the budget '
             f'{mib(budget)} (its eager passes: {mib(outcome.decision.measured_bytes)}); deciding '
             f'again on eager passes for {mib(lower)}')
         self.leave(runner, outcome)
         try:
-            outcome = self._decide(runner, data, key, lower=lower)
+            outcome = self.decide(runner, data, key, lower=lower)
         except ConfigError:  # nothing reaches it: the search removed every technique
-            self._compiled_peaks.measured[key] = peak
+            peaks.measured[key] = peak
             runner.logger.warning(
                 f'MemoryBudgetHook: the compiled step peaked at {mib(peak)}, above the budget '
                 f'{mib(budget)}, and no combination reaches {mib(lower)} on eager passes: '
@@ -353,11 +352,8 @@ class MemoryBudgetHook(ShapeBucketHook):
         self.decisions[key] = outcome
         self.enter(runner, outcome)
 
-    def decide(self, runner, data: dict, key: ShapeKey) -> BudgetOutcome:
-        return self._decide(runner, data, key)
-
-    def _decide(self, runner, data: dict, key: ShapeKey, lower: int | None = None
-                ) -> BudgetOutcome:
+    def decide(self, runner, data: dict, key: ShapeKey, lower: int | None = None
+               ) -> BudgetOutcome:
         """The decision for the bucket ``key`` within the hook's budget (the one saved in
         ``memory_plan.json`` by an earlier run when it still fits), or within ``lower`` bytes
         after the compiled step measured above the budget; logged and written to
@@ -392,7 +388,7 @@ class MemoryBudgetHook(ShapeBucketHook):
             else None
         outcome = plan_within_budget(probe, self.budget if lower is None else lower, target,
                                      switches, go_lower, reuse, self.max_slowdown,
-                                     nested=not self._compiled)
+                                     nested=self._compiled_peaks is None)
         if outcome.unused_saved:
             runner.logger.warning(
                 f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '
@@ -409,7 +405,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         processes, the model's parameters and the optimizer."""
         described = [repr(self.budget), sorted(self.lossy), self.offload, list(key),
                      *([self.max_slowdown] if self.budget is None else []),
-                     *(['compiled'] if self._compiled else []),
+                     *(['compiled'] if self._compiled_peaks else []),
                      get_world_size(),
                      [(name, list(param.shape), str(param.dtype), param.requires_grad)
                       for name, param in model.named_parameters()],
