@@ -9,6 +9,7 @@
   derivative instead of their input (few-bit backward);
 - :mod:`.activations`: normalisation, activation and attention modules converted in place so
   that what they save is stored in 8, 4 or 2 bits (GELU / SiLU optionally as derivative codes);
+- :mod:`.saved_views`: a saved view rebuilt with its strides (a compiled backward asserts them);
 - :mod:`.config`: :class:`CompressionConfig`, the technique's configuration, checked once and
   applied in one call (:func:`compress_activations` for a model in hand).
 

@@ -7,7 +7,8 @@ chosen modules of a model in place: each runs its forward under
 of at least :data:`MIN_NUMEL` elements that autograd saves there in ``bits`` bits (int8 codes
 with a float32 scale per 32 values; or 4 / 2-bit codes with a minimum and step per 32 values,
 rounded stochastically), and whose unpack hook rebuilds it for the backward pass (the approach of
-ActNN and GACT, without their CUDA kernels). Parameters and small or integer tensors (indices,
+ActNN and GACT, without their CUDA kernels), a saved view with the strides it had
+(:mod:`.saved_views`: a backward graph that ``torch.compile`` built asserts them). Parameters and small or integer tensors (indices,
 DropIT's bitmasks) pass unchanged. The dense tensor is freed when nothing else holds it: a
 LayerNorm's or GELU's input, a BatchNorm's input, the query / key / value and output that
 attention saves. A tensor that another (unconverted) op also saves stays alive, and then the
@@ -59,6 +60,7 @@ from ..errors import ConfigError
 from .bits import dequantize_values, quantize_values
 from .derivative_codes import CODE_BITS, derivative_table, lean_activation
 from .recomputed import checkpoint_hooks
+from .saved_views import ViewLayout
 
 MIN_NUMEL = 4096
 """Smaller saved tensors stay as they are (their codes would save little)."""
@@ -76,6 +78,7 @@ class _Codes:
     bits: int
     shape: torch.Size
     dtype: torch.dtype
+    layout: ViewLayout | None
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ def _stored_as_codes(tensor: torch.Tensor) -> bool:
             and not (tensor.requires_grad and tensor.is_leaf))
 
 
+@torch.compiler.disable  # called between compiled graphs: runs the fused kernels, not traced
 def _pack(compression: Compression, tensor: torch.Tensor) -> torch.Tensor | _Codes:
     if not _stored_as_codes(tensor):
         report_kept(tensor)
@@ -126,14 +130,15 @@ def _pack(compression: Compression, tensor: torch.Tensor) -> torch.Tensor | _Cod
     report_kept(*codes)
     if _COMPRESSIONS:
         _COMPRESSIONS.notify(compression, tensor, sum(code.nbytes for code in codes))
-    return _Codes(codes, compression.bits, tensor.shape, tensor.dtype)
+    return _Codes(codes, compression.bits, tensor.shape, tensor.dtype, ViewLayout.of(tensor))
 
 
+@torch.compiler.disable
 def _unpack(saved: torch.Tensor | _Codes) -> torch.Tensor:
     if isinstance(saved, torch.Tensor):
         return saved
-    return dequantize_values(saved.codes, saved.bits, saved.shape.numel(),
-                             saved.dtype).view(saved.shape)
+    values = dequantize_values(saved.codes, saved.bits, saved.shape.numel(), saved.dtype)
+    return values.view(saved.shape) if saved.layout is None else saved.layout.rebuild(values)
 
 
 class CompressedActivations:

@@ -12,6 +12,7 @@ from torch import nn
 
 from mmdropit.codecs import (GROUP, compress_activations, dequantize, quantize,
                              restore_activations)
+from mmdropit.codecs.activations import observe_compression
 from mmdropit.codecs.low_bit import low_bit_bytes
 from mmdropit.dropit import audit, to_dropit
 from mmdropit.errors import ConfigError
@@ -100,6 +101,26 @@ def test_gradients_stay_close_and_restoring_makes_them_exact(bits, bound):
     assert restore_activations(vit) == converted
     again = torch.autograd.grad(vit(images).logsumexp(1).mean(), list(vit.parameters()))
     assert all(torch.equal(e, g) for e, g in zip(exact, again))
+
+
+def test_compiled_the_saved_views_come_back_with_the_strides_the_backward_graph_asserts():
+    """``torch.compile`` (inductor) of a ViT with 8-bit activations: attention saves its query,
+    key and value as strided views of ``qkv``, and the compiled backward asserts their strides
+    (it failed at ``assert_size_stride`` while they came back contiguous); they are stored as
+    codes and the gradients stay within the 8-bit bound of the exact ones."""
+    torch.manual_seed(0)
+    vit = timm.create_model('vit_tiny_patch16_224', img_size=28, patch_size=7, in_chans=1,
+                            embed_dim=96, depth=2, num_heads=3, num_classes=10)
+    images = torch.randn(8, 1, 28, 28)
+    exact = torch.autograd.grad(vit(images).logsumexp(1).mean(), list(vit.parameters()))
+    compress_activations(vit, bits=8)
+    stored: list[str] = []
+    with observe_compression(lambda compression, dense, size: stored.append(compression.name)):
+        loss = torch.compile(vit)(images).logsumexp(1).mean()
+    approx = torch.autograd.grad(loss, list(vit.parameters()))
+    assert stored.count('blocks.0.attn') >= 3
+    for e, a in zip(exact, approx):
+        assert (a - e).norm() <= 0.02 * e.norm() + 1e-7
 
 
 def test_with_dropit_the_kept_values_inside_attention_are_int8_too():

@@ -166,8 +166,9 @@ class MemoryBudgetHook(ShapeBucketHook):
     Under ``torch.compile`` (``compile=True`` in the config) the trial passes run eagerly (a
     compiled trial would compile each combination anew), checkpoint plans are single-level (the
     compiled backward recomputes a nested checkpoint with the outer one), and activation
-    offload and quantized activations are not offered; the chosen combination is in effect
-    when the compiled step is first traced. The decision's peak and time are those of eager
+    offload is not offered (quantized activations are: each converted module's hooks split
+    the compiled graph there); the chosen combination is in effect when the compiled step is
+    first traced. The decision's peak and time are those of eager
     passes; the compiled step's peak is measured on the next iteration of the same input-shape
     bucket (:class:`~mmdropit.memory.CompiledStepPeakMeter`) and given in the summary line;
     where it is above the budget the decision is made again for an eager budget lower by what
@@ -192,8 +193,8 @@ class MemoryBudgetHook(ShapeBucketHook):
 
     Raises:
         ConfigError: A malformed budget or an unknown technique (at build time); lossy
-            techniques asked for when none can be added, or ones that do not compile in a
-            compiled run (before training); a budget below what the techniques reach (the
+            techniques asked for when none can be added, or offload in a compiled run
+            (before training); a budget below what the techniques reach (the
             message gives the least predicted peak).
     """
 
@@ -224,8 +225,9 @@ class MemoryBudgetHook(ShapeBucketHook):
             raise ConfigError('MemoryBudgetHook chooses the checkpoint plan itself: remove '
                               'CheckpointPlanHook from custom_hooks')
         compiled = compiles_model(runner)
-        if compiled:
-            self._leave_out_what_does_not_compile(runner)
+        if compiled and self.offload:
+            raise ConfigError('MemoryBudgetHook offload=True is not offered under compile (in '
+                              'the config): drop one of the two')
         model = unwrap(runner.model)
         twice = checkpointed_twice(model, runner.cfg)
         if twice:
@@ -258,24 +260,6 @@ class MemoryBudgetHook(ShapeBucketHook):
         self._target = _RunnerTarget(model, wrapper)
         if compiled:
             self._compiled_peaks = CompiledPeaks(model, wrapper.optimizer)
-
-    def _leave_out_what_does_not_compile(self, runner) -> None:
-        """Under ``torch.compile``: activation offload and quantized activations are not
-        offered (their hooks and codecs have not been made to trace); an explicit request
-        for them is an error, ``lossy=True`` leaves quantized activations out with a line in
-        the log."""
-        if self.offload:
-            raise ConfigError('MemoryBudgetHook offload=True is not offered under compile (in '
-                              'the config): drop one of the two')
-        if 'quantize' not in self.lossy:
-            return
-        if not self._every_lossy:
-            raise ConfigError("MemoryBudgetHook allow=['quantize'] is not offered under "
-                              'compile (in the config): the 8- and 4-bit codecs do not compile '
-                              'yet; drop one of the two')
-        runner.logger.info('MemoryBudgetHook lossy=True under compile: 8- and 4-bit '
-                           'activations left out (their codecs do not compile yet)')
-        self.lossy = tuple(name for name in self.lossy if name != 'quantize')
 
     def leave(self, runner, outcome: BudgetOutcome) -> None:
         remove_all(outcome.techniques, self._target)
