@@ -48,6 +48,10 @@ class CompressActivationsHook(SummaryHook):
     without it. Priority ``VERY_HIGH``, as ``DropITHook``, so ``EMAHook`` copies the converted
     model.
 
+    Under ``compile=True`` the converted modules' hooks break the compiled graph at each of
+    them and run between the graphs; inside a checkpoint that dynamo traces they store nothing
+    as codes (the compiled backward recomputes the region).
+
     Args:
         bits: 8 (int8 with a float32 scale per 32 values), 4 or 2 (a float32 minimum and step
             per 32 values, stochastic rounding).
