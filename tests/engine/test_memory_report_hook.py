@@ -49,6 +49,28 @@ def test_logs_the_saved_bytes_that_the_meter_measures(tmp_path):
         meter.result.total_bytes / 2 ** 20, abs=1e-6)
 
 
+@pytest.mark.slow
+def test_under_compile_the_step_compiles_and_the_second_iteration_is_measured(tmp_path):
+    """Measured with MemTracker's dispatch mode on its first iteration, the train step was
+    never compiled (dynamo skips it then, and for good): now the compiled step's peak is
+    measured on the second iteration, saved activations left out."""
+    from torch._dynamo.utils import counters
+
+    runner = _runner(tmp_path, interval=2)
+    runner.cfg.compile = True  # read by Runner.train
+    torch._dynamo.reset()
+    counters.clear()
+    runner.train()
+    captured = counters['stats']['calls_captured']
+    torch._dynamo.reset()
+    assert captured > 100, dict(counters['stats'])  # the forward and backward, not skipped
+    memory = [row for row in _scalars(runner) if 'memory/step_peak_mib' in row]
+    assert [row['step'] for row in memory] == [2]
+    assert 'memory/saved_activation_mib' not in memory[0]
+    assert memory[0]['memory/step_peak_mib'] > 0
+    assert 'saved activations not measured under compile' in log_text(tmp_path)
+
+
 def test_unmeasured_iterations_are_left_alone(tmp_path):
     runner = _runner(tmp_path, interval=100)
     runner.train()
