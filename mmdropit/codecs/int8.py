@@ -31,6 +31,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import is_fake
 
 from ..kernels import fused_codec_ops
 
@@ -50,7 +51,13 @@ def quantized_bytes(numel: int) -> int:
 
 CHUNK = 1 << 18
 """Values converted at a time (a multiple of :data:`GROUP`): the temporaries of a conversion
-stay within a chunk's size whatever the tensor's."""
+stay within a chunk's size whatever the tensor's. Traced for a compiled graph, a tensor is
+converted in one piece (the compiler fuses the operations, and a loop would be unrolled)."""
+
+
+def _chunk(values: torch.Tensor) -> int:
+    """Values converted at a time: :data:`CHUNK`, or all of them where ``values`` is traced."""
+    return max(values.numel(), 1) if is_fake(values) else CHUNK
 
 
 def quantize(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,8 +68,9 @@ def quantize(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     numel = values.numel()
     codes = torch.empty(numel, dtype=torch.int8, device=values.device)
     scales = torch.empty(math.ceil(numel / GROUP), dtype=torch.float32, device=values.device)
-    for start in range(0, numel, CHUNK):
-        part = values[start:start + CHUNK].float()
+    chunk = _chunk(values)
+    for start in range(0, numel, chunk):
+        part = values[start:start + chunk].float()
         groups = F.pad(part, (0, -part.numel() % GROUP)).view(-1, GROUP)
         # times float32(1 / 127), not divided by 127: the same product on every device
         part_scales = groups.abs().amax(1).clamp_min(torch.finfo(torch.float32).tiny).mul_(1 / 127)
@@ -79,8 +87,9 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) ->
         return fused.dequantize_int8(codes, scales, dtype)
     numel = codes.numel()
     values = torch.empty(numel, dtype=dtype, device=codes.device)
-    for start in range(0, numel, CHUNK):
-        part = codes[start:start + CHUNK]
+    chunk = _chunk(codes)
+    for start in range(0, numel, chunk):
+        part = codes[start:start + chunk]
         groups = F.pad(part, (0, -part.numel() % GROUP)).view(-1, GROUP)
         part_scales = scales[start // GROUP:start // GROUP + groups.shape[0]]
         rebuilt = groups.float().mul_(part_scales[:, None])

@@ -11,7 +11,7 @@ PARTS = [
     (DATASETS, 'MNIST5kDataset'), (DATASETS, 'CIFAR100Dataset'),
     (DATASETS, 'ImageFolderDataset'), (TRANSFORMS, 'PackClsInputs'),
     (METRICS, 'TopKAccuracy'), (HOOKS, 'MemoryReportHook'), (HOOKS, 'MemoryBudgetHook'),
-    (HOOKS, 'CompressActivationsHook'),
+    (HOOKS, 'CompressActivationsHook'), (HOOKS, 'GraphInt8Hook'),
     (HOOKS, 'ActivationOffloadHook'),
 ]
 
