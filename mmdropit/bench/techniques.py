@@ -28,6 +28,7 @@ from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoin
 from ..common.blocks import block_sequences
 from ..common.parameters import model_device
 from ..codecs import CompressionConfig
+from ..codecs.graph_codes import int8_graph_hooks
 from ..dropit import DropITConfig
 from ..kernels.switch import eager_only
 from ..errors import ConfigError
@@ -103,6 +104,12 @@ def _autocast(work: Workload, precision: MixedPrecisionConfig | None) -> Context
 def bf16_autocast(work: Workload) -> ContextManager[None]:
     """bfloat16 autocast on the model's device (entered around the forward pass)."""
     return _autocast(work, BF16)
+
+
+def graph_int8(work: Workload) -> ContextManager[None]:
+    """int8 codes inside the compiled graphs (``GraphInt8Hook``'s saved-tensor hooks), entered
+    around the forward pass (the compiled forward's first call traces them in)."""
+    return int8_graph_hooks()
 
 
 def fp16_autocast(work: Workload) -> ContextManager[None]:

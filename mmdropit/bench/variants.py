@@ -29,6 +29,7 @@ from .budget_grid import (GRID_POINTS, GRID_VARIANTS, LOSSY_GRID_POINTS, LOSSY_G
 from .frontier import FP32
 from .techniques import (BF16, bf16_autocast, checkpoint_plan, compiled_forward,
                          compressed_activations, decided_autocast, dropit, fp16_autocast,
+                         graph_int8,
                          grad_checkpointing, memory_budget, micro_batches,
                          mmengine_checkpointing, offload, stacked, uniform_sqrt)
 from .workload import Workload
@@ -199,6 +200,8 @@ def catalogue() -> dict[str, Variant]:
         Variant('int8-acts+compile+bf16',
                 prepare=stacked(compressed_activations(with_dropit=False), compiled_forward),
                 forward=bf16_autocast, precision=LOSSY, compiled=True),
+        Variant('graph-int8+compile+bf16', prepare=compiled_forward,
+                forward=stacked(bf16_autocast, graph_int8), precision=LOSSY, compiled=True),
         Variant('dropit-int4', prepare=dropit('mink', value_bits=4), precision=LOSSY),
         Variant('int4-acts', prepare=compressed_activations(with_dropit=False, bits=4),
                 precision=LOSSY),
