@@ -10,7 +10,7 @@ from mmengine.runner import Runner
 from torch._subclasses.fake_tensor import is_fake
 
 import mmdropit.codecs.graph_codes as graph_codes
-from tests.conftest import TINY_VIT, TINY_VIT_2_ITERS, log_text, run_tool, two_iteration_cfg
+from tests.conftest import TINY_VIT, assert_one_line_error, log_text, two_iteration_cfg
 
 
 @pytest.mark.slow
@@ -42,10 +42,4 @@ def test_a_compiled_run_trains_with_the_codec_in_its_graphs(tmp_path, monkeypatc
      "\ncompile = True", 'GraphInt8Hook beside MemoryBudgetHook'),
 ], ids=['eager', 'budget'])
 def test_misuse_is_one_line_through_train_py(tmp_path, extra, message):
-    config = tmp_path / 'config.py'
-    config.write_text(f"_base_ = r'{TINY_VIT}'\n{extra}\n")
-    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path),
-                      '--cfg-options', *TINY_VIT_2_ITERS, check=False)
-    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
-    assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
+    assert_one_line_error(tmp_path, extra, message)

@@ -19,9 +19,9 @@ from mmdropit.codecs import CompressedActivations
 from mmdropit.common.units import mib
 from mmdropit.dropit import dropit_layers
 from mmdropit.engine.hooks import MemoryBudgetHook, MemoryReportHook
-from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, assert_ranks_identical,
-                            digit_coco_options, log_text, run_tool, train_on_two_ranks,
-                            two_iteration_cfg)
+from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, assert_one_line_error,
+                            assert_ranks_identical, digit_coco_options, log_text, run_tool,
+                            train_on_two_ranks, two_iteration_cfg)
 
 TINY_RESNET = ROOT / 'configs' / 'tiny' / 'resnet18_mnist5k.py'
 MIB = 2**20
@@ -313,10 +313,4 @@ def test_bad_arguments_fail_at_build_time(kwargs, message):
 ], ids=['impossible', 'checkpoint-plan-hook', 'micro-batches', 'nothing-lossy-left',
         'compiled-offload', 'offload-hook'])
 def test_conflicts_and_impossible_budgets_are_one_line_through_train_py(tmp_path, extra, message):
-    config = tmp_path / 'config.py'
-    config.write_text(f"_base_ = r'{TINY_VIT}'\n{extra}\n")
-    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path),
-                      '--cfg-options', *TINY_VIT_2_ITERS, check=False)
-    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
-    assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
+    assert_one_line_error(tmp_path, extra, message)
