@@ -9,9 +9,9 @@ with a float32 scale per 32 values; or 4 / 2-bit codes with a minimum and step p
 rounded stochastically), and whose unpack hook rebuilds it for the backward pass (the approach of
 ActNN and GACT, without their CUDA kernels), a saved view with the strides it had
 (:mod:`.saved_views`: a backward graph that ``torch.compile`` built asserts them). Parameters
-and small or integer tensors (indices, DropIT's bitmasks) pass unchanged. The dense tensor is freed when nothing else holds it: a
-LayerNorm's or GELU's input, a BatchNorm's input, the query / key / value and output that
-attention saves. A tensor that another (unconverted) op also saves stays alive, and then the
+and small or integer tensors (indices, DropIT's bitmasks) pass unchanged. The dense tensor is
+freed when nothing else holds it: a LayerNorm's or GELU's input, a BatchNorm's input, the
+query / key / value and output that attention saves. A tensor that another (unconverted) op also saves stays alive, and then the
 codes are extra memory: compare the step peak, not only the saved bytes
 (``tools/benchmark.py``'s ``*-int8-acts`` variants report both).
 
