@@ -3,17 +3,17 @@ attention modules, stored as per-group int8 (:mod:`.int8`) or 4 / 2-bit codes (:
 
 :func:`~.config.compress_activations` (a :class:`~.config.CompressionConfig` applied) converts
 chosen modules of a model in place: each runs its forward under
-``torch.autograd.graph.saved_tensors_hooks`` whose pack hook stores every floating tensor
-of at least :data:`MIN_NUMEL` elements that autograd saves there in ``bits`` bits (int8 codes
-with a float32 scale per 32 values; or 4 / 2-bit codes with a minimum and step per 32 values,
-rounded stochastically), and whose unpack hook rebuilds it for the backward pass (the approach of
-ActNN and GACT, without their CUDA kernels), a saved view with the strides it had
+``torch.autograd.graph.saved_tensors_hooks`` whose pack hook stores every floating tensor of at
+least :data:`MIN_NUMEL` elements that autograd saves there in ``bits`` bits (int8 codes with a
+float32 scale per 32 values; or 4 / 2-bit codes with a minimum and step per 32 values, rounded
+stochastically), and whose unpack hook rebuilds it for the backward pass (the approach of ActNN
+and GACT, without their CUDA kernels), a saved view with the strides it had
 (:mod:`.saved_views`: a backward graph that ``torch.compile`` built asserts them). Parameters
 and small or integer tensors (indices, DropIT's bitmasks) pass unchanged. The dense tensor is
-freed when nothing else holds it: a LayerNorm's or GELU's input, a BatchNorm's input, the
-query / key / value and output that attention saves. A tensor that another (unconverted) op also saves stays alive, and then the
-codes are extra memory: compare the step peak, not only the saved bytes
-(``tools/benchmark.py``'s ``*-int8-acts`` variants report both).
+freed when nothing else holds it: a LayerNorm's or GELU's input, a BatchNorm's input, the query
+/ key / value and output that attention saves. A tensor that another (unconverted) op also saves
+stays alive, and then the codes are extra memory: compare the step peak, not only the saved
+bytes (``tools/benchmark.py``'s ``*-int8-acts`` variants report both).
 
 The gradient is that of the rounded activations: in 8 bits each element errs by at most half a
 step, ``max|v| / 254`` of its group of 32; in 4 and 2 bits by less than one step,
