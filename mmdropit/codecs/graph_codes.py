@@ -3,14 +3,14 @@
 ``torch.compile`` (AOTAutograd) inlines saved-tensor hooks that are ``torch.fx.GraphModule`` s:
 the pack hook is traced into the end of each compiled forward graph, on every intermediate the
 graph saves (the tensors it alone holds; not its inputs, parameters or outputs), and the unpack
-hook into the start of the backward graph. The int8 codec of :mod:`.int8` (per-group int8 with
-a float32 scale per 32 values) thus runs as the compiler's own fused kernels beside the
-operations that make and use the saved tensors, with no Python call, launch of ours or graph
-break per tensor (the per-module hooks of :mod:`.activations` break the graph at each converted
-module). The 4- and 2-bit codecs are not offered here: their encoder is a custom operator the
-compiler cannot fuse, and traced this way it left the step's peak where it was. Every floating
-intermediate of at least :data:`~.activations.MIN_NUMEL` elements is stored as codes: Linear and
-convolution inputs too, as in Mesa, not only what norms, activations and attention save.
+hook into the start of the backward graph. The int8 codec of :mod:`.int8` (per-group int8 with a
+float32 scale per 32 values) thus runs as the compiler's own fused kernels beside the operations
+that make and use the saved tensors, with no Python call, launch of ours or graph break per
+tensor (the per-module hooks of :mod:`.activations` break the graph at each converted module).
+The 4- and 2-bit codecs are not offered here: their encoder is a custom operator the compiler
+cannot fuse (docs/dropit.md). Every floating intermediate of at least
+:data:`~.activations.MIN_NUMEL` elements is stored as codes: Linear and convolution inputs too,
+as in Mesa, not only what norms, activations and attention save.
 
 The hooks must be on top of the saved-tensor hooks while a graph compiles: dynamo guards on
 the hooks on top, so the same code compiled under other hooks, or none, is another graph.
@@ -24,8 +24,9 @@ group of 32).
 Example:
     >>> model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
     ...                             torch.nn.Linear(128, 8))
-    >>> with int8_graph_hooks():   # around the forward pass; the first call compiles with them
-    ...     loss = model(torch.randn(64, 64)).sum()
+    >>> compiled = torch.compile(model)
+    >>> with int8_graph_hooks():   # around the forward pass: its first call compiles with them
+    ...     loss = compiled(torch.randn(64, 64)).sum()
     >>> loss.backward()
 """
 from __future__ import annotations
