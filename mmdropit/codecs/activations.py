@@ -60,7 +60,7 @@ from ..errors import ConfigError
 from .bits import dequantize_values, quantize_values
 from .derivative_codes import CODE_BITS, derivative_table, lean_activation
 from .recomputed import checkpoint_hooks
-from .saved_views import ViewLayout
+from .saved_views import ViewLayout, elements_apart
 
 MIN_NUMEL = 4096
 """Smaller saved tensors stay as they are (their codes would save little)."""
@@ -116,9 +116,12 @@ def observe_compression(observer: CompressionObserver) -> contextlib.AbstractCon
 
 
 def _stored_as_codes(tensor: torch.Tensor) -> bool:
-    """Whether a saved tensor is stored as codes: floating, large enough, not a parameter."""
+    """Whether a saved tensor is stored as codes: floating, large enough, not a parameter, and
+    no two of its elements in one place (an expanded tensor's codes would outweigh the storage
+    it views, and could not come back with its strides)."""
     return (tensor.is_floating_point() and tensor.numel() >= MIN_NUMEL
-            and not (tensor.requires_grad and tensor.is_leaf))
+            and not (tensor.requires_grad and tensor.is_leaf)
+            and (tensor.is_contiguous() or elements_apart(tensor)))
 
 
 @torch.compiler.disable  # called between compiled graphs: runs the fused kernels, not traced

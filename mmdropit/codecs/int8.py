@@ -57,7 +57,8 @@ converted in one piece (the compiler fuses the operations, and a loop would be u
 
 def _chunk(values: torch.Tensor) -> int:
     """Values converted at a time: :data:`CHUNK`, or all of them where ``values`` is traced."""
-    return max(values.numel(), 1) if is_fake(values) else CHUNK
+    traced = torch.compiler.is_compiling() or is_fake(values)
+    return max(values.numel(), 1) if traced else CHUNK
 
 
 def quantize(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

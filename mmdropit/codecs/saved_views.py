@@ -33,7 +33,7 @@ def _extent(tensor: torch.Tensor) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
 
 
-def _apart(tensor: torch.Tensor) -> bool:
+def elements_apart(tensor: torch.Tensor) -> bool:
     """Whether no two elements of a tensor share a storage element (tested dimension by
     dimension, smallest stride first: each stride passes what the dimensions below it reach;
     dimensions of size 1 take no room)."""
@@ -102,7 +102,7 @@ class ViewLayout:
     def of(cls, tensor: torch.Tensor) -> ViewLayout | None:
         """The layout of a saved tensor, or ``None`` where it needs none: it is contiguous, or
         its elements overlap (an expanded tensor), which a buffer could not hold apart."""
-        if tensor.is_contiguous() or not _apart(tensor):
+        if tensor.is_contiguous() or not elements_apart(tensor):
             return None
         spans = _SPANS.setdefault(tensor.untyped_storage(), {})
         span = spans.get(tensor.dtype)

@@ -123,6 +123,21 @@ def test_compiled_the_saved_views_come_back_with_the_strides_the_backward_graph_
         assert (a - e).norm() <= 0.02 * e.norm() + 1e-7
 
 
+def test_an_expanded_saved_tensor_stays_as_it_is():
+    """A GELU given an expanded tensor (stride 0) saves it: its codes would outweigh the storage
+    it views, so it is kept."""
+    gelu = torch.nn.GELU()
+    compress_activations(torch.nn.Sequential(gelu), bits=8)
+    column = torch.randn(64, 1, requires_grad=True)
+    stored: list[str] = []
+    with observe_compression(lambda compression, dense, size: stored.append(compression.name)):
+        gelu(column.expand(64, 128)).sum().backward()
+    assert stored == []
+    exact = column.detach().clone().requires_grad_()
+    torch.nn.functional.gelu(exact.expand(64, 128)).sum().backward()
+    assert torch.equal(column.grad, exact.grad)
+
+
 def test_with_dropit_the_kept_values_inside_attention_are_int8_too():
     torch.manual_seed(0)
     vit = timm.create_model('vit_tiny_patch16_224', img_size=56, patch_size=7, in_chans=1,

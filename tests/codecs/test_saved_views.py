@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mmdropit.codecs.saved_views import ViewLayout
+from mmdropit.codecs.saved_views import ViewLayout, elements_apart
 
 
 def _rebuilt(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -48,3 +48,5 @@ def test_contiguous_and_overlapping_tensors_need_no_layout():
     assert ViewLayout.of(torch.randn(4, 1).expand(4, 8)) is None
     assert ViewLayout.of(torch.randn(8, 8).as_strided((4, 4), (1, 1))) is None
     assert ViewLayout.of(torch.randn(4, 8).t()) is not None
+    assert not elements_apart(torch.randn(4, 1).expand(4, 8))
+    assert elements_apart(torch.randn(2, 5, 3, 4).permute(2, 0, 3, 1)[0])
