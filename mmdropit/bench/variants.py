@@ -29,8 +29,7 @@ from .budget_grid import (GRID_POINTS, GRID_VARIANTS, LOSSY_GRID_POINTS, LOSSY_G
 from .frontier import FP32
 from .techniques import (BF16, bf16_autocast, checkpoint_plan, compiled_forward,
                          compressed_activations, decided_autocast, dropit, fp16_autocast,
-                         graph_int8,
-                         grad_checkpointing, memory_budget, micro_batches,
+                         grad_checkpointing, graph_int8, memory_budget, micro_batches,
                          mmengine_checkpointing, offload, stacked, uniform_sqrt)
 from .workload import Workload
 

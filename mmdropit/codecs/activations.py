@@ -115,13 +115,18 @@ def observe_compression(observer: CompressionObserver) -> contextlib.AbstractCon
     return _COMPRESSIONS.listening(observer)
 
 
-def _stored_as_codes(tensor: torch.Tensor) -> bool:
-    """Whether a saved tensor is stored as codes: floating, large enough, not a parameter, and
-    no two of its elements in one place (an expanded tensor's codes would outweigh the storage
-    it views, and could not come back with its strides)."""
+def worth_codes(tensor: torch.Tensor) -> bool:
+    """Whether a saved tensor is worth storing as codes: floating, of at least
+    :data:`MIN_NUMEL` elements, not a parameter (which stays held anyway)."""
     return (tensor.is_floating_point() and tensor.numel() >= MIN_NUMEL
-            and not (tensor.requires_grad and tensor.is_leaf)
-            and (tensor.is_contiguous() or elements_apart(tensor)))
+            and not (tensor.requires_grad and tensor.is_leaf))
+
+
+def _stored_as_codes(tensor: torch.Tensor) -> bool:
+    """Whether a saved tensor is stored as codes: worth it, and no two of its elements in one
+    place (an expanded tensor's codes would outweigh the storage it views, and could not come
+    back with its strides)."""
+    return worth_codes(tensor) and (tensor.is_contiguous() or elements_apart(tensor))
 
 
 @torch.compiler.disable  # called between compiled graphs: runs the fused kernels, not traced

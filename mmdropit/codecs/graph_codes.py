@@ -35,7 +35,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import is_fake
 
-from .activations import MIN_NUMEL
+from .activations import worth_codes
 from .int8 import dequantize, quantize
 
 _Packed = tuple  # (tensor,) as saved, or (codes, scales, shape, dtype)
@@ -45,9 +45,7 @@ _Packed = tuple  # (tensor,) as saved, or (codes, scales, shape, dtype)
 def _int8_pack(tensor: torch.Tensor) -> _Packed:
     """``tensor`` as int8 codes, or as it is: not floating, small, a parameter, or, outside a
     compiled graph, a view whose strides a compiled backward could assert."""
-    if (not tensor.is_floating_point() or tensor.numel() < MIN_NUMEL
-            or (tensor.requires_grad and tensor.is_leaf)
-            or not (is_fake(tensor) or tensor.is_contiguous())):
+    if not (worth_codes(tensor) and (is_fake(tensor) or tensor.is_contiguous())):
         return (tensor,)
     return (*quantize(tensor.detach().reshape(-1)), tensor.shape, tensor.dtype)
 

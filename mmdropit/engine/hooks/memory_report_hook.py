@@ -41,11 +41,11 @@ class MemoryReportHook(SummaryHook):
 
     Under ``compile=True`` the second iteration is measured instead of the first, which
     compiles (on CPU the next one where another meter's profiler runs then), and only the step
-    peak: on CPU through
-    :class:`~mmdropit.memory.CompiledStepPeakMeter` (MemTracker's dispatch mode would make
-    dynamo leave the train step uncompiled for the whole run), on CUDA from the allocator as
-    without compile; saved activations are not measured (dynamo guards on the saved-tensor
-    hooks that count them, and would compile the step again for each measurement).
+    peak: on CPU through :class:`~mmdropit.memory.CompiledStepPeakMeter` (MemTracker's dispatch
+    mode would make dynamo leave the train step uncompiled for the whole run), on CUDA from the
+    allocator as without compile; saved activations are not measured (dynamo guards on the
+    saved-tensor hooks that count them, and would compile the step again for each
+    measurement).
 
     Args:
         interval: measure every ``interval`` training iterations (and the first one).
@@ -113,7 +113,7 @@ class MemoryReportHook(SummaryHook):
         saved = None if saved_meter is None else saved_meter.stop().total_bytes
         peak = peak_meter.stop()
         if isinstance(peak, int):  # the compiled step's on CPU: its total alone
-            peak = StepPeak(str(model_device(unwrap(runner.model))), peak, {})
+            peak = StepPeak(str(peak_meter.device), peak, {})
         scalars = self.scalars(saved, peak)
         self.last_scalars = scalars
         runner.visualizer.add_scalars(
