@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from ..common.eager_backward import eager_backward
 from ..common.saved_tensors import report_kept
 from ..kernels import fused_codec_ops
 from .low_bit import pack_codes, unpack_codes
@@ -152,6 +153,7 @@ def scale_gradient(grad: torch.Tensor, packed: torch.Tensor, kind: str) -> torch
     return grad * values[codes].view(grad.shape)
 
 
+@eager_backward
 class _LeanActivation(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, kind: str) -> torch.Tensor:

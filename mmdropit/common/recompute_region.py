@@ -43,7 +43,20 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-_STATE = threading.local()
+
+class _Marks(threading.local):
+    """This thread's marks: the depth of nested regions, and the checkpoint passes, innermost
+    last, each with the pack hook on top when it was marked. Set on each thread's first use,
+    so reading them never misses (dynamo fails on a thread-local attribute read with a
+    default, and then runs the checkpoint's whole region outside the graph)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+        self.passes: list[tuple[str, Callable | None]] = []
+
+
+_STATE = _Marks()
 _TOP_HOOKS: Callable[[bool], tuple | None] | None = getattr(
     torch._C._autograd, '_top_saved_tensors_default_hooks', None)
 _TORCH_PASSES = {'_checkpoint_hook.__init__.<locals>.pack_hook': 'first',
@@ -51,10 +64,11 @@ _TORCH_PASSES = {'_checkpoint_hook.__init__.<locals>.pack_hook': 'first',
 """The pack hooks of ``torch.utils.checkpoint``'s non-reentrant checkpoint by qualified name,
 and the pass each marks."""
 
+
 @contextlib.contextmanager
 def recomputed_region() -> Iterator[None]:
     """Mark the code inside as part of a checkpoint's region (regions may nest)."""
-    _STATE.depth = getattr(_STATE, 'depth', 0) + 1
+    _STATE.depth += 1
     try:
         yield
     finally:
@@ -63,7 +77,7 @@ def recomputed_region() -> Iterator[None]:
 
 def in_recomputed_region() -> bool:
     """Whether a checkpoint's region is running on this thread."""
-    return getattr(_STATE, 'depth', 0) > 0
+    return _STATE.depth > 0
 
 
 @contextlib.contextmanager
@@ -73,7 +87,7 @@ def checkpoint_pass(first: bool, recomputation: bool = False) -> Iterator[None]:
     checkpoint's recomputation (``recomputation``), or either pass of a selective checkpoint
     (its recomputation replays the first pass's ops in order, so a layer must run the same ops
     in both)."""
-    passes = _STATE.__dict__.setdefault('passes', [])
+    passes = _STATE.passes
     name = 'first' if first else 'recomputation' if recomputation else 'kept'
     passes.append((name, _top_pack()))
     try:
@@ -105,7 +119,7 @@ def innermost_pass() -> str | None:
     ``'kept'`` or ``None``: see :func:`checkpoint_pass`): a mark of :func:`checkpoint_pass`
     whose hooks are still on top, or a non-reentrant ``torch.utils.checkpoint`` pass inside it
     (or outside any mark). One query where a caller needs the pass itself, not one answer."""
-    passes = getattr(_STATE, 'passes', None)
+    passes = _STATE.passes
     pack = _top_pack()
     if passes and passes[-1][1] is pack:
         return passes[-1][0]

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch._C._functorch import unwrap_if_dead
 
 from ..common.backward_workspace import note_workspace
+from ..common.eager_backward import eager_backward
 from ..common.listeners import Listeners
 from ..common.random_source import generator
 from ..common.recompute_region import in_plain_checkpoint, saved_tensors_dropped
@@ -122,6 +123,7 @@ def _linear_not_a_view(x: torch.Tensor, weight: torch.Tensor,
     return out
 
 
+@eager_backward
 class DropITLinearFunction(torch.autograd.Function):
     """``F.linear`` whose saved input is the compact kept part (see the module docstring)."""
 
@@ -151,6 +153,7 @@ class DropITLinearFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None
 
 
+@eager_backward
 class DropITConvFunction(torch.autograd.Function):
     """``torch.convolution`` (N-d, not transposed) whose saved input is compact.
 

@@ -23,7 +23,6 @@ Example:
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -94,7 +93,6 @@ _CONV_FUNCTIONS = (torch.conv1d, torch.conv2d, torch.conv3d)
 _CONV_CLASSES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-@functools.cache
 def _own_forward(cls: type) -> str | None:
     """``'linear'`` / ``'conv'`` where a converted class runs ``nn.Linear``'s or an
     ``nn.ConvNd``'s own forward and convolution (not a subclass's), else ``None``."""
@@ -115,6 +113,13 @@ class DropITLayerMixin:
     """
 
     dropit: DropITState
+    _dropit_own_call: str | None = None
+    """:func:`_own_forward` of the class, set when the class is made (a class attribute is a
+    constant to dynamo, which evaluates ``_own_forward``'s ``super()`` test to ``None``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._dropit_own_call = _own_forward(cls)
 
     def _dropit_engaged(self) -> bool:
         return (self.training and self.dropit.gamma > 0 and torch.is_grad_enabled()
@@ -131,7 +136,7 @@ class DropITLayerMixin:
             # nn.Linear's and nn.ConvNd's own forward (zero padding) is one F.linear / F.convNd
             # call: made directly, without the routing mode (a Conv2d's step took ~60 us of
             # host time more through it, paid one for one on a host-bound GPU step)
-            own = _own_forward(type(self))
+            own = self._dropit_own_call
             if own == 'linear':
                 return dropit_linear(args[0], weight, self.bias, state)
             if own == 'conv' and self.padding_mode == 'zeros':

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
+from ..common.eager_backward import eager_backward
 from ..common.custom_operators import operator_or_body
 from ..kernels import cpu as fused_cpu
 from ..kernels import cuda as fused_cuda
@@ -77,6 +78,7 @@ def _where_passes_shape(grad, packed):
     return grad.new_empty(grad.shape)
 
 
+@eager_backward
 class _LeanActivationFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, kind: str, low: float, high: float, slope: float,

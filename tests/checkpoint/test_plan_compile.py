@@ -3,6 +3,7 @@ in one graph with no break, and the compiled step's gradients equal the eager st
 from __future__ import annotations
 
 import copy
+import threading
 
 import pytest
 import timm
@@ -49,6 +50,20 @@ def test_a_planned_model_is_one_graph_with_the_eager_gradients(kind):
     step(compiled, images).backward()
     for (name, expected), got in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(got.grad, expected.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_thread_that_ran_no_checkpoint_compiles_a_plan_in_one_graph():
+    """The region marks are thread-local: on a thread where no checkpoint ran before (a fresh
+    process, a plan loaded on resume), dynamo failed on reading a mark not set yet and ran each
+    checkpoint's region outside the graph (three breaks here)."""
+    model = _vit()
+    CheckpointPlan(targets=PLANS['plain']).apply(model)
+    explained = []
+    thread = threading.Thread(target=lambda: explained.append(
+        torch._dynamo.explain(_loss)(model, torch.randn(2, 1, 28, 28))))
+    thread.start()
+    thread.join()
+    assert explained[0].graph_break_count == 0, explained[0].break_reasons
 
 
 def test_compiled_recomputation_updates_batchnorm_statistics_once():

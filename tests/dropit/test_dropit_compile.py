@@ -10,7 +10,9 @@ import torch
 import torch._dynamo
 import torch._dynamo.testing
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from mmdropit.checkpoint import checkpoint_module
 from mmdropit.dropit import keep_ratio, to_dropit
 
 
@@ -67,3 +69,53 @@ def test_compiled_gradients_equal_the_eager_ones(build):
     assert keep_ratio(compiled) == pytest.approx(0.1, abs=0.01)
     for (name, expected), got in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(got.grad, expected.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize('layer', [nn.Linear(16, 16), nn.Conv2d(4, 8, 3)], ids=['linear', 'conv'])
+def test_a_dropit_layer_checkpointed_alone_is_one_graph(layer):
+    """A DropIT layer with nn.Linear's / nn.ConvNd's own forward calls its Function directly, a
+    fact read from its class: dynamo evaluated the ``super()`` test that finds it to ``None``,
+    and the layer took the routing mode, which a checkpoint region refuses (a mode pushed inside
+    it is a side effect outside it)."""
+    torch.manual_seed(0)
+    layer = to_dropit(layer, gamma=0.9, exclude=[])
+    x = torch.randn(2, 16) if isinstance(layer, nn.Linear) else torch.randn(2, 4, 8, 8)
+
+    def loss(inputs: torch.Tensor) -> torch.Tensor:
+        return checkpoint(layer, inputs, use_reentrant=False).square().mean()
+
+    torch._dynamo.reset()
+    torch.compile(loss, backend='aot_eager', fullgraph=True)(x).backward()
+    assert layer.weight.grad is not None
+
+
+class _ScaledLinear(nn.Linear):
+    """A Linear with a forward of its own: DropIT routes its call through a mode."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * 0.5
+
+
+def test_a_checkpoint_dynamo_cannot_trace_trains_in_a_compiled_step():
+    """A checkpoint region that falls back to eager (the routing mode breaks it) inside a step
+    that calls ``backward`` itself, as MMEngine's compiled ``train_step`` does: the DropIT
+    Function's backward, run eagerly, is not compiled as a frame of its own (its guard on
+    ``ctx.saved_tensors`` unpacked the checkpoint's tensors twice: ``CheckpointError``), and the
+    gradients are the eager step's."""
+    torch.manual_seed(0)
+    eager = to_dropit(nn.Sequential(_ScaledLinear(16, 32), nn.GELU(), _ScaledLinear(32, 8)),
+                      gamma=0.9, exclude=[])
+    checkpoint_module(eager)
+    compiled = copy.deepcopy(eager)
+    x = torch.randn(6, 16)
+
+    def step(model: nn.Module) -> torch.Tensor:
+        loss = model(x).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    step(eager)
+    torch._dynamo.reset()
+    torch.compile(step, backend='aot_eager', dynamic=False)(compiled)
+    for (name, expected), got in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(got.grad, expected.grad, msg=name)

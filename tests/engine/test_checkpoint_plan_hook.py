@@ -107,11 +107,6 @@ def test_ddp_two_gloo_processes_share_one_plan_and_stay_in_sync(tmp_path, runner
     assert len(list(tmp_path.glob('checkpoint_plan_*.json'))) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known miss (stop 52): under MMEngine compile, a DropIT Function's backward run eagerly "
-    "inside a plan's checkpoint is compiled by dynamo, whose guard on ctx.saved_tensors "
-    "unpacks the checkpoint's tensor a second time (CheckpointError); this test passed before "
-    'only because MemoryReportHook kept the run eager'))
 def test_mmengine_compile_trains_with_a_plan_and_dropit(tmp_path):
     """``compile=True`` (inductor): the plan made on the first iteration is applied to the
     compiled model (dynamo re-traces it with the checkpoints as its checkpoint regions), and the
