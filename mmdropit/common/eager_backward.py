@@ -1,16 +1,16 @@
 """Autograd Functions whose backward dynamo never compiles as a frame of its own.
 
 When autograd runs a Python Function's ``backward`` eagerly (the Function's forward ran outside
-a compiled graph: a graph break, a checkpoint region dynamo could not trace) while dynamo's frame
-callback is active (``loss.backward()`` called from a compiled function, as MMEngine's compiled
-``train_step`` does), dynamo compiles that ``backward`` as a frame of its own. That frame gains
-nothing, costs a compilation per layout, and inside a non-reentrant checkpoint it fails: its
-guard on ``ctx.saved_tensors`` unpacks the saved tensors a second time, which the checkpoint
-refuses (``CheckpointError: Unpack is being triggered for a tensor that was already unpacked
-once``). :func:`eager_backward` marks the ``backward`` code, and all it calls, to run as it is
-when entered as a frame. Dynamo still traces the Function whole, ``backward`` included, where
-the Function is applied inside a graph it captures: tracing inlines the code, it does not
-enter it as a frame.
+a compiled graph: a graph break, a checkpoint region dynamo could not trace) while dynamo's
+frame callback is active (``loss.backward()`` called from a compiled function, as MMEngine's
+compiled ``train_step`` does), dynamo compiles that ``backward`` as a frame of its own. That
+frame gains nothing, costs a compilation per layout, and inside a non-reentrant checkpoint it
+fails: its guard on ``ctx.saved_tensors`` unpacks the saved tensors a second time, which the
+checkpoint refuses (``CheckpointError: Unpack is being triggered for a tensor that was already
+unpacked once``). :func:`eager_backward` marks the ``backward`` code, and all it calls (a
+checkpoint's recomputation that it sets off included), to run as it is when entered as a frame.
+Dynamo still traces the Function whole, ``backward`` included, where the Function is applied
+inside a graph it captures: tracing inlines the code, it does not enter it as a frame.
 
 Example:
     >>> @eager_backward

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch.library import custom_op, register_fake
 
-from ..common.eager_backward import eager_backward
 from ..common.custom_operators import operator_or_body
+from ..common.eager_backward import eager_backward
 from ..kernels import cpu as fused_cpu
 from ..kernels import cuda as fused_cuda
 from ..kernels import fused_lean_node
