@@ -61,6 +61,15 @@ def run_tool(*args: str, env: dict | None = None, timeout: int = 600,
     return result
 
 
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The one ``error:`` line of a tool that failed without a traceback."""
+    assert result.returncode != 0
+    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith('error:')]
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
 def assert_one_line_error(work_dir: Path, config_lines: str, message: str) -> None:
     """``tools/train.py`` on the tiny ViT with ``config_lines`` appended fails before training
     with one ``error:`` line containing ``message`` and no traceback."""
@@ -68,9 +77,8 @@ def assert_one_line_error(work_dir: Path, config_lines: str, message: str) -> No
     config.write_text(f"_base_ = r'{TINY_VIT}'\n{config_lines}\n")
     result = run_tool('tools/train.py', str(config), '--work-dir', str(work_dir),
                       '--cfg-options', *TINY_VIT_2_ITERS, check=False)
-    assert result.returncode != 0 and 'Traceback' not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
-    assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
+    error = one_line_error(result)
+    assert message in error, result.stderr[-3000:]
 
 
 def free_port() -> int:

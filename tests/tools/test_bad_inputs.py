@@ -17,21 +17,13 @@ import torch
 
 from mmdropit.cli.friendly_errors import explain
 from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
-                            free_port, run_dist_train, run_tool)
+                            free_port, one_line_error, run_dist_train, run_tool)
 
 
 def _write_config(tmp_path, body: str) -> str:
     path = tmp_path / 'config.py'
     path.write_text(textwrap.dedent(body))
     return str(path)
-
-
-def _one_line_error(result) -> str:
-    assert result.returncode != 0
-    assert 'Traceback' not in result.stderr, result.stderr[-3000:]
-    lines = [line for line in result.stderr.splitlines() if line.startswith('error:')]
-    assert len(lines) == 1, result.stderr[-3000:]
-    return lines[0]
 
 
 def test_unknown_hook_under_mmdet_scope_is_one_line(tmp_path):
@@ -41,7 +33,7 @@ def test_unknown_hook_under_mmdet_scope_is_one_line(tmp_path):
         custom_hooks = [dict(type='DropItHookTypo')]
         ''')
     result = run_tool('tools/train.py', config, '--work-dir', str(tmp_path), check=False)
-    line = _one_line_error(result)
+    line = one_line_error(result)
     assert "unknown type 'DropItHookTypo'" in line and 'custom_imports' in line
 
 
@@ -51,14 +43,14 @@ def test_misspelt_model_key_is_one_line(tmp_path):
         model = dict(label_smoothin=0.1)
         ''')
     result = run_tool('tools/train.py', config, '--work-dir', str(tmp_path), check=False)
-    line = _one_line_error(result)
+    line = one_line_error(result)
     assert "unexpected keyword argument 'label_smoothin'" in line and 'misspelt' in line
 
 
 def test_missing_detection_data_is_one_line(tmp_path):
     result = run_tool('tools/train.py', str(TINY_FRCNN), '--work-dir', str(tmp_path),
                       '--cfg-options', *digit_coco_options(tmp_path / 'nowhere'), check=False)
-    line = _one_line_error(result)
+    line = one_line_error(result)
     assert 'nowhere' in line and 'data_root' in line
 
 
@@ -81,7 +73,7 @@ def test_broken_or_missing_mmcv_is_one_line(tmp_path, module, error, expected):
     (tmp_path / 'sitecustomize.py').write_text(BLOCK_MODULE.format(module=module, error=error))
     result = run_tool('tools/train.py', str(TINY_FRCNN), '--work-dir', str(tmp_path),
                       env={'PYTHONPATH': str(tmp_path)}, check=False)
-    line = _one_line_error(result)
+    line = one_line_error(result)
     assert all(text in line for text in expected), line
 
 
@@ -99,7 +91,7 @@ def test_mmcv_installed_without_its_ops_trains_all_but_mmdet_models(tmp_path, co
     if trains:
         assert 'Saving checkpoint at 1 epochs' in result.stdout + result.stderr
     else:
-        line = _one_line_error(result)
+        line = one_line_error(result)
         assert "compiled ops do not load" in line and "No module named 'mmcv._ext'" in line
 
 
@@ -121,7 +113,7 @@ def test_a_config_syntax_error_names_the_file_and_line(tmp_path, broken):
     top.write_text("_base_ = ['./base.py']\nx = [1,\n" if broken == 'top' else
                    "_base_ = ['./base.py']\nx = 1\n")
     result = run_tool('tools/train.py', str(top), '--work-dir', str(tmp_path), check=False)
-    _one_line_error(result)
+    one_line_error(result)
     line = 2
     assert f'error: syntax error in config file {tmp_path / (broken + ".py")}, line {line}' \
         in result.stderr, result.stderr
@@ -137,7 +129,7 @@ def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path, how):
                    'load_from': ('tools/train.py', ['--cfg-options', f'load_from={broken}'])}[how]
     result = run_tool(tool, str(TINY_VIT), *extra, '--work-dir', str(tmp_path / 'work'),
                       check=False)
-    _one_line_error(result)
+    one_line_error(result)
     assert f'checkpoint {broken} is truncated or not a PyTorch checkpoint' in result.stderr
 
 
@@ -161,7 +153,7 @@ def test_bad_cfg_options_are_one_line(tmp_path, options, message):
 ])
 def test_a_missing_config_or_checkpoint_gets_no_data_root_hint(tool, args, message):
     result = run_tool(tool, *args, check=False)
-    _one_line_error(result)
+    one_line_error(result)
     assert message in result.stderr and 'data_root' not in result.stderr
 
 
@@ -171,7 +163,7 @@ def test_test_py_refuses_another_models_checkpoint(tmp_path):
                checkpoint)
     result = run_tool('tools/test.py', str(TINY_VIT), str(checkpoint), '--work-dir',
                       str(tmp_path / 'work'), check=False)
-    _one_line_error(result)
+    one_line_error(result)
     assert f'checkpoint {checkpoint} holds 0 of the' in result.stderr
     assert 'it was trained for another model' in result.stderr
 
@@ -189,7 +181,7 @@ def test_test_py_refuses_a_checkpoint_of_another_width(tmp_path):
     assert (f'error: checkpoint {checkpoint}: 55 of its weights have other shapes than this '
             "config's model's (e.g. model.cls_token: (1, 1, 48) in the checkpoint, (1, 1, 96) "
             'in the model): it was trained with other model settings (e.g. another width)') \
-        in _one_line_error(result)
+        in one_line_error(result)
 
 
 @dataclass(frozen=True)
@@ -316,7 +308,7 @@ def test_a_bad_input_is_one_line(tmp_path, bad):
     if '--work-dir' not in args:
         args += ['--work-dir', str(tmp_path / 'work')]
     result = run_tool(bad.tool, *args, check=False)
-    assert bad.expected.format(tmp=tmp_path) in _one_line_error(result)
+    assert bad.expected.format(tmp=tmp_path) in one_line_error(result)
 
 
 def test_dist_train_sh_with_a_missing_config_is_one_line(tmp_path):
@@ -411,4 +403,4 @@ def test_a_missing_base_file_is_one_line_naming_it(tmp_path):
     result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path / 'work'),
                       check=False)
     assert (f'names a file that does not exist: {tmp_path}/nowhere/base.py -- a _base_ path is '
-            'relative to the config that names it') in _one_line_error(result)
+            'relative to the config that names it') in one_line_error(result)
