@@ -68,30 +68,3 @@ def code_parts(numel: int, bits: int) -> tuple[tuple[torch.dtype, int], ...]:
         return (torch.int8, numel), (torch.float32, groups)
     return ((torch.uint8, groups * GROUP * bits // 8), (torch.float32, groups),
             (torch.float32, groups))
-
-
-def join_codes(codes: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """The tensors of :func:`quantize_values` as the bytes of one uint8 tensor (what a
-    checkpoint holds for one saved tensor)."""
-    return torch.cat([code.reshape(-1).view(torch.uint8) for code in codes])
-
-
-def split_codes(joined: torch.Tensor, bits: int, numel: int) -> tuple[torch.Tensor, ...]:
-    """The tensors :func:`join_codes` joined, for ``numel`` values in ``bits`` bits (views of
-    ``joined``, but for a part that starts unaligned for its dtype, copied).
-
-    Example:
-        >>> values = torch.randn(100)
-        >>> codes = quantize_values(values, 8)
-        >>> all(torch.equal(a, b) for a, b in zip(split_codes(join_codes(codes), 8, 100), codes))
-        True
-    """
-    parts, start = [], 0
-    for dtype, count in code_parts(numel, bits):
-        size = count * dtype.itemsize
-        part = joined[start:start + size]
-        if (joined.storage_offset() + start) % dtype.itemsize:  # the scales after an odd
-            part = part.clone()  # count of int8 codes: a view must start aligned
-        parts.append(part.view(dtype))
-        start += size
-    return tuple(parts)

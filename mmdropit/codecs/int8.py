@@ -14,8 +14,9 @@ bit; ``v / s`` is a true division everywhere.
 On the CPU, when the fused kernels are built (:mod:`mmdropit.kernels.cpu`), both ways are one
 pass of ``torch.ops.mmdropit_cpu`` (``quantize_int8``, ``dequantize_int8``), and on a GPU with
 Triton one launch of :mod:`mmdropit.kernels.cuda.codec_kernels`, with the same results bit for
-bit; traced (``torch.compile``, fake tensors) or under a dispatch mode (a memory
-meter) the eager operations run.
+bit; traced (``torch.compile``, fake tensors, ``make_fx``) the eager operations run
+(:func:`~mmdropit.common.custom_operators.traced`); under a memory meter the fused ones do, so
+that it sees what training holds.
 
 Example:
     >>> values = torch.tensor([0.5, -1.0, 0.25, 2.0])
@@ -31,8 +32,8 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import is_fake
 
+from ..common.custom_operators import traced
 from ..kernels import fused_codec_ops
 
 GROUP = 32
@@ -57,8 +58,7 @@ converted in one piece (the compiler fuses the operations, and a loop would be u
 
 def _chunk(values: torch.Tensor) -> int:
     """Values converted at a time: :data:`CHUNK`, or all of them where ``values`` is traced."""
-    traced = torch.compiler.is_compiling() or is_fake(values)
-    return max(values.numel(), 1) if traced else CHUNK
+    return max(values.numel(), 1) if traced(values) else CHUNK
 
 
 def quantize(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,8 +22,9 @@ kept on the device). Each value's uniform number is then a hash of its index key
 drawn from the plugin's generator, the same hash on both devices, not a draw from the generator
 itself, so the fused and the eager path round differently (both without bias); minimums, steps
 and rebuilt values are the same bit for bit. While ``torch.compile``
-traces, on fake tensors and under a dispatch mode (a memory meter) the eager operations run (the
-encoding, a custom operator, stays opaque to the compiler and runs fused in a compiled step).
+traces and on fake tensors the eager operations run (the encoding, a custom operator, stays
+opaque to the compiler and runs fused in a compiled step); under a memory meter the fused ones
+do, as in training.
 ``MMDROPIT_FUSED=0`` or :func:`~mmdropit.kernels.switch.eager_only` keeps the eager path.
 
 Example:

@@ -8,13 +8,13 @@ converted module's own hooks, the innermost, would hide its saved tensors from t
 hooks; inside a region it therefore hands each saved tensor on to the hooks on top of the stack when
 it runs, the checkpoint's (:func:`checkpoint_hooks`):
 
-- in the first pass as an uninitialised uint8 tensor of its codes' size: the checkpoint drops
-  it, and finds the two passes alike where it compares what they saved by shape and dtype
-  (``torch.utils.checkpoint`` does);
-- in the recomputation as its codes joined into one uint8 tensor
-  (:func:`~.bits.join_codes`): the checkpoint holds those bytes for backward instead of the
-  dense tensor;
-- in backward, the checkpoint hands the joined codes back, and the tensor is rebuilt from them.
+- in the first pass as uninitialised tensors of its codes' shapes and dtypes
+  (:func:`~.bits.code_parts`): the checkpoint drops them, and finds the two passes alike where
+  it compares what they saved by shape and dtype (``torch.utils.checkpoint`` does);
+- in the recomputation as its codes, each part handed on as it is (joined into one tensor they
+  would be copied while the dense tensor is alive): the checkpoint holds those bytes for
+  backward instead of the dense tensor;
+- in backward, the checkpoint hands the codes back, and the tensor is rebuilt from them.
 
 Whether a tensor is stored as codes depends on it alone (the same test in both passes), so the
 passes hand on the same number of tensors of the same shapes in the same order. A selective
@@ -38,8 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .bits import (dequantize_values, join_codes, quantize_values, quantized_values_bytes,
-                   split_codes)
+from .bits import code_parts, dequantize_values, quantize_values
 
 
 @dataclass(frozen=True)
@@ -47,13 +46,14 @@ class _Handed:
     """A saved tensor handed to the checkpoint's hooks.
 
     Attributes:
-        handle: What the checkpoint's pack hook returned for it.
+        handles: What the checkpoint's pack hook returned for each tensor handed on: the tensor
+            itself, or each part of its codes.
         bits: The bit width its recomputation stores it in (``None``: stored as it is).
         shape: Its shape.
         dtype: Its dtype.
     """
 
-    handle: object
+    handles: tuple[object, ...]
     bits: int | None
     shape: torch.Size
     dtype: torch.dtype
@@ -84,22 +84,22 @@ def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
 
     def pack(tensor: torch.Tensor) -> _Handed:
         if not stored_as_codes(tensor):
-            return _Handed(outer_pack(tensor), None, tensor.shape, tensor.dtype)
+            return _Handed((outer_pack(tensor),), None, tensor.shape, tensor.dtype)
         if recomputation:
-            kept = join_codes(quantize_values(tensor.detach().reshape(-1), bits))
+            codes = quantize_values(tensor.detach().reshape(-1), bits)
+            if stored is not None:
+                stored(tensor, sum(code.nbytes for code in codes))
         else:
-            kept = tensor.new_empty(quantized_values_bytes(tensor.numel(), bits),
-                                    dtype=torch.uint8)
-        if recomputation and stored is not None:
-            stored(tensor, kept.nbytes)
-        return _Handed(outer_pack(kept), bits, tensor.shape, tensor.dtype)
+            codes = tuple(tensor.new_empty(count, dtype=dtype)
+                          for dtype, count in code_parts(tensor.numel(), bits))
+        return _Handed(tuple(outer_pack(code) for code in codes), bits, tensor.shape,
+                       tensor.dtype)
 
     def unpack(handed: _Handed) -> torch.Tensor:
-        saved = outer_unpack(handed.handle)
+        saved = tuple(outer_unpack(handle) for handle in handed.handles)
         if handed.bits is None:
-            return saved
-        numel = handed.shape.numel()
-        codes = split_codes(saved, handed.bits, numel)
-        return dequantize_values(codes, handed.bits, numel, handed.dtype).view(handed.shape)
+            return saved[0]
+        values = dequantize_values(saved, handed.bits, handed.shape.numel(), handed.dtype)
+        return values.view(handed.shape)
 
     return torch.autograd.graph.saved_tensors_hooks(pack, unpack)

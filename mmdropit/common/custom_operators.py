@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 
 def through_dispatcher() -> bool:
@@ -34,3 +35,11 @@ def operator_or_body(operator: Callable, body: Callable) -> Callable:
     """``operator`` (a ``torch.ops`` custom operator) where :func:`through_dispatcher` says so,
     else ``body``, the Python function it was made from."""
     return operator if through_dispatcher() else body
+
+
+def traced(x: torch.Tensor) -> bool:
+    """Whether ``x`` is being traced rather than computed: ``torch.compile`` tracing, or a fake
+    tensor (``make_fx``, export, a compiler's partitioner). Operators without a fake
+    implementation cannot run on it; under any other dispatch mode (a memory meter, an
+    operator counter) on real tensors they can."""
+    return torch.compiler.is_compiling() or is_fake(x)

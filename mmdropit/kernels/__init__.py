@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..common.custom_operators import through_dispatcher
+from ..common.custom_operators import through_dispatcher, traced
 from . import cpu, cuda
 from .switch import nodes_enabled
 
@@ -101,9 +101,11 @@ def _node_runs_on(x: torch.Tensor) -> bool:
 def fused_codec_ops(x: torch.Tensor) -> Any | None:
     """The fused codec operations for ``x``'s device (``quantize_int8``, ``dequantize_int8``,
     ``quantize_low``, ``dequantize_low``), or ``None`` when none can run on it (the CPU kernels
-    not built, Triton missing, a dtype they do not take) and while traced or metered (they have
-    no fake implementation, and a compiler fuses the eager operations itself)."""
-    if through_dispatcher():
+    not built, Triton missing, a dtype they do not take) and while traced (they have no fake
+    implementation, and a compiler fuses the eager operations itself). Under a dispatch mode on
+    real tensors (a memory meter) they run: the meter sees what training holds, not the eager
+    operations' temporaries."""
+    if traced(x):
         return None
     if cpu.usable(x):
         return torch.ops.mmdropit_cpu

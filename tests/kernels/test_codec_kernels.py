@@ -9,12 +9,17 @@ import shutil
 
 import pytest
 import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmdropit.codecs import GROUP
+from mmdropit.checkpoint import checkpoint_run
+from mmdropit.codecs import GROUP, compress_activations
 from mmdropit.codecs.int8 import dequantize, quantize
 from mmdropit.codecs.low_bit import dequantize_low, quantize_low, unpack_codes
 from mmdropit.kernels import cpu as fused_cpu
 from mmdropit.kernels.switch import eager_only
+from mmdropit.memory import StepPeakMeter
 from tests.helpers.kernel_inputs import KINDS, kernel_input
 
 pytestmark = pytest.mark.skipif(shutil.which('c++') is None, reason='no C++ compiler here')
@@ -50,6 +55,62 @@ def test_the_int8_codec_takes_the_fused_path():
         dequantize(codes, scales, torch.float32)
     calls = {event.name for event in profile.events()}
     assert {'mmdropit_cpu::quantize_int8', 'mmdropit_cpu::dequantize_int8'} <= calls
+
+
+class _OperatorNames(TorchDispatchMode):
+    """Records the name of every operator dispatched under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_under_a_dispatch_mode_the_codecs_stay_fused():
+    """A memory meter is a dispatch mode: it must see the codecs as training runs them (one
+    operator each way), not the eager operations' temporaries (three copies of a chunk)."""
+    values = kernel_input(70_001, torch.float32, 'scaled')
+    with _OperatorNames() as seen:
+        codes, scales = quantize(values)
+        rebuilt = dequantize(codes, scales, torch.float32)
+    assert seen.names == ['mmdropit_cpu.quantize_int8.default',
+                          'mmdropit_cpu.dequantize_int8.default']
+    with eager_only():
+        assert torch.equal(rebuilt, dequantize(*quantize(values), torch.float32))
+
+
+def test_metered_a_checkpointed_compressed_gelu_holds_no_more_than_a_dense_one():
+    """Inside a plain checkpoint a compressed GELU's recomputation holds its codes instead of
+    its input: the meter's activation peak is no higher than the dense GELU's (measured with
+    the eager codec's temporaries, the compressed one read 1,282,056 bytes to 1,179,656)."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(32, 64), *[nn.Sequential(nn.Linear(64, 64), nn.GELU())
+                                               for _ in range(8)], nn.Linear(64, 10))
+    images, labels = torch.randn(256, 32), torch.randint(0, 10, (256,))
+    checkpoint_run(model, 7, 8)
+
+    def activation_peak() -> int:
+        for _ in range(2):  # the second pass, warm
+            with StepPeakMeter(model) as meter:
+                nn.functional.cross_entropy(model(images), labels).backward()
+            model.zero_grad(set_to_none=True)
+        return meter.result.activation_peak_bytes
+
+    dense = activation_peak()
+    compress_activations(model[8], bits=8)
+    assert activation_peak() <= dense
+
+
+def test_on_fake_tensors_the_codecs_run_eagerly():
+    """The fused operators have no fake implementation: traced, the eager operations run."""
+    with FakeTensorMode() as fake:
+        values = fake.from_tensor(kernel_input(1000, torch.float32, 'scaled'))
+        codes, scales = quantize(values)
+        rebuilt = dequantize(codes, scales, torch.float32)
+    assert (codes.dtype, scales.numel(), rebuilt.shape) == (torch.int8, 32, values.shape)
 
 
 @pytest.mark.parametrize('bits', [4, 2])
