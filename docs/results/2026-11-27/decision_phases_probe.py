@@ -42,15 +42,16 @@ def timed(owner, name: str, label: str) -> None:
     setattr(owner, name, wrapper)
 
 
-timed(measurements.Measurements, 'unplanned_peak', 'plain step metered')
-timed(measurements.Measurements, 'effect', 'lossy setting measured')
-timed(measurements.Measurements, 'seconds_of', 'pass of a size timed')
-timed(measurements.Measurements, 'peak_of', 'pass of a size metered')
-timed(trials.Trials, 'record_plain_step', 'step recorded for plans')
-timed(trials.Trials, 'peak', 'combination metered')
-timed(trials.Trials, 'seconds', 'combination timed')
-timed(budget, 'decide', 'search (with what it measures)')
-timed(budget, 'choose_measured', 'shortlist (with what it measures)')
-benchmark.main(sys.argv[1:])
-for label, total in seconds.items():
-    print(f'{label}: {total:.1f} s in {calls[label]} calls')
+if __name__ == '__main__':
+    timed(measurements.Measurements, 'unplanned_peak', 'plain step metered')
+    timed(measurements.Measurements, 'effect', 'lossy setting measured')
+    timed(measurements.Measurements, 'seconds_of', 'pass of a size timed')
+    timed(measurements.Measurements, 'peak_of', 'pass of a size metered')
+    timed(trials.Trials, 'record_plain_step', 'step recorded for plans')
+    timed(trials.Trials, 'peak', 'combination metered')
+    timed(trials.Trials, 'seconds', 'combination timed')
+    timed(budget, 'decide', 'search (with what it measures)')
+    timed(budget, 'choose_measured', 'shortlist (with what it measures)')
+    benchmark.main(sys.argv[1:])
+    for label, total in seconds.items():
+        print(f'{label}: {total:.1f} s in {calls[label]} calls')
