@@ -1,0 +1,206 @@
+"""Rebuilt activations: the layer after a GELU / SiLU keeps no copy of the activation's output;
+it keeps a note to rebuild it, in backward, from the activation's input, which the activation
+keeps anyway. Exact (the rebuilt output is the same computation on the same input, so every
+gradient is the same bit for bit), and the step holds one tensor where it held two.
+
+An activation whose backward reads its input (GELU, SiLU, Hardswish, Mish) saves that input;
+the Linear or convolution it feeds saves the output for its weight gradient, a tensor of the
+same size: in a transformer's MLP the two are the block's largest (four times the width each),
+a fifth of DeiT-S's activations. Here the converted activation notes its input and output as
+it returns (weakly: a note nothing reads holds nothing), and the converted layer, when called
+on that very output, runs under saved-tensor hooks whose pack hook stores, for that output (or
+a view of its storage, as ``F.linear`` saves), the note instead: the activation's input, its
+module, the view's shape and strides. The unpack hook runs the activation's own forward on the
+input again (with autograd on when backward builds a graph, so that double backward sees it).
+
+Steps aside (runs as the plain modules) wherever another technique manages saved tensors or
+the output does not reach the layer unchanged: inside any checkpoint, offload or
+``save_on_cpu`` region (saved-tensor hooks already on autograd's stack), while ``torch.compile``
+traces (its partitioner recomputes cheap operators itself), for an activation whose input does
+not require grad, for a module whose saved tensors are compressed
+(:mod:`.activations`), and when something between them (a dropout with ``p > 0``, a norm)
+makes a new tensor. A ReLU saves its output, which the next layer shares already: nothing to
+gain, so ReLU is not converted.
+
+Example:
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 8))
+    >>> with RebuiltActivationsConfig().apply(net) as applied:
+    ...     applied.summary
+    ...     net(torch.randn(32, 64)).sum().backward()
+    'rebuilt activations: 1 activations, 2 layers converted'
+    >>> type(net[1]).__name__
+    'GELU'
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import InitVar, dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from ..common.class_swap import ClassSwap
+from ..common.name_patterns import checked_list
+from ..common.technique import Applied
+from ..errors import ConfigError
+from .activations import CompressedActivations
+
+DEFAULT_TYPES: tuple[type[nn.Module] | str, ...] = (nn.GELU, nn.SiLU, nn.Hardswish, nn.Mish)
+"""Activations converted by default: those whose backward reads their input."""
+LAYER_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
+"""Layers that keep a note instead of an activation's output they are called on."""
+
+_SWAP = ClassSwap('Rebuilt')
+
+
+class _Latest(threading.local):
+    """The last converted activation's output and input on this thread (weakly), its module,
+    and the output's version counter then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.note: tuple[weakref.ref, weakref.ref, nn.Module, int] | None = None
+
+
+_LATEST = _Latest()
+
+
+def _hooks_active() -> bool:
+    """Whether saved-tensor hooks are on autograd's stack (a checkpoint, offload, codes)."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+@dataclass(frozen=True)
+class _Rebuild:
+    """What a layer keeps instead of an activation's output: enough to compute it again."""
+
+    source: torch.Tensor
+    version: int
+    module: nn.Module
+    shape: torch.Size
+    stride: tuple[int, ...]
+
+    def tensor(self) -> torch.Tensor:
+        """The output (in the view the layer saved), computed again from the input."""
+        if self.source._version != self.version:
+            raise RuntimeError('rebuilt activations: the input of an activation was modified '
+                               'in place after its forward pass; its output cannot be rebuilt')
+        output = _SWAP.base_of(self.module).forward(self.module, self.source)
+        return output.as_strided(self.shape, self.stride)
+
+
+class RebuildingActivation:
+    """Mixin put in front of a converted activation's class: notes its input and output."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        output = super().forward(x)
+        if (not torch.compiler.is_compiling() and torch.is_grad_enabled() and x.requires_grad
+                and not isinstance(self, CompressedActivations) and not _hooks_active()):
+            _LATEST.note = (weakref.ref(output), weakref.ref(x), self, output._version)
+        return output
+
+
+class RebuildingLayer:
+    """Mixin put in front of a converted layer's class: called on the last noted activation
+    output, it keeps a note to rebuild it instead of the output."""
+
+    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return super().forward(x, *args, **kwargs)
+        note, _LATEST.note = _LATEST.note, None
+        if note is None or note[0]() is not x or _hooks_active():
+            return super().forward(x, *args, **kwargs)
+        source, module, version = note[1](), note[2], note[3]
+        if source is None:
+            return super().forward(x, *args, **kwargs)
+        # the pack hook is kept with every tensor it packs: it must not hold the output
+        storage, offset, numel = x.untyped_storage().data_ptr(), x.storage_offset(), x.numel()
+        source_version = source._version
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor | _Rebuild:
+            if (tensor.untyped_storage().data_ptr() == storage
+                    and tensor.storage_offset() == offset and tensor.numel() == numel
+                    and tensor._version == version):
+                return _Rebuild(source, source_version, module, tensor.shape, tensor.stride())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
+            return super().forward(x, *args, **kwargs)
+
+
+def _unpack(saved: torch.Tensor | _Rebuild) -> torch.Tensor:
+    return saved.tensor() if isinstance(saved, _Rebuild) else saved
+
+
+def _selected(module: nn.Module, types: Sequence[type | str]) -> bool:
+    return any(type(module).__name__ == kind if isinstance(kind, str) else isinstance(module, kind)
+               for kind in types)
+
+
+@dataclass(frozen=True)
+class RebuiltActivationsConfig:
+    """Rebuilt activations (see the module): the chosen activations, and every Linear and
+    convolution, converted in place.
+
+    Args:
+        types: Activation classes, or class names, to convert (``None``:
+            :data:`DEFAULT_TYPES`); each must compute its output from its one input alone.
+        where: Who gives the values, to start error messages with (not stored).
+
+    Raises:
+        ConfigError: ``types`` is not a list.
+
+    Config example::
+
+        custom_hooks = [dict(type='RebuiltActivationsHook')]
+    """
+
+    name: ClassVar[str] = 'rebuilt-activations'
+    lossy: ClassVar[bool] = False
+
+    types: tuple[type[nn.Module] | str, ...] | None = None
+    where: InitVar[str] = 'rebuilt activations'
+
+    def __post_init__(self, where: str) -> None:
+        object.__setattr__(self, 'types', checked_list(
+            self.types, f"{where} types take a list, e.g. types=['GELU', 'SiLU']", (str, type)))
+
+    def apply(self, model: nn.Module) -> AppliedRebuilt:
+        """Convert ``model``'s chosen activations and its Linear and convolution layers in
+        place (Parameters and ``state_dict`` keys unchanged).
+
+        Raises:
+            ConfigError: If no activation matches.
+        """
+        types = DEFAULT_TYPES if self.types is None else self.types
+        activations = [module for module in model.modules()
+                       if _selected(module, types) and not _SWAP.is_swapped(module)]
+        if not activations:
+            names = ', '.join(t if isinstance(t, str) else t.__name__ for t in types)
+            raise ConfigError(f'rebuilt activations found no activation of '
+                              f'{type(model).__name__} of the types {names}: give types=')
+        layers = [module for module in model.modules()
+                  if isinstance(module, LAYER_TYPES) and not _SWAP.is_swapped(module)]
+        for module in activations:
+            _SWAP.swap_in(module, RebuildingActivation)
+        for module in layers:
+            _SWAP.swap_in(module, RebuildingLayer)
+        return AppliedRebuilt(activations + layers, len(activations), len(layers))
+
+    def to_json(self) -> dict:
+        types = None if self.types is None else [
+            kind if isinstance(kind, str) else kind.__name__ for kind in self.types]
+        return dict(types=types)
+
+
+class AppliedRebuilt(Applied):
+    """Rebuilt activations in effect; :meth:`remove` restores every converted module."""
+
+    def __init__(self, modules: list[nn.Module], activations: int, layers: int) -> None:
+        super().__init__(lambda: [_SWAP.swap_out(module) for module in modules],
+                         f'rebuilt activations: {activations} activations, {layers} layers '
+                         'converted')
