@@ -11,14 +11,15 @@ it returns (weakly: a note nothing reads holds nothing), and the converted layer
 on that very output, runs under saved-tensor hooks whose pack hook stores, for that output (or
 a view of its storage, as ``F.linear`` saves), the note instead: the activation's input, its
 module, the view's shape and strides. The unpack hook runs the activation's own forward on the
-input again (with autograd on when backward builds a graph, so that double backward sees it).
+input again (autograd puts the result in the output's place in the graph: double backward
+holds).
 
 Steps aside (runs as the plain modules) wherever another technique manages saved tensors or
 the output does not reach the layer unchanged: inside any checkpoint, offload or
-``save_on_cpu`` region (saved-tensor hooks already on autograd's stack), while ``torch.compile``
+``save_on_cpu`` region, and for an activation whose saved tensors are compressed
+(:mod:`.activations`) (saved-tensor hooks already on autograd's stack), while ``torch.compile``
 traces (its partitioner recomputes cheap operators itself), for an activation whose input does
-not require grad, for a module whose saved tensors are compressed
-(:mod:`.activations`), and when something between them (a dropout with ``p > 0``, a norm)
+not require grad, and when something between them (a dropout with ``p > 0``, a norm)
 makes a new tensor. A ReLU saves its output, which the next layer shares already: nothing to
 gain, so ReLU is not converted.
 
@@ -47,7 +48,6 @@ from ..common.class_swap import ClassSwap
 from ..common.name_patterns import checked_list
 from ..common.technique import Applied
 from ..errors import ConfigError
-from .activations import CompressedActivations
 
 DEFAULT_TYPES: tuple[type[nn.Module] | str, ...] = (nn.GELU, nn.SiLU, nn.Hardswish, nn.Mish)
 """Activations converted by default: those whose backward reads their input."""
@@ -89,7 +89,8 @@ class _Rebuild:
         if self.source._version != self.version:
             raise RuntimeError('rebuilt activations: the input of an activation was modified '
                                'in place after its forward pass; its output cannot be rebuilt')
-        output = _SWAP.base_of(self.module).forward(self.module, self.source)
+        with torch.no_grad():  # autograd gives it the output's place in the graph itself
+            output = _SWAP.base_of(self.module).forward(self.module, self.source)
         return output.as_strided(self.shape, self.stride)
 
 
@@ -99,7 +100,7 @@ class RebuildingActivation:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         output = super().forward(x)
         if (not torch.compiler.is_compiling() and torch.is_grad_enabled() and x.requires_grad
-                and not isinstance(self, CompressedActivations) and not _hooks_active()):
+                and not _hooks_active()):
             _LATEST.note = (weakref.ref(output), weakref.ref(x), self, output._version)
         return output
 

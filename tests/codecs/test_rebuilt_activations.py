@@ -1,0 +1,161 @@
+"""Rebuilt activations: the same gradients bit for bit, a lower peak where an activation feeds a
+layer, and plain modules wherever another technique manages what is saved."""
+from __future__ import annotations
+
+import timm
+import torch
+from torch import nn
+
+import pytest
+from mmdropit import ConfigError
+from mmdropit.checkpoint import checkpoint_module, uncheckpoint
+from mmdropit.codecs import compress_activations
+from mmdropit.codecs.rebuilt_activations import RebuiltActivationsConfig
+from mmdropit.memory import StepPeakMeter
+
+
+def _mlp(dropout: float = 0.0) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(dropout),
+                                         nn.Linear(256, 64)) for _ in range(4)])
+
+
+def _step(model: nn.Module, images: torch.Tensor) -> tuple[list[torch.Tensor], int]:
+    """The gradients and the activation peak (the second of two metered steps)."""
+    for _ in range(2):
+        torch.manual_seed(1)  # the same dropout masks in every step
+        with StepPeakMeter(model) as meter:
+            model(images).square().mean().backward()
+        grads = [param.grad.clone() for param in model.parameters()]
+        model.zero_grad(set_to_none=True)
+    return grads, meter.result.activation_peak_bytes
+
+
+def test_the_gradients_are_the_same_and_the_peak_holds_one_tensor_per_activation_less():
+    model, images = _mlp(), torch.randn(128, 64)
+    plain_grads, plain_peak = _step(model, images)
+    with RebuiltActivationsConfig().apply(model):
+        grads, peak = _step(model, images)
+    assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
+    gelu_outputs = 4 * 128 * 256 * 4
+    assert peak <= plain_peak - gelu_outputs + 128 * 256 * 4  # one rebuilt at a time
+    assert _step(model, images)[1] == plain_peak  # removed: plain modules again
+
+
+def test_a_timm_vit_in_bf16_gets_the_same_gradients_with_less_memory():
+    torch.manual_seed(0)
+    vit = timm.create_model('vit_tiny_patch16_224', img_size=32, patch_size=8, depth=2,
+                            num_classes=10).train()
+    images = torch.randn(8, 3, 32, 32)
+
+    def step() -> tuple[list[torch.Tensor], int]:
+        with StepPeakMeter(vit) as meter:
+            with torch.autocast('cpu', torch.bfloat16):
+                loss = vit(images).float().square().mean()
+            loss.backward()
+        grads = [param.grad.clone() for param in vit.parameters()]
+        vit.zero_grad(set_to_none=True)
+        return grads, meter.result.activation_peak_bytes
+
+    plain_grads, plain_peak = step()
+    with RebuiltActivationsConfig().apply(vit) as applied:
+        grads, peak = step()
+    assert applied.summary == 'rebuilt activations: 2 activations, 10 layers converted'
+    assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
+    assert peak < plain_peak
+
+
+def test_a_silu_feeding_a_convolution_is_rebuilt_and_double_backward_still_holds():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.SiLU(), nn.Conv2d(8, 4, 3)).double()
+    images = torch.randn(2, 3, 12, 12, dtype=torch.float64)
+
+    def second_order() -> list[torch.Tensor]:
+        grads = torch.autograd.grad(net(images).square().sum(), list(net.parameters()),
+                                    create_graph=True)
+        return list(torch.autograd.grad(sum(g.square().sum() for g in grads),
+                                        list(net.parameters())))
+
+    expected = second_order()
+    with RebuiltActivationsConfig().apply(net):
+        got = second_order()
+    assert all(torch.allclose(a, b) for a, b in zip(got, expected))
+
+
+def test_where_the_output_does_not_reach_the_layer_unchanged_nothing_is_rebuilt():
+    model, images = _mlp(dropout=0.5), torch.randn(128, 64)
+    plain_grads, plain_peak = _step(model, images)
+    with RebuiltActivationsConfig().apply(model):
+        grads, peak = _step(model, images)
+    assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
+    assert peak == plain_peak
+
+
+def test_inside_a_checkpoint_the_modules_run_plain():
+    model, images = _mlp(), torch.randn(128, 64)
+    for block in model:
+        checkpoint_module(block)
+    plain_grads, plain_peak = _step(model, images)
+    with RebuiltActivationsConfig().apply(model):
+        grads, peak = _step(model, images)
+    assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
+    assert peak == plain_peak
+    for block in model:
+        uncheckpoint(block)
+
+
+def test_under_other_saved_tensor_hooks_the_modules_run_plain():
+    """Where another technique stores what is saved (``save_on_cpu`` here copies it), a note
+    would keep the activation's input where that technique let it go."""
+    model, images = _mlp(), torch.randn(128, 64)
+    model.forward = lambda x, forward=model.forward: _on_cpu(forward, x)
+    plain_grads, plain_peak = _step(model, images)
+    with RebuiltActivationsConfig().apply(model):
+        grads, peak = _step(model, images)
+    assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
+    assert peak == plain_peak
+
+
+def _on_cpu(forward, x: torch.Tensor) -> torch.Tensor:
+    with torch.autograd.graph.save_on_cpu():
+        return forward(x)
+
+
+def test_a_compressed_activation_is_left_to_its_codes():
+    model, images = _mlp(), torch.randn(128, 64)
+    compress_activations(model, bits=8, types=[nn.GELU])
+    compressed_grads, compressed_peak = _step(model, images)
+    with RebuiltActivationsConfig().apply(model):
+        grads, peak = _step(model, images)
+    assert all(torch.equal(a, b) for a, b in zip(grads, compressed_grads))
+    assert peak == compressed_peak
+
+
+def test_compiled_the_model_is_one_graph_with_the_eager_gradients():
+    model, images = _mlp(), torch.randn(16, 64)
+    expected, _ = _step(model, images)
+    with RebuiltActivationsConfig().apply(model):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, fullgraph=True)
+        compiled(images).square().mean().backward()
+        got = [param.grad.clone() for param in model.parameters()]
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, expected))
+
+
+def test_an_activation_changed_in_place_after_it_ran_is_an_error_not_a_wrong_gradient():
+    net = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+    RebuiltActivationsConfig().apply(net)
+    hidden = net[0](torch.randn(4, 8))
+    out = net[2](net[1](hidden))
+    with torch.no_grad():
+        hidden.mul_(2)  # what the GELU's own backward reads as well
+    with pytest.raises(RuntimeError, match='rebuilt activations: the input of an activation'):
+        out.sum().backward()
+
+
+def test_bad_configurations_are_one_line_errors():
+    with pytest.raises(ConfigError, match=r"types take a list, e\.g\. types=\['GELU'"):
+        RebuiltActivationsConfig(types='GELU')
+    with pytest.raises(ConfigError, match='found no activation of Sequential of the types '
+                                          'ReLU: give types='):
+        RebuiltActivationsConfig(types=['ReLU']).apply(nn.Sequential(nn.Linear(2, 2)))
