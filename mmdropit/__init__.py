@@ -8,6 +8,7 @@ The core is pure PyTorch and works on any ``nn.Module``, with only torch install
     plan = mmdropit.plan_checkpoints(model, step, budget=0.5)  # step(): forward, returns the loss
     plan.apply(model); plan.remove(model)
     mmdropit.compress_activations(model, bits=8)             # norms, GELUs, attention: int8
+    mmdropit.rebuild_activations(model)                      # exact: GELU outputs not kept
     mmdropit.adapt_bits(model, step)                         # 8 / 4 / 2 bits where they matter
 
 When mmengine is installed, importing the package also imports :mod:`mmdropit.engine`: it
@@ -18,7 +19,7 @@ mmengine 0.10.7 on torch 2.13, so a config needs only::
     custom_imports = dict(imports=['mmdropit'], allow_failed_imports=False)
 """
 from .checkpoint import CheckpointPlan, plan_checkpoints
-from .codecs import compress_activations, restore_activations
+from .codecs import compress_activations, rebuild_activations, restore_activations
 from .dropit import adapt_bits, audit, from_dropit, to_dropit
 from .errors import (ConfigError, DataFormatError, DataNotFoundError, EnvironmentProblem,
                      MMDropITError)
@@ -26,7 +27,7 @@ from .errors import (ConfigError, DataFormatError, DataNotFoundError, Environmen
 __version__ = '0.1.0'
 
 __all__ = ['CheckpointPlan', 'adapt_bits', 'audit', 'compress_activations', 'from_dropit',
-           'plan_checkpoints', 'restore_activations', 'to_dropit',
+           'plan_checkpoints', 'rebuild_activations', 'restore_activations', 'to_dropit',
            'ConfigError', 'DataFormatError', 'DataNotFoundError', 'EnvironmentProblem',
            'MMDropITError',
            '__version__']

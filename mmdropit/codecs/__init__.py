@@ -10,6 +10,8 @@
 - :mod:`.activations`: normalisation, activation and attention modules converted in place so
   that what they save is stored in 8, 4 or 2 bits (GELU / SiLU optionally as derivative codes);
 - :mod:`.saved_views`: a saved view rebuilt with its strides (a compiled backward asserts them);
+- :mod:`.rebuilt_activations`: exact: the layer after a GELU / SiLU keeps a note to rebuild the
+  activation's output from its input (kept anyway) instead of a copy;
 - :mod:`.config`: :class:`CompressionConfig`, the technique's configuration, checked once and
   applied in one call (:func:`compress_activations` for a model in hand).
 
@@ -21,9 +23,10 @@ from .activations import (DEFAULT_TYPES, CompressedActivations, compressible_mod
 from .bits import BITS, check_bits, dequantize_values, quantize_values, quantized_values_bytes
 from .config import AppliedCompression, CompressionConfig, compress_activations
 from .int8 import GROUP, dequantize, quantize, quantized_bytes
+from .rebuilt_activations import AppliedRebuilt, RebuiltActivationsConfig, rebuild_activations
 
-__all__ = ['AppliedCompression', 'BITS', 'CompressedActivations', 'CompressionConfig',
+__all__ = ['AppliedCompression', 'AppliedRebuilt', 'BITS', 'CompressedActivations', 'CompressionConfig',
            'DEFAULT_TYPES', 'GROUP', 'check_bits',
            'compress_activations', 'compressible_modules', 'dequantize', 'dequantize_values',
            'quantize', 'quantize_values', 'quantized_bytes', 'quantized_values_bytes',
-           'restore_activations']
+           'RebuiltActivationsConfig', 'rebuild_activations', 'restore_activations']

@@ -205,3 +205,14 @@ class AppliedRebuilt(Applied):
         super().__init__(lambda: [_SWAP.swap_out(module) for module in modules],
                          f'rebuilt activations: {activations} activations, {layers} layers '
                          'converted')
+
+
+def rebuild_activations(model: nn.Module,
+                        types: Sequence[type | str] | None = None) -> AppliedRebuilt:
+    """Rebuilt activations on ``model``, in place (``RebuiltActivationsConfig(types)
+    .apply(model)``); the returned object's ``remove()`` undoes it.
+
+    Raises:
+        ConfigError: ``types`` is not a list, or no activation matches.
+    """
+    return RebuiltActivationsConfig(types).apply(model)

@@ -12,7 +12,7 @@ PARTS = [
     (DATASETS, 'ImageFolderDataset'), (TRANSFORMS, 'PackClsInputs'),
     (METRICS, 'TopKAccuracy'), (HOOKS, 'MemoryReportHook'), (HOOKS, 'MemoryBudgetHook'),
     (HOOKS, 'CompressActivationsHook'), (HOOKS, 'GraphInt8Hook'),
-    (HOOKS, 'ActivationOffloadHook'),
+    (HOOKS, 'ActivationOffloadHook'), (HOOKS, 'RebuiltActivationsHook'),
 ]
 
 
