@@ -14,6 +14,7 @@ from typing import ContextManager
 import torch
 from torch._dynamo.utils import counters
 
+from ..errors import ConfigError
 from ..memory import SavedTensorMeter, StepPeakMeter
 from .report import Measurement
 from .variants import BASELINE, Variant
@@ -84,7 +85,8 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
 
     Returns:
         One :class:`Measurement` per variant that ran, and one line per variant that failed on
-        this model (e.g. an operator without a bfloat16 kernel); the baseline must not fail.
+        this model (e.g. an operator without a bfloat16 kernel, a technique with nothing to
+        convert in it); the baseline must not fail.
     """
     optimizer = torch.optim.SGD(work.model.parameters(), lr=1e-4, momentum=0.9)
     work.optimizer = optimizer
@@ -99,7 +101,7 @@ def benchmark_workload(work: Workload, variants: list[Variant], steps: int,
                     train_step(work, variant, optimizer)
                 with StepPeakMeter(work.model, optimizer, device, reset_peak=True) as peak_meter:
                     train_step(work, variant, optimizer)
-        except (RuntimeError, NotImplementedError) as error:
+        except (RuntimeError, NotImplementedError, ConfigError) as error:
             if variant.name == BASELINE:
                 raise
             optimizer.zero_grad(set_to_none=True)

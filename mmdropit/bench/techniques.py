@@ -27,7 +27,7 @@ import torch
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
 from ..common.blocks import block_sequences
 from ..common.parameters import model_device
-from ..codecs import CompressionConfig
+from ..codecs import CompressionConfig, RebuiltActivationsConfig
 from ..codecs.graph_codes import int8_graph_hooks
 from ..dropit import DropITConfig
 from ..kernels.switch import eager_only
@@ -151,6 +151,12 @@ def compressed_activations(with_dropit: bool, bits: int = 8, lean: bool = False)
                 compression.apply(work.model):
             yield
     return prepare
+
+
+def rebuilt_activations(work: Workload) -> contextlib.AbstractContextManager:
+    """Activation outputs rebuilt in backward instead of kept by the layer after them
+    (:class:`RebuiltActivationsConfig`; exact)."""
+    return RebuiltActivationsConfig().apply(work.model)
 
 
 def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepare | None = None,

@@ -30,7 +30,8 @@ from .frontier import FP32
 from .techniques import (BF16, bf16_autocast, checkpoint_plan, compiled_forward,
                          compressed_activations, decided_autocast, dropit, fp16_autocast,
                          grad_checkpointing, graph_int8, memory_budget, micro_batches,
-                         mmengine_checkpointing, offload, stacked, uniform_sqrt)
+                         mmengine_checkpointing, offload, rebuilt_activations, stacked,
+                         uniform_sqrt)
 from .workload import Workload
 
 BASELINE = 'baseline'
@@ -211,6 +212,9 @@ def catalogue() -> dict[str, Variant]:
                 prepare=compressed_activations(with_dropit=True, bits=4), precision=LOSSY),
         Variant('dropit-int8+int8-acts-lean',
                 prepare=compressed_activations(with_dropit=True, lean=True), precision=LOSSY),
+        Variant('rebuilt-acts', prepare=rebuilt_activations),
+        Variant('rebuilt-acts+bf16', prepare=rebuilt_activations, forward=bf16_autocast,
+                precision='bf16'),
         Variant('ckpt-plan-min', prepare=checkpoint_plan(None)),
         Variant('ckpt-plan-0.5', prepare=checkpoint_plan(0.5)),
         _simple('grad-ckpt+bf16', checkpointed=True, bf16=True),

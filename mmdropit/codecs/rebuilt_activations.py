@@ -7,21 +7,22 @@ An activation whose backward reads its input (GELU, SiLU, Hardswish, Mish) saves
 the Linear or convolution it feeds saves the output for its weight gradient, a tensor of the
 same size: in a transformer's MLP the two are the block's largest (four times the width each),
 a fifth of DeiT-S's activations. Here the converted activation notes its input and output as
-it returns (weakly: a note nothing reads holds nothing), and the converted layer, when called
-on that very output, runs under saved-tensor hooks whose pack hook stores, for that output (or
-a view of its storage, as ``F.linear`` saves), the note instead: the activation's input, its
-module, the view's shape and strides. The unpack hook runs the activation's own forward on the
-input again (autograd puts the result in the output's place in the graph: double backward
-holds).
+it returns (a note nobody reads holds nothing once the output is gone), and the converted
+layer, when called on that very output, runs under saved-tensor hooks whose pack hook stores,
+for that output (or a view of its storage, as ``F.linear`` saves), the note instead: the
+activation's input, its module, the view's shape and strides. The unpack hook runs the
+activation's own forward on the input again (autograd puts the result in the output's place
+in the graph: double backward holds).
 
 Steps aside (runs as the plain modules) wherever another technique manages saved tensors or
 the output does not reach the layer unchanged: inside any checkpoint, offload or
-``save_on_cpu`` region, and for an activation whose saved tensors are compressed
-(:mod:`.activations`) (saved-tensor hooks already on autograd's stack), while ``torch.compile``
-traces (its partitioner recomputes cheap operators itself), for an activation whose input does
-not require grad, and when something between them (a dropout with ``p > 0``, a norm)
-makes a new tensor. A ReLU saves its output, which the next layer shares already: nothing to
-gain, so ReLU is not converted.
+``save_on_cpu`` region (hooks that keep saved tensors their own way are on autograd's stack
+there; a meter's only look: :func:`~mmdropit.common.saved_tensors.storing_hooks_active`); for
+an activation whose saved tensors are compressed (:mod:`.activations`: its input is not kept);
+while ``torch.compile`` traces (its partitioner recomputes cheap operators itself); for an
+activation whose input does not require grad; and when something between them (a dropout
+with ``p > 0``, a norm) makes a new tensor. A ReLU saves its output, which the next layer
+shares already: nothing to gain, so ReLU is not converted.
 
 Example:
     >>> from torch import nn
@@ -46,8 +47,10 @@ from torch import nn
 
 from ..common.class_swap import ClassSwap
 from ..common.name_patterns import checked_list
+from ..common.saved_tensors import report_kept, storing_hooks_active
 from ..common.technique import Applied
 from ..errors import ConfigError
+from .activations import CompressedActivations
 
 DEFAULT_TYPES: tuple[type[nn.Module] | str, ...] = (nn.GELU, nn.SiLU, nn.Hardswish, nn.Mish)
 """Activations converted by default: those whose backward reads their input."""
@@ -58,20 +61,16 @@ _SWAP = ClassSwap('Rebuilt')
 
 
 class _Latest(threading.local):
-    """The last converted activation's output and input on this thread (weakly), its module,
-    and the output's version counter then."""
+    """The last converted activation on this thread: its output (weakly), its input (held only
+    while the output lives: the weak reference's callback empties the box), its module, and
+    the output's version counter then."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.note: tuple[weakref.ref, weakref.ref, nn.Module, int] | None = None
+        self.note: tuple[weakref.ref, list[torch.Tensor], nn.Module, int] | None = None
 
 
 _LATEST = _Latest()
-
-
-def _hooks_active() -> bool:
-    """Whether saved-tensor hooks are on autograd's stack (a checkpoint, offload, codes)."""
-    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
 @dataclass(frozen=True)
@@ -100,9 +99,17 @@ class RebuildingActivation:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         output = super().forward(x)
         if (not torch.compiler.is_compiling() and torch.is_grad_enabled() and x.requires_grad
-                and not _hooks_active()):
-            _LATEST.note = (weakref.ref(output), weakref.ref(x), self, output._version)
+                and not storing_hooks_active() and not _compressed(self)):
+            box = [x]  # emptied when the output dies: a note nobody reads holds nothing
+            _LATEST.note = (weakref.ref(output, lambda _ref: box.clear()), box, self,
+                            output._version)
         return output
+
+
+def _compressed(module: nn.Module) -> bool:
+    """Whether ``module`` stores what it saves as codes (:mod:`.activations`): its input is not
+    kept dense, and a note would keep it."""
+    return isinstance(module, CompressedActivations) and module.compression.bits is not None
 
 
 class RebuildingLayer:
@@ -113,11 +120,9 @@ class RebuildingLayer:
         if torch.compiler.is_compiling():
             return super().forward(x, *args, **kwargs)
         note, _LATEST.note = _LATEST.note, None
-        if note is None or note[0]() is not x or _hooks_active():
+        if note is None or note[0]() is not x or storing_hooks_active():
             return super().forward(x, *args, **kwargs)
-        source, module, version = note[1](), note[2], note[3]
-        if source is None:
-            return super().forward(x, *args, **kwargs)
+        source, module, version = note[1][0], note[2], note[3]
         # the pack hook is kept with every tensor it packs: it must not hold the output
         storage, offset, numel = x.untyped_storage().data_ptr(), x.storage_offset(), x.numel()
         source_version = source._version
@@ -126,7 +131,9 @@ class RebuildingLayer:
             if (tensor.untyped_storage().data_ptr() == storage
                     and tensor.storage_offset() == offset and tensor.numel() == numel
                     and tensor._version == version):
+                report_kept(source)  # kept by the activation already: a meter counts it once
                 return _Rebuild(source, source_version, module, tensor.shape, tensor.stride())
+            report_kept(tensor)
             return tensor
 
         with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):

@@ -6,6 +6,10 @@ therefore hides them from a hook around the whole step (``SavedTensorMeter``). T
 reports each tensor it keeps to :func:`report_kept`; an outer meter that called
 :func:`watching_kept` counts them as if it had packed them itself.
 
+A meter's hooks only look (:func:`observing_saves`): :func:`storing_hooks_active` tells a
+technique whether hooks that keep tensors their own way (a checkpoint, offload, codes) are on
+top of autograd's stack, where it would replace them, meters left out.
+
 Example:
     >>> seen = []
     >>> with watching_kept(seen.append):
@@ -16,7 +20,8 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 import torch
@@ -24,6 +29,8 @@ import torch
 from .listeners import Listeners
 
 _WATCHERS: Listeners[[torch.Tensor]] = Listeners()
+_OBSERVERS: set[Callable] = set()
+"""The pack hooks of :func:`observing_saves` in effect."""
 
 
 def watching_kept(watcher: Callable[[torch.Tensor], object]) -> AbstractContextManager[None]:
@@ -36,3 +43,26 @@ def report_kept(*tensors: torch.Tensor) -> None:
     if _WATCHERS:
         for tensor in tensors:
             _WATCHERS.notify(tensor)
+
+
+@contextlib.contextmanager
+def observing_saves(pack: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    """Saved-tensor hooks that only look: ``pack(tensor)`` returns the tensor (or a detached
+    alias of it) for autograd to keep as it is."""
+    with torch.autograd.graph.saved_tensors_hooks(pack, _as_kept):
+        _OBSERVERS.add(pack)
+        try:
+            yield
+        finally:
+            _OBSERVERS.discard(pack)
+
+
+def _as_kept(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+def storing_hooks_active() -> bool:
+    """Whether the saved-tensor hooks on top of autograd's stack keep tensors their own way
+    (not those of :func:`observing_saves`)."""
+    top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    return top is not None and top[0] not in _OBSERVERS

@@ -18,7 +18,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 from ..common.parameters import local_part
-from ..common.saved_tensors import watching_kept
+from ..common.saved_tensors import observing_saves, watching_kept
 from .meter import Meter
 
 T = TypeVar('T')
@@ -92,7 +92,7 @@ class SavedTensorMeter(Meter[SavedActivations]):
     def __init__(self, model: nn.Module | None = None) -> None:
         super().__init__()
         self.model = model
-        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._hooks: contextlib.AbstractContextManager | None = None
         self._watching: contextlib.AbstractContextManager | None = None
         self._excluded: set[_StorageKey] = set()
         self._alive: dict[_StorageKey, weakref.ref] = {}
@@ -109,7 +109,7 @@ class SavedTensorMeter(Meter[SavedActivations]):
         self._alive = {}
         self._bytes_by_dtype = {}
         self._num_storages = 0
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._hooks = observing_saves(self._pack)
         self._hooks.__enter__()
         self._watching = watching_kept(self._pack)  # what inner saved-tensor hooks keep
         self._watching.__enter__()
@@ -145,10 +145,6 @@ class SavedTensorMeter(Meter[SavedActivations]):
         dtype = str(tensor.dtype).removeprefix('torch.')
         self._bytes_by_dtype[dtype] = self._bytes_by_dtype.get(dtype, 0) + nbytes
         self._num_storages += 1
-
-
-def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
 
 
 def measure_saved_activations(forward: Callable[[], T],

@@ -2,6 +2,8 @@
 layer, and plain modules wherever another technique manages what is saved."""
 from __future__ import annotations
 
+import weakref
+
 import timm
 import torch
 from torch import nn
@@ -11,7 +13,7 @@ from mmdropit import ConfigError
 from mmdropit.checkpoint import checkpoint_module, uncheckpoint
 from mmdropit.codecs import compress_activations
 from mmdropit.codecs.rebuilt_activations import RebuiltActivationsConfig
-from mmdropit.memory import StepPeakMeter
+from mmdropit.memory import SavedTensorMeter, StepPeakMeter
 
 
 def _mlp(dropout: float = 0.0) -> nn.Sequential:
@@ -40,6 +42,28 @@ def test_the_gradients_are_the_same_and_the_peak_holds_one_tensor_per_activation
     gelu_outputs = 4 * 128 * 256 * 4
     assert peak <= plain_peak - gelu_outputs + 128 * 256 * 4  # one rebuilt at a time
     assert _step(model, images)[1] == plain_peak  # removed: plain modules again
+
+
+def test_the_saved_bytes_meter_sees_the_output_no_longer_kept():
+    net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 8))
+    images = torch.randn(32, 64)
+    with SavedTensorMeter(net) as plain:
+        net(images).sum().backward()
+    with RebuiltActivationsConfig().apply(net), SavedTensorMeter(net) as rebuilt:
+        net(images).sum().backward()
+    assert plain.result.total_bytes - rebuilt.result.total_bytes == 32 * 256 * 4
+
+
+def test_a_note_nobody_reads_holds_nothing_once_the_output_is_gone():
+    net = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+    RebuiltActivationsConfig().apply(net)
+    hidden = net[0](torch.randn(4, 8))
+    alive = weakref.ref(hidden)
+    output = net[1](hidden)
+    del hidden
+    assert alive() is not None  # the GELU's own backward keeps it
+    del output  # nothing read the note; the graph goes with the output
+    assert alive() is None
 
 
 def test_a_timm_vit_in_bf16_gets_the_same_gradients_with_less_memory():
