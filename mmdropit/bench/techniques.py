@@ -37,7 +37,7 @@ from ..offload import OffloadConfig
 from ..precision import MixedPrecisionConfig
 from ..planner import (PART_SAMPLES, StepProbe, bf16_switch, dropit_switch, offload_switch,
                        plan_within_budget, put_in_effect, quantize_switch, quantize_unavailable,
-                       remove_all)
+                       rebuilt_switch, remove_all)
 from .workload import Workload
 
 Prepare = Callable[[Workload], ContextManager[None]]
@@ -268,13 +268,14 @@ def _search_split(work: Workload, budget: float) -> SplitDecision:
 
 
 def memory_budget(budget: float | None, lossy: bool = False, offload: bool = False,
-                  precision: MixedPrecisionConfig | None = None, compiled: bool = False
-                  ) -> Prepare:
+                  precision: MixedPrecisionConfig | None = None, compiled: bool = False,
+                  rebuild: bool = False) -> Prepare:
     """The combination of techniques that ``MemoryBudgetHook`` would choose for ``budget`` (a
     fraction of the measured step peak; ``None``: the least peak), decided once per workload
     (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, what
     ``MemoryBudgetHook(lossy=True)`` tries too: DropIT, quantized activations, bf16 autocast;
     with ``offload``, activation offload (``MemoryBudgetHook(offload=True)``; a GPU's); with
+    ``rebuild``, rebuilt activations (``MemoryBudgetHook(rebuild=True)``); with
     ``precision``, for a model trained under that autocast (the hook under an
     ``AmpOptimWrapper``): measured, decided and run under it (pair with
     :func:`decided_autocast` as the variant's forward; not with ``lossy``, whose bf16 switch
@@ -288,7 +289,8 @@ def memory_budget(budget: float | None, lossy: bool = False, offload: bool = Fal
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         key = (f'{"least" if budget is None else budget}-{lossy}' + ('-offload' if offload else '')
-               + (f'-{precision.dtype}' if precision else '') + ('-compiled' if compiled else ''))
+               + (f'-{precision.dtype}' if precision else '') + ('-compiled' if compiled else '')
+               + ('-rebuilt' if rebuild else ''))
         before, work.switched_precision = work.switched_precision, \
             precision or work.switched_precision
         try:
@@ -319,6 +321,8 @@ def memory_budget(budget: float | None, lossy: bool = False, offload: bool = Fal
             if offload:
                 switches.append(offload_switch(work.model, lambda: forward_part(
                     min(work.batch_size, PART_SAMPLES))))
+            if rebuild:
+                switches.append(rebuilt_switch(work.model))
             probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_part)
             try:
                 work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches,

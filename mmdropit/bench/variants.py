@@ -261,6 +261,9 @@ def catalogue() -> dict[str, Variant]:
                                   compiled_forward),
                   forward=decided_autocast, precision='bf16', compiled=True)
           for budget in BUDGETS),
+        *(Variant(f'budget-{budget}-rebuilt+bf16',
+                  prepare=memory_budget(budget, precision=BF16, rebuild=True),
+                  forward=decided_autocast, precision='bf16') for budget in BUDGETS),
         *(Variant(f'budget-{budget}-offload+bf16',
                   prepare=memory_budget(budget, offload=True, precision=BF16),
                   forward=decided_autocast, precision='bf16') for budget in BUDGETS),

@@ -23,10 +23,13 @@ from .activations import (DEFAULT_TYPES, CompressedActivations, compressible_mod
 from .bits import BITS, check_bits, dequantize_values, quantize_values, quantized_values_bytes
 from .config import AppliedCompression, CompressionConfig, compress_activations
 from .int8 import GROUP, dequantize, quantize, quantized_bytes
-from .rebuilt_activations import AppliedRebuilt, RebuiltActivationsConfig, rebuild_activations
+from .rebuilt_activations import (AppliedRebuilt, RebuiltActivationsConfig, rebuild_activations,
+                                  rebuildable_activations)
 
-__all__ = ['AppliedCompression', 'AppliedRebuilt', 'BITS', 'CompressedActivations', 'CompressionConfig',
+__all__ = ['AppliedCompression', 'AppliedRebuilt', 'BITS', 'CompressedActivations',
+           'CompressionConfig',
            'DEFAULT_TYPES', 'GROUP', 'check_bits',
            'compress_activations', 'compressible_modules', 'dequantize', 'dequantize_values',
            'quantize', 'quantize_values', 'quantized_bytes', 'quantized_values_bytes',
-           'RebuiltActivationsConfig', 'rebuild_activations', 'restore_activations']
+           'RebuiltActivationsConfig', 'rebuild_activations', 'rebuildable_activations',
+           'restore_activations']

@@ -150,9 +150,13 @@ def _unpack(saved: torch.Tensor | _Rebuild) -> torch.Tensor:
     return saved.tensor() if isinstance(saved, _Rebuild) else saved
 
 
-def _selected(module: nn.Module, types: Sequence[type | str]) -> bool:
-    return any(type(module).__name__ == kind if isinstance(kind, str) else isinstance(module, kind)
-               for kind in types)
+def rebuildable_activations(model: nn.Module, types: Sequence[type | str] = DEFAULT_TYPES
+                            ) -> list[nn.Module]:
+    """The activations of ``model`` of ``types`` (classes, or class names) not converted yet."""
+    return [module for module in model.modules()
+            if not _SWAP.is_swapped(module) and any(
+                type(module).__name__ == kind if isinstance(kind, str)
+                else isinstance(module, kind) for kind in types)]
 
 
 @dataclass(frozen=True)
@@ -191,8 +195,7 @@ class RebuiltActivationsConfig:
             ConfigError: If no activation matches.
         """
         types = DEFAULT_TYPES if self.types is None else self.types
-        activations = [module for module in model.modules()
-                       if _selected(module, types) and not _SWAP.is_swapped(module)]
+        activations = rebuildable_activations(model, types)
         if not activations:
             names = ', '.join(t if isinstance(t, str) else t.__name__ for t in types)
             raise ConfigError(f'rebuilt activations found no activation of '

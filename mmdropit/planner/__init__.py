@@ -6,7 +6,7 @@ time, take the fastest that fits, and prove it with a measurement.
   :class:`Technique`; :mod:`.checkpoint_plans`: the checkpoint plans' entry (searched plans
   and per-block checkpointing);
 - :mod:`.switches`: the settings measured on the step (bf16, DropIT, quantized activations,
-  activation offload) as :class:`Switch` objects;
+  activation offload, rebuilt activations) as :class:`Switch` objects;
 - :mod:`.combinations`: every combination of the techniques' candidates, and one put in effect;
 - :mod:`.corrections`: what measured misses teach the predictions;
 - :mod:`.search`: the choice under a margin and the measured check (:func:`decide`);
@@ -33,7 +33,7 @@ from .probe import StepProbe
 from .search import ATTEMPTS, MARGIN, decide
 from .switches import (ACTIVATION_BITS, DROPIT_GAMMAS, OFFLOAD_SHARES, Switch, bf16_switch,
                        config_switch, dropit_switch, offload_switch, quantize_switch,
-                       quantize_unavailable)
+                       quantize_unavailable, rebuilt_switch)
 from .techniques import MeasuredSettings, MicroBatches, Target, Technique
 from .trials import Trials
 
@@ -42,4 +42,5 @@ __all__ = ['ACTIVATION_BITS', 'ATTEMPTS', 'BudgetOutcome', 'CheckpointPlans', 'C
            'MicroBatches', 'OFFLOAD_SHARES', 'PART_SAMPLES', 'StepProbe', 'Switch', 'Target',
            'Technique', 'Trials', 'bf16_switch', 'combinations', 'config_switch', 'decide',
            'dropit_switch', 'fastest_fitting', 'offload_switch', 'plan_within_budget',
-           'put_in_effect', 'quantize_switch', 'quantize_unavailable', 'remove_all']
+           'put_in_effect', 'quantize_switch', 'quantize_unavailable', 'rebuilt_switch',
+           'remove_all']

@@ -1,8 +1,9 @@
 """Techniques whose few settings are each measured on the step (:class:`Switch`): bf16 autocast,
-DropIT, quantized activations and activation offload, with the settings each is tried at. The
-settings of DropIT, quantized activations and offload are their configurations
-(:class:`~mmdropit.dropit.DropITConfig`, :class:`~mmdropit.codecs.CompressionConfig`,
-:class:`~mmdropit.offload.OffloadConfig`), applied and removed through them.
+DropIT, quantized activations, activation offload and rebuilt activations, with the settings
+each is tried at. The settings of DropIT, quantized activations, offload and rebuilt
+activations are their configurations (:class:`~mmdropit.dropit.DropITConfig`,
+:class:`~mmdropit.codecs.CompressionConfig`, :class:`~mmdropit.offload.OffloadConfig`,
+:class:`~mmdropit.codecs.RebuiltActivationsConfig`), applied and removed through them.
 
 Example:
     >>> from torch import nn
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..codecs import CompressionConfig
+from ..codecs import CompressionConfig, RebuiltActivationsConfig
 from ..common.parameters import model_device
 from ..common.technique import Applied, TechniqueConfig
 from ..dropit import DropITConfig
@@ -43,12 +44,14 @@ class Switch:
     one in effect and take it away.
 
     Attributes:
-        name: The technique's name (``'bf16'``, ``'dropit'``, ``'quantize'``, ``'offload'``).
+        name: The technique's name (``'bf16'``, ``'dropit'``, ``'quantize'``, ``'offload'``,
+            ``'rebuilt'``).
         settings: The settings to try, the one that saves the most memory last.
         text: How the decision table names a setting.
         apply: Puts a setting in effect.
         remove: Takes it away.
-        lossy: Whether it changes the computed gradients (all but activation offload).
+        lossy: Whether it changes the computed gradients (all but activation offload and
+            rebuilt activations).
         simple: Whether the simple recipe uses it (bf16 autocast): see
             :class:`~.techniques.Technique`.
     """
@@ -119,6 +122,13 @@ def offload_switch(model: nn.Module, forward: Callable[[], object],
 
     return config_switch('offload', model, [OffloadConfig(share=share) for share in shares],
                          lambda config: f'offload {config.share} of the saved bytes', named)
+
+
+def rebuilt_switch(model: nn.Module) -> Switch:
+    """Rebuilt activations (:mod:`mmdropit.codecs.rebuilt_activations`) on ``model``'s GELU /
+    SiLU / Hardswish / Mish activations: exact, one setting."""
+    return config_switch('rebuilt', model, [RebuiltActivationsConfig()],
+                         lambda config: 'rebuilt activations')
 
 
 def bf16_switch(holder: object) -> Switch:

@@ -16,6 +16,7 @@ import mmdropit  # noqa: F401
 from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.codecs import CompressedActivations
+from mmdropit.codecs.rebuilt_activations import RebuildingActivation
 from mmdropit.common.units import mib
 from mmdropit.dropit import dropit_layers
 from mmdropit.engine.hooks import MemoryBudgetHook, MemoryReportHook
@@ -112,6 +113,26 @@ def test_offload_is_left_out_on_cpu_with_a_line_in_the_log(tmp_path):
     assert 'offload=True: the model is not on a GPU, where offload would move nothing; ' \
         'not tried' in log
     assert 'offload' not in json.dumps(decision['choices'])
+
+
+@pytest.mark.slow
+def test_rebuilt_activations_are_measured_as_a_setting_of_their_own(tmp_path):
+    runner, scalars, decision = _measured_run(two_iteration_cfg(
+        TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=0.8, rebuild=True)))
+    _assert_fits(scalars, decision)
+    log = log_text(tmp_path)
+    assert re.search(r'\| rebuilt activations( \+ [^|]*)? \| [0-9.]+ \|', log), log[-4000:]
+    rebuilt = [m for m in runner.model.modules() if isinstance(m, RebuildingActivation)]
+    assert bool(rebuilt) == ('rebuilt' in json.dumps(decision['choices']))
+
+
+@pytest.mark.slow
+def test_rebuild_is_left_out_where_nothing_could_be_rebuilt(tmp_path):
+    cfg = two_iteration_cfg(TINY_RESNET, tmp_path)
+    cfg.custom_hooks.append(dict(type='MemoryBudgetHook', budget='2GB', rebuild=True))
+    _measured_run(cfg)
+    assert 'rebuild=True: TimmClassifier has no GELU / SiLU / Hardswish / Mish activation; ' \
+        'not tried' in log_text(tmp_path)
 
 
 def test_resnet18_fits_and_warns_about_batch_norm(tmp_path):
@@ -310,7 +331,9 @@ def test_bad_arguments_fail_at_build_time(kwargs, message):
      'offload=True is not offered under compile'),
     ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5, offload=True), "
      "dict(type='ActivationOffloadHook', share=0.5)]", 'chooses what to offload itself'),
+    ("custom_hooks = [dict(type='MemoryBudgetHook', budget=0.5, rebuild=True), "
+     "dict(type='RebuiltActivationsHook')]", 'tries rebuilt activations itself'),
 ], ids=['impossible', 'checkpoint-plan-hook', 'micro-batches', 'nothing-lossy-left',
-        'compiled-offload', 'offload-hook'])
+        'compiled-offload', 'offload-hook', 'rebuilt-hook'])
 def test_conflicts_and_impossible_budgets_are_one_line_through_train_py(tmp_path, extra, message):
     assert_one_line_error(tmp_path, extra, message)

@@ -11,6 +11,7 @@ Example config::
     #                   or: dict(type='MemoryBudgetHook', budget=0.25, allow=['bf16', 'quantize'])
     # on a GPU, activation offload too (exact): dict(type='MemoryBudgetHook', budget=0.5,
     #                                                offload=True)
+    # rebuilt activations too (exact): dict(type='MemoryBudgetHook', budget=0.5, rebuild=True)
     # compile = True works too: decided on eager passes, the compiled step's peak measured
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from torch import nn
 
 from ...checkpoint.chain import Chain
 from ...checkpoint.per_block import own_checkpointing
-from ...codecs import CompressedActivations, compressible_modules
+from ...codecs import CompressedActivations, compressible_modules, rebuildable_activations
 from ...common.budget import parse_budget, resolve_budget
 from ...common.class_swap import ClassSwap
 from ...common.files import atomic_write
@@ -40,7 +41,7 @@ from ...errors import ConfigError
 from ...microbatch import MicroBatchConfig
 from ...planner import (PART_SAMPLES, BudgetOutcome, StepProbe, bf16_switch, dropit_switch,
                         offload_switch, plan_within_budget, put_in_effect, quantize_switch,
-                        quantize_unavailable, remove_all)
+                        quantize_unavailable, rebuilt_switch, remove_all)
 from ...planner.least import LEAST_MAX_SLOWDOWN
 from ...planner.outcome import least_text
 from ...planner.search import LOWER
@@ -51,6 +52,7 @@ from ..runner_model import batch_loss, compiles_model, unwrap
 from .activation_offload_hook import ActivationOffloadHook
 from .checkpoint_plan_hook import CheckpointPlanHook
 from .compiled_peaks import CompiledPeaks
+from .rebuilt_activations_hook import RebuiltActivationsHook
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
 BUDGET_HELP = ("a MemoryBudgetHook budget is the peak of a whole training step, a size such as "
@@ -156,7 +158,9 @@ class MemoryBudgetHook(ShapeBucketHook):
     :func:`~mmdropit.codecs.compress_activations`; left out of ``lossy=True`` for a model
     without such modules); with ``offload`` on a GPU, activation offload of the earliest
     blocks holding half or all of the saved bytes (:mod:`mmdropit.offload`; exact, each share
-    measured like a lossy setting). ``DropITHook``, ``CompressActivationsHook`` and mixed
+    measured like a lossy setting); with ``rebuild``, rebuilt activations
+    (:mod:`mmdropit.codecs.rebuilt_activations`; exact, measured like a lossy setting; inside
+    the plan's checkpoints they step aside). ``DropITHook``, ``CompressActivationsHook`` and mixed
     precision set in the config are kept and planned around (then not offered again);
     ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` / ``memory_budget`` are
     errors, as this hook chooses those; a model that checkpoints its own blocks is measured as
@@ -166,7 +170,8 @@ class MemoryBudgetHook(ShapeBucketHook):
     Under ``torch.compile`` (``compile=True`` in the config) the trial passes run eagerly (a
     compiled trial would compile each combination anew), checkpoint plans are single-level (the
     compiled backward recomputes a nested checkpoint with the outer one), and activation
-    offload is not offered (quantized activations are: each converted module's hooks split
+    offload and rebuilt activations are not offered (the compiler recomputes such outputs
+    itself; quantized activations are: each converted module's hooks split
     the compiled graph there); the chosen combination is in effect when the compiled step is
     first traced. The decision's peak and time are those of eager
     passes; the compiled step's peak is measured on the next iteration of the same input-shape
@@ -186,6 +191,8 @@ class MemoryBudgetHook(ShapeBucketHook):
         allow: Lossy techniques to try, by name (instead of ``lossy=True``).
         offload: Also try activation offload (a model on a GPU only: on CPU nothing would move,
             and it is left out with a line in the log).
+        rebuild: Also try rebuilt activations (a model with GELU / SiLU / Hardswish / Mish
+            activations: otherwise, and under compile, left out with a line in the log).
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
         max_slowdown: With ``budget=None``, the most time a combination may take, as a
             multiple of the plain step's measured time (at least 1), or ``None`` for the least
@@ -193,16 +200,17 @@ class MemoryBudgetHook(ShapeBucketHook):
 
     Raises:
         ConfigError: A malformed budget or an unknown technique (at build time); lossy
-            techniques asked for when none can be added, or offload in a compiled run
-            (before training); a budget below what the techniques reach (the
-            message gives the least predicted peak).
+            techniques asked for when none can be added, offload in a compiled run, or
+            ``RebuiltActivationsHook`` beside ``rebuild=True`` (before training); a budget
+            below what the techniques reach (the message gives the least predicted peak).
     """
 
     priority = 'HIGH'  # after DropITHook (VERY_HIGH): plans the converted model
 
     def __init__(self, budget: float | int | str, lossy: bool = False,
                  allow: Sequence[str] | None = None, offload: bool = False,
-                 bucket: int = 128, max_slowdown: float | None = LEAST_MAX_SLOWDOWN) -> None:
+                 bucket: int = 128, max_slowdown: float | None = LEAST_MAX_SLOWDOWN,
+                 rebuild: bool = False) -> None:
         self.budget = parse_budget(budget, BUDGET_HELP)
         if max_slowdown is not None and (isinstance(max_slowdown, bool) or not isinstance(
                 max_slowdown, (int, float)) or not max_slowdown >= 1):
@@ -216,6 +224,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         self.lossy = tuple(LOSSY if lossy else allow or ())
         self._every_lossy = bool(lossy)
         self.offload = bool(offload)
+        self.rebuild = bool(rebuild)
         self._target: _RunnerTarget | None = None
         self._step: MicroBatchTrainStep | None = None
         self._compiled_peaks: CompiledPeaks | None = None  # under compile only
@@ -235,6 +244,16 @@ class MemoryBudgetHook(ShapeBucketHook):
         if self.offload and any(isinstance(hook, ActivationOffloadHook) for hook in runner.hooks):
             raise ConfigError('MemoryBudgetHook offload=True chooses what to offload itself: '
                               'remove ActivationOffloadHook from custom_hooks')
+        if self.rebuild and any(isinstance(hook, RebuiltActivationsHook)
+                                for hook in runner.hooks):
+            raise ConfigError('MemoryBudgetHook rebuild=True tries rebuilt activations itself: '
+                              'remove RebuiltActivationsHook from custom_hooks')
+        if self.rebuild and (compiled or not rebuildable_activations(model)):
+            runner.logger.info('MemoryBudgetHook rebuild=True: ' + (
+                'under compile the compiler recomputes activation outputs itself'
+                if compiled else f'{type(model).__name__} has no GELU / SiLU / Hardswish / '
+                'Mish activation') + '; not tried')
+            self.rebuild = False
         if self.offload and model_device(model).type != 'cuda':
             runner.logger.info('MemoryBudgetHook offload=True: the model is not on a GPU, '
                                'where offload would move nothing; not tried')
@@ -361,7 +380,8 @@ class MemoryBudgetHook(ShapeBucketHook):
                       else []),
                     *([bf16_switch(wrapper)] if 'bf16' in self.lossy else []),
                     *([offload_switch(model, lambda: probe.forward_part(
-                        min(probe.batch_size, PART_SAMPLES)))] if self.offload else [])]
+                        min(probe.batch_size, PART_SAMPLES)))] if self.offload else []),
+                    *([rebuilt_switch(model)] if self.rebuild else [])]
         go_lower = ('lossy techniques (lossy=True), or ' if not self._every_lossy else '') \
             + (f'sharding over more than {get_world_size()} processes'
                if is_sharded(model.parameters()) else LOWER)
@@ -388,6 +408,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         allowed techniques, the batch shape, whether the step is compiled, the number of
         processes, the model's parameters and the optimizer."""
         described = [repr(self.budget), sorted(self.lossy), self.offload, list(key),
+                     *(['rebuild'] if self.rebuild else []),
                      *([self.max_slowdown] if self.budget is None else []),
                      *(['compiled'] if self._compiled_peaks else []),
                      get_world_size(),
