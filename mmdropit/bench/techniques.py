@@ -27,7 +27,7 @@ import torch
 from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
 from ..common.blocks import block_sequences
 from ..common.parameters import model_device
-from ..codecs import CompressionConfig, RebuiltActivationsConfig
+from ..codecs import CompressionConfig, RebuiltActivationsConfig, rebuildable_activations
 from ..codecs.graph_codes import int8_graph_hooks
 from ..dropit import DropITConfig
 from ..kernels.switch import eager_only
@@ -322,6 +322,9 @@ def memory_budget(budget: float | None, lossy: bool = False, offload: bool = Fal
                 switches.append(offload_switch(work.model, lambda: forward_part(
                     min(work.batch_size, PART_SAMPLES))))
             if rebuild:
+                if not rebuildable_activations(work.model):  # as the hook leaves it out
+                    raise ConfigError(f'{work.name} has no GELU / SiLU / Hardswish / Mish '
+                                      'activation to rebuild')
                 switches.append(rebuilt_switch(work.model))
             probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_part)
             try:

@@ -14,7 +14,7 @@ bit; ``v / s`` is a true division everywhere.
 On the CPU, when the fused kernels are built (:mod:`mmdropit.kernels.cpu`), both ways are one
 pass of ``torch.ops.mmdropit_cpu`` (``quantize_int8``, ``dequantize_int8``), and on a GPU with
 Triton one launch of :mod:`mmdropit.kernels.cuda.codec_kernels`, with the same results bit for
-bit; traced (``torch.compile``, fake tensors, ``make_fx``) the eager operations run
+bit; traced (``torch.compile``, fake tensors) the eager operations run
 (:func:`~mmdropit.common.custom_operators.traced`); under a memory meter the fused ones do, so
 that it sees what training holds.
 

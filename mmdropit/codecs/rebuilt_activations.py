@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass
 from typing import ClassVar
 
@@ -52,51 +52,87 @@ from ..common.technique import Applied
 from ..errors import ConfigError
 from .activations import CompressedActivations
 
-DEFAULT_TYPES: tuple[type[nn.Module] | str, ...] = (nn.GELU, nn.SiLU, nn.Hardswish, nn.Mish)
-"""Activations converted by default: those whose backward reads their input."""
+DEFAULT_TYPES: tuple[type[nn.Module] | str, ...] = (
+    nn.GELU, nn.SiLU, nn.Hardswish, nn.Mish, 'GELU', 'GELUTanh', 'QuickGELU', 'Swish',
+    'HardSwish')
+"""Activations converted by default: those whose backward reads their input (timm's own
+classes, and mmcv's ``Swish``, by name)."""
 LAYER_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
 """Layers that keep a note instead of an activation's output they are called on."""
 
 _SWAP = ClassSwap('Rebuilt')
 
 
+@dataclass(frozen=True, eq=False)
+class _Note:
+    """A converted activation's call, as the layer after it needs it.
+
+    Attributes:
+        output: The output, weakly.
+        box: Holds the input while the output lives (the weak reference's callback empties
+            it): a note nobody reads holds nothing once the output is gone.
+        forward: The activation's own forward (the class below the technique's layer).
+        module: The activation.
+        versions: The input's and the output's version counters when it ran.
+    """
+
+    output: weakref.ref
+    box: list[torch.Tensor]
+    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor]
+    module: nn.Module
+    versions: tuple[int, int]
+
+
 class _Latest(threading.local):
-    """The last converted activation on this thread: its output (weakly), its input (held only
-    while the output lives: the weak reference's callback empties the box), its module, and
-    the output's version counter then."""
+    """The last converted activation's :class:`_Note` on this thread."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.note: tuple[weakref.ref, list[torch.Tensor], nn.Module, int] | None = None
+        self.note: _Note | None = None
 
 
 _LATEST = _Latest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Rebuild:
     """What a layer keeps instead of an activation's output: enough to compute it again."""
 
+    note: _Note
     source: torch.Tensor
-    version: int
-    module: nn.Module
+    output: weakref.ref
     shape: torch.Size
     stride: tuple[int, ...]
+    dtype: torch.dtype
 
     def tensor(self) -> torch.Tensor:
-        """The output (in the view the layer saved), computed again from the input."""
-        if self.source._version != self.version:
+        """The output (in the view the layer saved): the output itself while something else
+        keeps it unchanged, else computed again from the input."""
+        source_version, output_version = self.note.versions
+        if self.source._version != source_version:
             raise RuntimeError('rebuilt activations: the input of an activation was modified '
                                'in place after its forward pass; its output cannot be rebuilt')
-        forward = _SWAP.base_of(self.module).forward
-        if torch.is_grad_enabled():  # double backward: autograd places the output itself
-            with torch.no_grad():
-                output = forward(self.module, self.source)
-        else:
-            output = forward(self.module, self.source)
+        output = self.output()
+        if output is None or output._version != output_version:
+            if torch.is_grad_enabled():  # double backward: autograd places the output itself
+                with torch.no_grad():
+                    output = self.note.forward(self.note.module, self.source)
+            else:
+                output = self.note.forward(self.note.module, self.source)
+            if output.dtype != self.dtype:
+                raise RuntimeError(f'rebuilt activations: {type(self.note.module).__name__} '
+                                   f'gave {output.dtype} in backward where it gave {self.dtype} '
+                                   'in its forward pass: leave it out of types')
         if output.shape == self.shape and output.stride() == self.stride:
             return output
         return output.as_strided(self.shape, self.stride)
+
+
+def _plain(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a plain tensor outside any functorch transform (``torch.func`` wraps
+    tensors without storages of their own; a subclass may have none either)."""
+    return type(x) in (torch.Tensor, nn.Parameter) and \
+        not torch._C._are_functorch_transforms_active()
 
 
 class RebuildingActivation:
@@ -105,10 +141,15 @@ class RebuildingActivation:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         output = super().forward(x)
         if (not torch.compiler.is_compiling() and torch.is_grad_enabled() and x.requires_grad
-                and not storing_hooks_active() and not _compressed(self)):
-            box = [x]  # emptied when the output dies: a note nobody reads holds nothing
-            _LATEST.note = (weakref.ref(output, lambda _ref: box.clear()), box, self,
-                            output._version)
+                and not storing_hooks_active() and _plain(x) and not _compressed(self)
+                and type(output) is torch.Tensor and output._base is None
+                and output.storage_offset() == 0
+                and output.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()):
+            # a fresh output (an in-place activation's is its input: nothing to rebuild from)
+            box = [x]
+            _LATEST.note = _Note(weakref.ref(output, lambda _ref: box.clear()), box,
+                                 _SWAP.base_of(self).forward, self,
+                                 (x._version, output._version))
         return output
 
 
@@ -126,24 +167,30 @@ class RebuildingLayer:
         if torch.compiler.is_compiling():
             return super().forward(x, *args, **kwargs)
         note, _LATEST.note = _LATEST.note, None
-        if note is None or note[0]() is not x or storing_hooks_active():
+        if note is None or note.output() is not x or storing_hooks_active() or not _plain(x):
             return super().forward(x, *args, **kwargs)
-        source, module, version = note[1][0], note[2], note[3]
-        # the pack hook is kept with every tensor it packs: it must not hold the output
+        # the pack hook is kept with every tensor it packs (the weight's too): it holds
+        # neither the output nor, once this call returns, the input
+        held = [note]
         storage, offset, numel = x.untyped_storage().data_ptr(), x.storage_offset(), x.numel()
-        source_version = source._version
+        output_version = note.versions[1]
 
         def pack(tensor: torch.Tensor) -> torch.Tensor | _Rebuild:
-            if (tensor.untyped_storage().data_ptr() == storage
+            if (held and tensor.untyped_storage().data_ptr() == storage
                     and tensor.storage_offset() == offset and tensor.numel() == numel
-                    and tensor._version == version):
-                report_kept(source)  # kept by the activation already: a meter counts it once
-                return _Rebuild(source, source_version, module, tensor.shape, tensor.stride())
+                    and tensor._version == output_version):
+                kept = held[0]
+                report_kept(kept.box[0])  # kept by the activation already: counted once
+                return _Rebuild(kept, kept.box[0], kept.output, tensor.shape, tensor.stride(),
+                                tensor.dtype)
             report_kept(tensor)
             return tensor
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
-            return super().forward(x, *args, **kwargs)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
+                return super().forward(x, *args, **kwargs)
+        finally:
+            held.clear()
 
 
 def _unpack(saved: torch.Tensor | _Rebuild) -> torch.Tensor:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..common.saved_tensors import top_hooks
 from .bits import code_parts, dequantize_values, quantize_values
 
 
@@ -76,8 +77,7 @@ def checkpoint_hooks(bits: int, stored_as_codes: Callable[[torch.Tensor], bool],
         stored: Called as ``stored(dense, code_bytes)`` for each tensor the recomputation
             stores as codes.
     """
-    top = getattr(torch._C._autograd, '_top_saved_tensors_default_hooks', None)
-    outer = None if top is None else top(False)
+    outer = top_hooks()
     if outer is None:
         return None
     outer_pack, outer_unpack = outer

@@ -39,7 +39,7 @@ def operator_or_body(operator: Callable, body: Callable) -> Callable:
 
 def traced(x: torch.Tensor) -> bool:
     """Whether ``x`` is being traced rather than computed: ``torch.compile`` tracing, or a fake
-    tensor (``make_fx``, export, a compiler's partitioner). Operators without a fake
+    tensor (``make_fx`` in its fake or symbolic mode, export). Operators without a fake
     implementation cannot run on it; under any other dispatch mode (a memory meter, an
     operator counter) on real tensors they can."""
     return torch.compiler.is_compiling() or is_fake(x)

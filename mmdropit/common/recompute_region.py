@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from .saved_tensors import top_hooks
+
 
 class _Marks(threading.local):
     """This thread's marks: the depth of nested regions, and the checkpoint passes, innermost
@@ -57,8 +59,6 @@ class _Marks(threading.local):
 
 
 _STATE = _Marks()
-_TOP_HOOKS: Callable[[bool], tuple | None] | None = getattr(
-    torch._C._autograd, '_top_saved_tensors_default_hooks', None)
 _TORCH_PASSES = {'_checkpoint_hook.__init__.<locals>.pack_hook': 'first',
                  '_recomputation_hook.__init__.<locals>.pack_hook': 'recomputation'}
 """The pack hooks of ``torch.utils.checkpoint``'s non-reentrant checkpoint by qualified name,
@@ -100,9 +100,9 @@ def _top_pack() -> Callable | None:
     """The pack hook on top of autograd's saved-tensor hooks (``None``: none, this torch does
     not say, or dynamo is tracing: it takes checkpoints as regions of its own, and only the
     marks count)."""
-    if _TOP_HOOKS is None or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
         return None
-    hooks = _TOP_HOOKS(False)
+    hooks = top_hooks()
     return None if hooks is None else hooks[0]
 
 

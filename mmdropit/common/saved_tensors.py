@@ -29,8 +29,10 @@ import torch
 from .listeners import Listeners
 
 _WATCHERS: Listeners[[torch.Tensor]] = Listeners()
-_OBSERVERS: set[Callable] = set()
+_OBSERVERS: list[Callable] = []
 """The pack hooks of :func:`observing_saves` in effect."""
+_TOP_HOOKS: Callable[[bool], tuple | None] | None = getattr(
+    torch._C._autograd, '_top_saved_tensors_default_hooks', None)
 
 
 def watching_kept(watcher: Callable[[torch.Tensor], object]) -> AbstractContextManager[None]:
@@ -50,19 +52,25 @@ def observing_saves(pack: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[No
     """Saved-tensor hooks that only look: ``pack(tensor)`` returns the tensor (or a detached
     alias of it) for autograd to keep as it is."""
     with torch.autograd.graph.saved_tensors_hooks(pack, _as_kept):
-        _OBSERVERS.add(pack)
+        _OBSERVERS.append(pack)
         try:
             yield
         finally:
-            _OBSERVERS.discard(pack)
+            _OBSERVERS.remove(pack)
 
 
 def _as_kept(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def top_hooks() -> tuple[Callable, Callable] | None:
+    """The ``(pack, unpack)`` hooks on top of autograd's saved-tensor hooks (``None``: none, or
+    this torch does not say)."""
+    return None if _TOP_HOOKS is None else _TOP_HOOKS(False)
+
+
 def storing_hooks_active() -> bool:
     """Whether the saved-tensor hooks on top of autograd's stack keep tensors their own way
     (not those of :func:`observing_saves`)."""
-    top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    top = top_hooks()
     return top is not None and top[0] not in _OBSERVERS

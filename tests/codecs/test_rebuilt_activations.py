@@ -2,7 +2,10 @@
 layer, and plain modules wherever another technique manages what is saved."""
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
+from unittest import mock
 
 import timm
 import torch
@@ -12,7 +15,7 @@ import pytest
 from mmdropit import ConfigError
 from mmdropit.checkpoint import checkpoint_module, uncheckpoint
 from mmdropit.codecs import compress_activations
-from mmdropit.codecs.rebuilt_activations import RebuiltActivationsConfig
+from mmdropit.codecs.rebuilt_activations import RebuiltActivationsConfig, _Rebuild
 from mmdropit.memory import SavedTensorMeter, StepPeakMeter
 
 
@@ -20,6 +23,23 @@ def _mlp(dropout: float = 0.0) -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(*[nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(dropout),
                                          nn.Linear(256, 64)) for _ in range(4)])
+
+
+@contextlib.contextmanager
+def counted_rebuilds() -> Iterator[list[int]]:
+    """How many times an activation's output was rebuilt in backward (one entry each)."""
+    calls: list[int] = []
+    tensor = _Rebuild.tensor
+
+    def counted(self):
+        calls.append(1)
+        return tensor(self)
+
+    _Rebuild.tensor = counted
+    try:
+        yield calls
+    finally:
+        _Rebuild.tensor = tensor
 
 
 def _step(model: nn.Module, images: torch.Tensor) -> tuple[list[torch.Tensor], int]:
@@ -101,9 +121,73 @@ def test_a_silu_feeding_a_convolution_is_rebuilt_and_double_backward_still_holds
                                         list(net.parameters())))
 
     expected = second_order()
-    with RebuiltActivationsConfig().apply(net):
+    with RebuiltActivationsConfig().apply(net), counted_rebuilds() as rebuilds:
         got = second_order()
-    assert all(torch.allclose(a, b) for a, b in zip(got, expected))
+    assert rebuilds and all(torch.allclose(a, b) for a, b in zip(got, expected))
+
+
+@pytest.mark.parametrize('activation', [nn.SiLU, nn.Hardswish, nn.Mish])
+def test_an_in_place_activation_is_left_plain(activation):
+    """Its output is its input: nothing is left to rebuild from (mmdet's ConvModule uses
+    ``SiLU(inplace=True)``)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), activation(inplace=True),
+                        nn.Conv2d(8, 4, 3), activation(inplace=True), nn.Conv2d(4, 2, 3))
+    images = torch.randn(2, 3, 16, 16)
+    plain_grads, plain_peak = _step(net, images)
+    with RebuiltActivationsConfig().apply(net):
+        grads, peak = _step(net, images)
+    assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
+    assert peak == plain_peak
+
+
+def test_an_input_changed_after_the_activation_ran_is_an_error_even_for_the_layer_alone():
+    net = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+    RebuiltActivationsConfig().apply(net)
+    hidden = net[0](torch.randn(4, 8))
+    output = net[1](hidden)
+    with torch.no_grad():
+        hidden.add_(1)  # before the layer is called: what it would rebuild from has changed
+    out = net[2](output)
+    with pytest.raises(RuntimeError, match='rebuilt activations: the input of an activation'):
+        torch.autograd.grad(out.sum(), net[2].weight)
+
+
+def test_under_torch_func_the_modules_run_plain():
+    net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    params = dict(net.named_parameters())
+    images = torch.randn(4, 8)
+
+    def loss(values: dict) -> torch.Tensor:
+        return torch.func.functional_call(net, values, (images,)).square().sum()
+
+    expected = torch.func.grad(loss)(params)
+    with RebuiltActivationsConfig().apply(net):
+        got = torch.func.grad(loss)(params)
+    assert all(torch.equal(got[name], expected[name]) for name in params)
+
+
+def test_an_output_something_else_keeps_is_handed_back_not_computed_again():
+    net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 8))
+    images = torch.randn(32, 64)
+
+    def step() -> tuple[list[torch.Tensor], int]:
+        with StepPeakMeter(net) as meter:
+            hidden = net[1](net[0](images))
+            kept = hidden * 2  # saves the GELU's output as well: it stays alive
+            (net[2](hidden).sum() + kept.sum()).backward()
+        grads = [param.grad.clone() for param in net.parameters()]
+        net.zero_grad(set_to_none=True)
+        return grads, meter.result.activation_peak_bytes
+
+    expected, plain_peak = step()
+    runs: list[int] = []
+    forward = nn.GELU.forward
+    with RebuiltActivationsConfig().apply(net), mock.patch.object(
+            nn.GELU, 'forward', lambda self, x: runs.append(1) or forward(self, x)):
+        got, peak = step()
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert peak <= plain_peak and len(runs) == 1  # the forward pass's run only
 
 
 def test_where_the_output_does_not_reach_the_layer_unchanged_nothing_is_rebuilt():

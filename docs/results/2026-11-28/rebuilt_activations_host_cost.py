@@ -43,5 +43,6 @@ for _ in range(ROUNDS):
     with config.apply(model):
         rebuilt.append(fastest_step(model, x))
 extra = (statistics.median(rebuilt) - statistics.median(plain)) / BLOCKS
-print(f'plain step {statistics.median(plain) * 1e3:.2f} ms, rebuilt {statistics.median(rebuilt) * 1e3:.2f} ms: '
-      f'{extra * 1e6:+.0f} us a block (one activation rebuilt, two layers converted) a step')
+print(f'plain step {statistics.median(plain) * 1e3:.2f} ms, '
+      f'rebuilt {statistics.median(rebuilt) * 1e3:.2f} ms: {extra * 1e6:+.0f} us a block '
+      '(one activation rebuilt, two layers converted) a step')
