@@ -244,7 +244,8 @@ class RebuiltActivationsConfig:
         types = DEFAULT_TYPES if self.types is None else self.types
         activations = rebuildable_activations(model, types)
         if not activations:
-            names = ', '.join(t if isinstance(t, str) else t.__name__ for t in types)
+            names = ', '.join(dict.fromkeys(t if isinstance(t, str) else t.__name__
+                                            for t in types))
             raise ConfigError(f'rebuilt activations found no activation of '
                               f'{type(model).__name__} of the types {names}: give types=')
         layers = [module for module in model.modules()
