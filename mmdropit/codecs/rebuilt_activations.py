@@ -7,15 +7,18 @@ An activation whose backward reads its input (GELU, SiLU, Hardswish, Mish) saves
 the Linear or convolution it feeds saves the output for its weight gradient, a tensor of the
 same size: in a transformer's MLP the two are the block's largest (four times the width each),
 a fifth of DeiT-S's activations. Here the converted activation notes its input and output as
-it returns (a note nobody reads holds nothing once the output is gone), and the converted
-layer, when called on that very output, runs under saved-tensor hooks whose pack hook stores,
-for that output (or a view of its storage, as ``F.linear`` saves), the note instead: the
-activation's input, its module, the view's shape and strides. The unpack hook runs the
-activation's own forward on the input again (autograd puts the result in the output's place
-in the graph: double backward holds).
+it returns (a note nobody reads holds the input while the output lives, not after), and the
+converted layer, when called on that very output, runs under saved-tensor hooks whose pack hook
+stores, for that output (or a view of its storage, as ``F.linear`` saves), the note instead:
+the activation's input, its module, the view's shape and strides. The unpack hook hands back
+the output itself while something else keeps it unchanged, and otherwise runs the activation's
+own forward on the input again (autograd puts the result in the output's place in the graph:
+double backward holds). The layer's other saved tensors keep autograd's in-place check (the
+unpack hook compares their version counters).
 
 Steps aside (runs as the plain modules) wherever another technique manages saved tensors or
-the output does not reach the layer unchanged: inside any checkpoint, offload or
+the output does not reach the layer unchanged: inside any non-reentrant checkpoint (a
+reentrant one recomputes without saved-tensor hooks: rebuilt there too), offload or
 ``save_on_cpu`` region (hooks that keep saved tensors their own way are on autograd's stack
 there; a meter's only look: :func:`~mmdropit.common.saved_tensors.storing_hooks_active`); for
 an activation whose saved tensors are compressed (:mod:`.activations`: its input is not kept);
@@ -40,7 +43,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -138,8 +141,11 @@ def _plain(x: torch.Tensor) -> bool:
 class RebuildingActivation:
     """Mixin put in front of a converted activation's class: notes its input and output."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        output = super().forward(x)
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        output = super().forward(*args, **kwargs)
+        if len(args) != 1 or kwargs:  # called otherwise than on one input: left plain
+            return output
+        x = args[0]
         if (not torch.compiler.is_compiling() and torch.is_grad_enabled() and x.requires_grad
                 and not storing_hooks_active() and _plain(x) and not _compressed(self)
                 and type(output) is torch.Tensor and output._base is None
@@ -163,12 +169,13 @@ class RebuildingLayer:
     """Mixin put in front of a converted layer's class: called on the last noted activation
     output, it keeps a note to rebuild it instead of the output."""
 
-    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    def forward(self, *args, **kwargs) -> torch.Tensor:
         if torch.compiler.is_compiling():
-            return super().forward(x, *args, **kwargs)
+            return super().forward(*args, **kwargs)
         note, _LATEST.note = _LATEST.note, None
+        x = args[0] if len(args) == 1 and not kwargs else None
         if note is None or note.output() is not x or storing_hooks_active() or not _plain(x):
-            return super().forward(x, *args, **kwargs)
+            return super().forward(*args, **kwargs)
         # the pack hook is kept with every tensor it packs (the weight's too): it holds
         # neither the output nor, once this call returns, the input
         held = [note]
@@ -184,24 +191,38 @@ class RebuildingLayer:
                 return _Rebuild(kept, kept.box[0], kept.output, tensor.shape, tensor.stride(),
                                 tensor.dtype)
             report_kept(tensor)
-            return tensor
+            return _Saved(tensor, tensor._version)  # autograd checks no hooked tensor itself
 
         try:
             with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
-                return super().forward(x, *args, **kwargs)
+                return super().forward(x)
         finally:
             held.clear()
 
 
-def _unpack(saved: torch.Tensor | _Rebuild) -> torch.Tensor:
-    return saved.tensor() if isinstance(saved, _Rebuild) else saved
+class _Saved(NamedTuple):
+    """A tensor the layer saved as it is, with its version counter then."""
+
+    tensor: torch.Tensor
+    version: int
+
+
+def _unpack(saved: _Saved | _Rebuild) -> torch.Tensor:
+    if isinstance(saved, _Rebuild):
+        return saved.tensor()
+    if saved.tensor._version != saved.version:
+        raise RuntimeError('one of the variables needed for gradient computation has been '
+                           'modified by an inplace operation (a tensor a layer saved under '
+                           'rebuilt activations)')
+    return saved.tensor
 
 
 def rebuildable_activations(model: nn.Module, types: Sequence[type | str] = DEFAULT_TYPES
                             ) -> list[nn.Module]:
-    """The activations of ``model`` of ``types`` (classes, or class names) not converted yet."""
+    """The activations of ``model`` of ``types`` (classes, or class names) not converted yet,
+    in-place ones left out (their output is their input: nothing to rebuild from)."""
     return [module for module in model.modules()
-            if not _SWAP.is_swapped(module) and any(
+            if not _SWAP.is_swapped(module) and not getattr(module, 'inplace', False) and any(
                 type(module).__name__ == kind if isinstance(kind, str)
                 else isinstance(module, kind) for kind in types)]
 
@@ -247,7 +268,8 @@ class RebuiltActivationsConfig:
             names = ', '.join(dict.fromkeys(t if isinstance(t, str) else t.__name__
                                             for t in types))
             raise ConfigError(f'rebuilt activations found no activation of '
-                              f'{type(model).__name__} of the types {names}: give types=')
+                              f'{type(model).__name__} of the types {names} (in place ones '
+                              'are left out): give types=')
         layers = [module for module in model.modules()
                   if isinstance(module, LAYER_TYPES) and not _SWAP.is_swapped(module)]
         for module in activations:
