@@ -42,6 +42,14 @@ def counted_rebuilds() -> Iterator[list[int]]:
         _Rebuild.tensor = tensor
 
 
+def _without_and_with(model: nn.Module, images: torch.Tensor
+                      ) -> tuple[tuple[list[torch.Tensor], int], tuple[list[torch.Tensor], int]]:
+    """:func:`_step` as ``model`` is, then with rebuilt activations (removed again after)."""
+    before = _step(model, images)
+    with RebuiltActivationsConfig().apply(model):
+        return before, _step(model, images)
+
+
 def _step(model: nn.Module, images: torch.Tensor) -> tuple[list[torch.Tensor], int]:
     """The gradients and the activation peak (the second of two metered steps)."""
     for _ in range(2):
@@ -55,9 +63,7 @@ def _step(model: nn.Module, images: torch.Tensor) -> tuple[list[torch.Tensor], i
 
 def test_the_gradients_are_the_same_and_the_peak_holds_one_tensor_per_activation_less():
     model, images = _mlp(), torch.randn(128, 64)
-    plain_grads, plain_peak = _step(model, images)
-    with RebuiltActivationsConfig().apply(model):
-        grads, peak = _step(model, images)
+    (plain_grads, plain_peak), (grads, peak) = _without_and_with(model, images)
     assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
     gelu_outputs = 4 * 128 * 256 * 4
     assert peak <= plain_peak - gelu_outputs + 128 * 256 * 4  # one rebuilt at a time
@@ -207,9 +213,7 @@ def test_an_output_something_else_keeps_is_handed_back_not_computed_again():
 
 def test_where_the_output_does_not_reach_the_layer_unchanged_nothing_is_rebuilt():
     model, images = _mlp(dropout=0.5), torch.randn(128, 64)
-    plain_grads, plain_peak = _step(model, images)
-    with RebuiltActivationsConfig().apply(model):
-        grads, peak = _step(model, images)
+    (plain_grads, plain_peak), (grads, peak) = _without_and_with(model, images)
     assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
     assert peak == plain_peak
 
@@ -218,9 +222,7 @@ def test_inside_a_checkpoint_the_modules_run_plain():
     model, images = _mlp(), torch.randn(128, 64)
     for block in model:
         checkpoint_module(block)
-    plain_grads, plain_peak = _step(model, images)
-    with RebuiltActivationsConfig().apply(model):
-        grads, peak = _step(model, images)
+    (plain_grads, plain_peak), (grads, peak) = _without_and_with(model, images)
     assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
     assert peak == plain_peak
     for block in model:
@@ -232,9 +234,7 @@ def test_under_other_saved_tensor_hooks_the_modules_run_plain():
     would keep the activation's input where that technique let it go."""
     model, images = _mlp(), torch.randn(128, 64)
     model.forward = lambda x, forward=model.forward: _on_cpu(forward, x)
-    plain_grads, plain_peak = _step(model, images)
-    with RebuiltActivationsConfig().apply(model):
-        grads, peak = _step(model, images)
+    (plain_grads, plain_peak), (grads, peak) = _without_and_with(model, images)
     assert all(torch.equal(a, b) for a, b in zip(grads, plain_grads))
     assert peak == plain_peak
 
@@ -247,9 +247,7 @@ def _on_cpu(forward, x: torch.Tensor) -> torch.Tensor:
 def test_a_compressed_activation_is_left_to_its_codes():
     model, images = _mlp(), torch.randn(128, 64)
     compress_activations(model, bits=8, types=[nn.GELU])
-    compressed_grads, compressed_peak = _step(model, images)
-    with RebuiltActivationsConfig().apply(model):
-        grads, peak = _step(model, images)
+    (compressed_grads, compressed_peak), (grads, peak) = _without_and_with(model, images)
     assert all(torch.equal(a, b) for a, b in zip(grads, compressed_grads))
     assert peak == compressed_peak
 
