@@ -183,8 +183,10 @@ def trial_peaks(run: Callable[[], object], model: nn.Module,
     """
     fresh = _metered_pass(run, model, optimizer, gradients_held=False)
     pending = pending_optimizer_state_bytes(optimizer)
-    if fresh is None or fresh.gradient_free_peak_bytes is None:  # CUDA: a second pass
-        return TrialPeaks(None if fresh is None else fresh.peak_bytes + pending,
+    if fresh is None:  # with gradients held it needs more
+        return TrialPeaks(None, None)
+    if fresh.gradient_free_peak_bytes is None:  # CUDA: a second pass
+        return TrialPeaks(fresh.peak_bytes + pending,
                           trial_peak(run, model, optimizer, gradients_held=True))
     gradients = sum(local_part(param).numel() * param.element_size()
                     for param in model.parameters() if param.requires_grad)

@@ -112,7 +112,8 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         raise
     return BudgetOutcome(decision, trials.techniques, unplanned, trials.measurements.fixed,
                          time.perf_counter() - started, least=least, max_slowdown=bound,
-                         unused_saved=unused)
+                         unused_saved=unused,
+                         unplanned_predicted_from=trials.measurements.predicted_from)
 
 
 def _saved_choice(saved: dict, trials: Trials) -> Estimate:
@@ -143,13 +144,17 @@ def _reuse_saved(saved: dict, chosen: Estimate, trials: Trials, max_slowdown: fl
         return None
     decision = Decision(peak if least else trials.budget_bytes, chosen, peak, [chosen],
                         {chosen.summary: peak})
+    predicted_from = saved.get('unplanned_predicted_from', 0)
     return BudgetOutcome(decision, trials.techniques, saved['unplanned_peak_bytes'], fixed,
                          time.perf_counter() - started, reused=True, least=least,
-                         max_slowdown=max_slowdown)
+                         max_slowdown=max_slowdown,
+                         unplanned_predicted_from=predicted_from
+                         if isinstance(predicted_from, int) else 0)
 
 
 def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
-    """Measure the step with nothing applied, and resolve ``budget`` against its peak.
+    """Measure the step with nothing applied, and resolve ``budget`` against its peak (a
+    budget at or above the peak of a batch that ran out of memory is lowered below it).
 
     Returns:
         The step's peak as it starts, and the step as the search starts from it (gradients
@@ -161,6 +166,8 @@ def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
     measurements = trials.measurements
     unplanned = measurements.unplanned_peak()
     trials.budget_bytes = resolve_budget(budget, unplanned)
+    if measurements.predicted_from and trials.budget_bytes is not None:
+        trials.budget_bytes = min(trials.budget_bytes, unplanned - 1)  # it ran out of memory
     trials.micro_batches.undivided_saving = max(measurements.whole - unplanned, 0)
     held = measurements.held()
     return unplanned, Estimate(held, max(measurements.whole - held, 0))

@@ -38,15 +38,19 @@ class Measurements:
         per_pass: Bytes every pass holds beyond :attr:`fixed` whatever its size
             (:func:`~.probe.per_pass_bytes`; 0 until :meth:`unplanned_peak`).
         warm: The sizes a pass has run at: one timed pass of them is enough.
+        predicted_from: The samples the whole step's peak is predicted from, when its batch
+            ran out of memory with nothing applied (0: the whole step was measured; see
+            :meth:`unplanned_peak`; its time is then predicted too, :meth:`seconds_of`).
     """
 
     def __init__(self, probe: StepProbe) -> None:
         self.probe = probe
         self.fixed = state_bytes(probe.model, probe.optimizer)
         self.part = min((probe.batch_size + 1) // 2, PART_SAMPLES)
-        self.whole = self.per_pass = 0
+        self.whole = self.per_pass = self.predicted_from = 0
         self.warm: set[int] = set()
         self._seconds: dict[int, float] = {}
+        self._failed: dict[int, RuntimeError | ValueError] = {}
         self._plain_peaks: dict[int, int] = {}
         self._lossy_sizes: list[int] | None = None
 
@@ -58,14 +62,43 @@ class Measurements:
     def seconds_of(self, size: int) -> float:
         """The time of a pass of ``size`` samples, measured once: the fastest of two passes
         when the first may be cold (a size larger than any before, which takes new memory; on
-        a GPU any size not run before), else one."""
+        a GPU any size not run before), else one. The whole batch's, where it ran out of
+        memory, is predicted (:meth:`_scaled_to_batch`).
+
+        Raises:
+            RuntimeError, ValueError: The pass failed (out of memory; BatchNorm cannot train
+                on one sample): raised again, without a pass, for the same size.
+        """
+        batch_size = self.probe.batch_size
+        if size == batch_size and self.predicted_from and size not in self._seconds:
+            self._seconds[size] = self._scaled_to_batch()
+        if size in self._failed:
+            raise self._failed[size]
         if size not in self._seconds:
             warm = self.warm
             cold = size not in warm and (self.probe.cold_new_shapes or not warm
                                          or size > max(warm))
             warm.add(size)
-            self._seconds[size] = self.probe.seconds(size, 2 if cold else 1)
+            try:
+                self._seconds[size] = self.probe.seconds(size, 2 if cold else 1)
+            except (RuntimeError, ValueError) as error:
+                self._failed[size] = error
+                raise
         return self._seconds[size]
+
+    def _scaled_to_batch(self) -> float:
+        """The whole batch's time where it ran out of memory: the time of the largest of its
+        half, quarter, ... and :attr:`predicted_from` samples that runs, scaled to the batch
+        (the sizes micro-batches time anyway; the largest is the nearest to the batch's speed
+        per sample)."""
+        batch_size, smallest = self.probe.batch_size, self.predicted_from
+        halves = (-(-batch_size // 2**k) for k in range(1, batch_size.bit_length() + 1))
+        for size in (size for size in halves if size > smallest):
+            try:
+                return self.seconds_of(size) * batch_size / size
+            except (RuntimeError, ValueError):  # out of memory too
+                continue
+        return self.seconds_of(smallest) * batch_size / smallest
 
     def timed(self, size: int) -> float | None:
         """The time :meth:`seconds_of` measured for ``size`` (``None``: not measured yet)."""
@@ -104,23 +137,47 @@ class Measurements:
         """Measure the whole step with nothing applied, as it starts and with gradients held
         (as every later part holds them): sets :attr:`whole` and :attr:`per_pass`.
 
+        Where the whole batch runs out of memory (the step the budget is for may not fit the
+        device at all), the step is measured on :attr:`part` samples (on one where those run
+        out too) and its peaks are scaled to the batch on the line through one sample's
+        (activations grow with the samples, :attr:`per_pass` does not); :attr:`predicted_from`
+        says so.
+
         Returns:
             The step's peak as it starts (no gradients held, unless gradients accumulate over
             batches).
 
         Raises:
-            ConfigError: The batch runs out of memory.
+            ConfigError: One sample runs out of memory.
         """
         batch_size = self.probe.batch_size
         self.warm.add(batch_size)
         peaks = self.probe.peaks(batch_size)
         if peaks.fresh is None or peaks.held is None:
-            raise ConfigError('the batch ran out of memory with nothing applied: lower the batch '
-                              'size')
+            return self._predicted_unplanned_peak()
         self.whole = peaks.held
         self.per_pass = per_pass_bytes(batch_size, self.whole - self.fixed,
                                        lambda: self.plain_peak(1) - self.fixed)
         return peaks.fresh
+
+    def _predicted_unplanned_peak(self) -> int:
+        """:meth:`unplanned_peak` where the whole batch ran out of memory."""
+        batch_size = self.probe.batch_size
+        self.warm.discard(batch_size)
+        for size in sorted({self.part, 1} - {batch_size}, reverse=True):
+            self.warm.add(size)
+            peaks = self.probe.peaks(size)
+            if peaks.fresh is not None and peaks.held is not None:
+                break
+        else:
+            raise ConfigError('one sample ran out of memory with nothing applied: no '
+                              'combination of these techniques can train this model here; '
+                              'shard it over more devices, or use a device with more memory')
+        self.predicted_from, self._plain_peaks[size] = size, peaks.held
+        self.per_pass = per_pass_bytes(size, peaks.held - self.fixed,
+                                       lambda: self.plain_peak(1) - self.fixed)
+        self.whole = self.held() + (peaks.held - self.held()) * batch_size // size
+        return peaks.fresh + self.whole - peaks.held
 
     def technique(self, switch: Switch) -> MeasuredSettings:
         """``switch`` as a technique whose settings' effects are measured when first needed

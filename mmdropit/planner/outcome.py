@@ -29,7 +29,8 @@ class BudgetOutcome:
         decision: The decision (its combination is in effect).
         techniques: The techniques it chose among (to apply or remove the decision again).
         unplanned_peak: The measured step peak with nothing applied (the parameters hold no
-            gradient when it starts, unless gradients accumulate over batches).
+            gradient when it starts, unless gradients accumulate over batches); predicted
+            where the batch ran out of memory (``unplanned_predicted_from``).
         fixed_bytes: Parameters, gradients, buffers and optimizer state.
         seconds: Time spent measuring, searching and proving the decision.
         reused: Whether the decision is an earlier run's, measured again and kept.
@@ -39,6 +40,10 @@ class BudgetOutcome:
             multiple of the plain step's (``None``: no bound).
         unused_saved: Why an earlier run's decision, given, was not read (``''``: none was
             given, or it was read).
+        unplanned_predicted_from: The samples ``unplanned_peak`` was predicted from, the
+            whole batch having run out of memory with nothing applied (0: measured on the
+            whole batch); the plain step's time, the unit of the time ratios, was then
+            predicted from the largest part that runs.
     """
 
     decision: Decision
@@ -50,13 +55,16 @@ class BudgetOutcome:
     least: bool = False
     max_slowdown: float | None = None
     unused_saved: str = ''
+    unplanned_predicted_from: int = 0
 
     def to_json(self) -> dict:
         """The decision as JSON: what :func:`~.budget.plan_within_budget` reads back as
         ``saved``, and the figures and table behind it."""
         chosen = self.decision.chosen
         return dict(budget_bytes=self.decision.budget_bytes,
-                    unplanned_peak_bytes=self.unplanned_peak, fixed_bytes=self.fixed_bytes,
+                    unplanned_peak_bytes=self.unplanned_peak,
+                    unplanned_predicted_from=self.unplanned_predicted_from,
+                    fixed_bytes=self.fixed_bytes,
                     measured_peak_bytes=self.decision.measured_bytes,
                     predicted_peak_bytes=chosen.peak_bytes,
                     predicted_time_ratio=chosen.time_ratio, chosen=chosen.summary,
@@ -72,9 +80,13 @@ class BudgetOutcome:
             return (f'{budget}; the earlier run\'s decision '
                     f'{decision.chosen.summary} is kept: measured peak '
                     f'{mib(decision.measured_bytes)}')
-        return (f'{budget} (step peak with nothing applied '
-                f'{mib(self.unplanned_peak)}, of which parameters, gradients, buffers '
-                f'and optimizer state {mib(self.fixed_bytes)}); chosen: '
+        predicted = self.unplanned_predicted_from
+        how = (f'; the whole batch ran out of memory: its peak is predicted from {predicted} '
+               'sample(s), its time (the unit of the time ratios) from the largest part that '
+               'runs' if predicted else '')
+        return (f'{budget} (step peak with nothing applied {mib(self.unplanned_peak)}, of '
+                f'which parameters, gradients, buffers and optimizer state '
+                f'{mib(self.fixed_bytes)}{how}); chosen: '
                 f'{decision.chosen.summary}, measured peak {mib(decision.measured_bytes)}; '
                 f'decided in {self.seconds:.1f} s\n{decision.table()}')
 

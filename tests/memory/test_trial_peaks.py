@@ -48,3 +48,16 @@ def test_one_pass_gives_both_peaks_as_two_passes_measure_them(build, inputs, opt
     assert peaks.held == trial_peak(run, net, opt, gradients_held=True)
     assert peaks.held > peaks.fresh
     assert all(p.grad is None for p in net.parameters())
+
+
+def test_a_pass_that_runs_out_of_memory_runs_once():
+    """Out of memory without gradients held, it would run out with them held too."""
+    net, runs = _frozen_stem_mlp(), []
+
+    def run():
+        runs.append(1)
+        net(torch.randn(4, 64)).sum()
+        raise torch.OutOfMemoryError('the device is full')
+
+    peaks = trial_peaks(run, net)
+    assert (peaks.fresh, peaks.held, len(runs)) == (None, None, 1)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.dropit import DropITConfig
 from mmdropit.planner import StepProbe, plan_within_budget
@@ -158,3 +159,55 @@ def test_where_nothing_is_needed_a_combination_must_measure_clearly_faster(split
 def test_quantized_activations_are_offered_on_a_cpu():
     """(On a GPU only when their codecs' Triton kernels can run: tests/cuda/test_cuda_paths.py.)"""
     assert quantize_unavailable(nn.Linear(2, 2)) is None
+
+
+def _probe_on_a_device_for(samples: int, attempted: list[int]) -> StepProbe:
+    """:func:`_probe`, whose passes of more than ``samples`` samples run out of memory after
+    their forward pass, as on a device too small for the batch; every pass's size is appended
+    to ``attempted``."""
+    probe = _probe()
+    loss = probe.forward_part
+
+    def run_part(size: int) -> None:
+        attempted.append(size)
+        value = loss(size)
+        if size > samples:
+            raise torch.OutOfMemoryError(f'{size} samples do not fit')
+        value.backward()
+
+    return replace(probe, run_part=run_part)
+
+
+def test_a_batch_that_runs_out_of_memory_is_planned_from_a_part():
+    """The whole batch runs out of memory with nothing applied: its peak and time are
+    predicted from a part, and the decision splits it into parts that fit, measured."""
+    measured = plan_within_budget(_probe(), 0.5, SplitTarget(_probe().model))
+    attempted: list[int] = []
+    probe = _probe_on_a_device_for(200, attempted)
+    outcome = plan_within_budget(probe, 0.5, SplitTarget(probe.model))
+    decision = outcome.decision
+    assert outcome.unplanned_predicted_from == 8
+    assert outcome.unplanned_peak == pytest.approx(measured.unplanned_peak, rel=0.02)
+    assert decision.chosen.setting('micro-batches', 1) >= 2, decision.table()
+    assert decision.measured_bytes <= decision.budget_bytes
+    # each size that runs out of memory runs once (the batch's time is not measured, that of
+    # two micro-batches is not measured again for each combination)
+    assert attempted.count(512) == attempted.count(256) == 1
+    assert 'the whole batch ran out of memory' in str(outcome)
+    assert outcome.to_json()['unplanned_predicted_from'] == 8
+
+
+def test_a_budget_above_a_batch_that_ran_out_of_memory_still_splits_it():
+    probe = _probe_on_a_device_for(300, [])
+    outcome = plan_within_budget(probe, 2**40, SplitTarget(probe.model))
+    decision = outcome.decision
+    assert decision.budget_bytes < outcome.unplanned_peak
+    assert decision.chosen.setting('micro-batches', 1) >= 2, decision.table()
+    assert decision.measured_bytes <= decision.budget_bytes
+
+
+def test_a_sample_that_runs_out_of_memory_is_a_one_line_error():
+    probe = _probe_on_a_device_for(0, [])
+    with pytest.raises(ConfigError, match='one sample ran out of memory') as error:
+        plan_within_budget(probe, 0.5, SplitTarget(probe.model))
+    assert '\n' not in str(error.value)
