@@ -20,6 +20,7 @@ from mmdropit.codecs.rebuilt_activations import RebuildingActivation
 from mmdropit.common.units import mib
 from mmdropit.dropit import dropit_layers
 from mmdropit.engine.hooks import MemoryBudgetHook, MemoryReportHook
+from tests.helpers import device_capacity_hook  # noqa: F401  (registers DeviceCapacityHook)
 from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, assert_one_line_error,
                             assert_ranks_identical, digit_coco_options, log_text, run_tool,
                             train_on_two_ranks, two_iteration_cfg)
@@ -68,6 +69,21 @@ def test_tiny_vit_fits_fractional_budgets(tmp_path, budget):
     log = log_text(tmp_path)
     assert 'MemoryBudgetHook for inputs 32x1x28x28 (shape bucket 32x1x128x128): budget' in log
     assert '| combination | predicted peak MiB' in log
+    assert runner.iter == 2
+
+
+@pytest.mark.slow
+def test_a_batch_the_device_cannot_hold_trains_in_parts_that_fit(tmp_path):
+    """The network runs out of memory on more than 12 of the batch's 32 samples
+    (``DeviceCapacityHook``): the hook decides from a part and trains the batch in parts of at
+    most 8."""
+    cfg = two_iteration_cfg(TINY_VIT, tmp_path, dict(type='DeviceCapacityHook', samples=12),
+                            dict(type='MemoryBudgetHook', budget=0.5))
+    runner, scalars, decision = _measured_run(cfg)
+    assert decision['unplanned_predicted_from'] == 8
+    assert _setting(decision, 'micro-batches') >= 4, decision['table']
+    _assert_fits(scalars, decision)
+    assert 'the whole batch ran out of memory' in log_text(tmp_path)
     assert runner.iter == 2
 
 
