@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 
+import torch
+
 from ..errors import ConfigError
 from ..memory import state_bytes
 from .estimate import Effect
@@ -32,7 +34,8 @@ class Measurements:
         part: The samples lossy settings are measured on (with an eighth of them, to tell
             bytes they add whatever the batch, as bf16's cast weights, from a share of the
             activations) and the step is recorded on: half the batch, at most
-            :data:`PART_SAMPLES`.
+            :data:`PART_SAMPLES` (fewer where those run out of memory, see
+            :meth:`unplanned_peak`).
         whole: The step's peak with nothing applied and gradients held (0 until
             :meth:`unplanned_peak`).
         per_pass: Bytes every pass holds beyond :attr:`fixed` whatever its size
@@ -50,7 +53,6 @@ class Measurements:
         self.whole = self.per_pass = self.predicted_from = 0
         self.warm: set[int] = set()
         self._seconds: dict[int, float] = {}
-        self._failed: dict[int, RuntimeError | ValueError] = {}
         self._plain_peaks: dict[int, int] = {}
         self._lossy_sizes: list[int] | None = None
 
@@ -62,43 +64,39 @@ class Measurements:
     def seconds_of(self, size: int) -> float:
         """The time of a pass of ``size`` samples, measured once: the fastest of two passes
         when the first may be cold (a size larger than any before, which takes new memory; on
-        a GPU any size not run before), else one. The whole batch's, where it ran out of
-        memory, is predicted (:meth:`_scaled_to_batch`).
+        a GPU any size not run before), else one. A size whose pass runs out of memory (the
+        whole batch's, where it did with nothing applied) takes the time of its half, found
+        the same way, scaled to it: the largest part that runs.
 
         Raises:
-            RuntimeError, ValueError: The pass failed (out of memory; BatchNorm cannot train
-                on one sample): raised again, without a pass, for the same size.
+            RuntimeError, ValueError: The pass failed otherwise (BatchNorm cannot train on one
+                sample), or one sample ran out of memory.
         """
-        batch_size = self.probe.batch_size
-        if size == batch_size and self.predicted_from and size not in self._seconds:
-            self._seconds[size] = self._scaled_to_batch()
-        if size in self._failed:
-            raise self._failed[size]
         if size not in self._seconds:
-            warm = self.warm
-            cold = size not in warm and (self.probe.cold_new_shapes or not warm
-                                         or size > max(warm))
-            warm.add(size)
-            try:
-                self._seconds[size] = self.probe.seconds(size, 2 if cold else 1)
-            except (RuntimeError, ValueError) as error:
-                self._failed[size] = error
-                raise
+            self._seconds[size] = (
+                self._scaled_from_half(size)
+                if size == self.probe.batch_size and self.predicted_from
+                else self._timed_pass(size))
         return self._seconds[size]
 
-    def _scaled_to_batch(self) -> float:
-        """The whole batch's time where it ran out of memory: the time of the largest of its
-        half, quarter, ... and :attr:`predicted_from` samples that runs, scaled to the batch
-        (the sizes micro-batches time anyway; the largest is the nearest to the batch's speed
-        per sample)."""
-        batch_size, smallest = self.probe.batch_size, self.predicted_from
-        halves = (-(-batch_size // 2**k) for k in range(1, batch_size.bit_length() + 1))
-        for size in (size for size in halves if size > smallest):
-            try:
-                return self.seconds_of(size) * batch_size / size
-            except (RuntimeError, ValueError):  # out of memory too
-                continue
-        return self.seconds_of(smallest) * batch_size / smallest
+    def _timed_pass(self, size: int) -> float:
+        """:meth:`seconds_of` a size not timed before."""
+        warm = self.warm
+        cold = size not in warm and (self.probe.cold_new_shapes or not warm
+                                     or size > max(warm))
+        warm.add(size)
+        try:
+            return self.probe.seconds(size, 2 if cold else 1)
+        except torch.OutOfMemoryError:
+            warm.discard(size)
+            if size == 1:
+                raise
+            return self._scaled_from_half(size)
+
+    def _scaled_from_half(self, size: int) -> float:
+        """The time of half of ``size`` samples (:meth:`seconds_of`), scaled to ``size``."""
+        half = -(-size // 2)
+        return self.seconds_of(half) * size / half
 
     def timed(self, size: int) -> float | None:
         """The time :meth:`seconds_of` measured for ``size`` (``None``: not measured yet)."""
@@ -138,10 +136,10 @@ class Measurements:
         (as every later part holds them): sets :attr:`whole` and :attr:`per_pass`.
 
         Where the whole batch runs out of memory (the step the budget is for may not fit the
-        device at all), the step is measured on :attr:`part` samples (on one where those run
-        out too) and its peaks are scaled to the batch on the line through one sample's
-        (activations grow with the samples, :attr:`per_pass` does not); :attr:`predicted_from`
-        says so.
+        device at all), the step is measured on :attr:`part` samples (where those run out too,
+        :attr:`part` becomes the largest of their half, quarter, ... that runs) and its
+        peaks are scaled to the batch on the line through one sample's (activations grow with
+        the samples, :attr:`per_pass` does not); :attr:`predicted_from` says so.
 
         Returns:
             The step's peak as it starts (no gradients held, unless gradients accumulate over
@@ -161,19 +159,23 @@ class Measurements:
         return peaks.fresh
 
     def _predicted_unplanned_peak(self) -> int:
-        """:meth:`unplanned_peak` where the whole batch ran out of memory."""
+        """:meth:`unplanned_peak` where the whole batch ran out of memory: :attr:`part` becomes
+        the largest of it, its half, quarter, ... that runs."""
         batch_size = self.probe.batch_size
         self.warm.discard(batch_size)
-        for size in sorted({self.part, 1} - {batch_size}, reverse=True):
+        halves = {-(-self.part // 2**k) for k in range(self.part.bit_length() + 1)}
+        for size in sorted(halves - {batch_size}, reverse=True):
             self.warm.add(size)
             peaks = self.probe.peaks(size)
             if peaks.fresh is not None and peaks.held is not None:
                 break
+            self.warm.discard(size)
         else:
             raise ConfigError('one sample ran out of memory with nothing applied: no '
                               'combination of these techniques can train this model here; '
                               'shard it over more devices, or use a device with more memory')
-        self.predicted_from, self._plain_peaks[size] = size, peaks.held
+        self.part = self.predicted_from = size
+        self._plain_peaks[size] = peaks.held
         self.per_pass = per_pass_bytes(size, peaks.held - self.fixed,
                                        lambda: self.plain_peak(1) - self.fixed)
         self.whole = self.held() + (peaks.held - self.held()) * batch_size // size

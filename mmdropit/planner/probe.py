@@ -8,6 +8,7 @@ workloads.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -88,9 +89,21 @@ class StepProbe:
 
     def seconds(self, size: int, passes: int = 2) -> float:
         """The agreed time of a trial pass of ``size`` samples: the fastest of ``passes``
-        passes (the first may be cold, unless a pass of the same size just ran)."""
-        return self.agree_seconds(min(trial_seconds(lambda: self.run_part(size), self.model)
-                                      for _ in range(passes)))
+        passes (the first may be cold, unless a pass of the same size just ran).
+
+        Raises:
+            torch.OutOfMemoryError: A pass ran out of memory, in any process (all raise it).
+        """
+        try:
+            taken = min(trial_seconds(lambda: self.run_part(size), self.model)
+                        for _ in range(passes))
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            taken = math.inf
+        agreed = self.agree_seconds(taken)
+        if math.isinf(agreed):
+            raise torch.OutOfMemoryError(f'a pass of {size} samples ran out of memory')
+        return agreed
 
     def chain(self, size: int) -> Chain:
         """The recorded forward pass of the batch's first ``size`` samples, cut into the chain

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from mmdropit.memory import trial_peak
+from mmdropit.memory import trial_peaks
 from mmdropit.planner import StepProbe, plan_within_budget
 from tests.helpers.split_target import SplitTarget
 
@@ -48,7 +48,7 @@ def test_a_batch_the_device_cannot_hold_is_decided_from_its_parts():
     put back after): the whole batch runs out of memory, its peak is predicted from a part,
     and the decision's measured peak fits."""
     probe = _blocks_probe()
-    plain = trial_peak(lambda: probe.run_part(4096), probe.model)
+    plain = trial_peaks(lambda: probe.run_part(4096), probe.model).fresh
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(0.6 * plain / total)

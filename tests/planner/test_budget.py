@@ -3,6 +3,7 @@ its leanest setting only (a setting the same technique beats in memory cannot gi
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -162,20 +163,23 @@ def test_quantized_activations_are_offered_on_a_cpu():
 
 
 def _probe_on_a_device_for(samples: int, attempted: list[int]) -> StepProbe:
-    """:func:`_probe`, whose passes of more than ``samples`` samples run out of memory after
-    their forward pass, as on a device too small for the batch; every pass's size is appended
-    to ``attempted``."""
+    """:func:`_probe`, whose forward passes of more than ``samples`` samples run out of memory
+    once they have run, as on a device too small for the batch; every trial pass's size is
+    appended to ``attempted``."""
     probe = _probe()
     loss = probe.forward_part
 
-    def run_part(size: int) -> None:
-        attempted.append(size)
+    def forward_part(size: int) -> torch.Tensor:
         value = loss(size)
         if size > samples:
             raise torch.OutOfMemoryError(f'{size} samples do not fit')
-        value.backward()
+        return value
 
-    return replace(probe, run_part=run_part)
+    def run_part(size: int) -> None:
+        attempted.append(size)
+        forward_part(size).backward()
+
+    return replace(probe, run_part=run_part, forward_part=forward_part)
 
 
 def test_a_batch_that_runs_out_of_memory_is_planned_from_a_part():
@@ -190,11 +194,51 @@ def test_a_batch_that_runs_out_of_memory_is_planned_from_a_part():
     assert outcome.unplanned_peak == pytest.approx(measured.unplanned_peak, rel=0.02)
     assert decision.chosen.setting('micro-batches', 1) >= 2, decision.table()
     assert decision.measured_bytes <= decision.budget_bytes
-    # each size that runs out of memory runs once (the batch's time is not measured, that of
-    # two micro-batches is not measured again for each combination)
-    assert attempted.count(512) == attempted.count(256) == 1
+    assert attempted.count(512) == 1  # the batch's time is not measured
     assert 'the whole batch ran out of memory' in str(outcome)
     assert outcome.to_json()['unplanned_predicted_from'] == 8
+
+
+def test_a_size_that_runs_out_of_memory_is_timed_once_as_its_half_scaled():
+    """Two micro-batches of 256 run out of memory: their time is that of 128 samples, scaled,
+    and no pass of 256 is timed again for another combination."""
+    timed: list[int] = []
+    probe = _probe_on_a_device_for(200, [])
+    seconds = probe.seconds
+
+    def recorded_seconds(size: int, passes: int = 2) -> float:
+        timed.append(size)
+        return seconds(size, passes)
+
+    probe.seconds = recorded_seconds
+    outcome = plan_within_budget(probe, 0.5, SplitTarget(probe.model))
+    halves = next(e for e in outcome.decision.considered if e.summary.startswith('2 micro'))
+    quarters = next(e for e in outcome.decision.considered if e.summary.startswith('4 micro'))
+    assert halves.time_ratio == pytest.approx(quarters.time_ratio)
+    assert timed.count(256) == 1, timed
+
+
+@pytest.mark.parametrize('budget', [0.5, None])
+def test_a_part_that_runs_out_of_memory_is_halved_until_one_runs(budget):
+    probe = _probe_on_a_device_for(4, [])
+    outcome = plan_within_budget(probe, budget, SplitTarget(probe.model))
+    decision = outcome.decision
+    assert outcome.unplanned_predicted_from == 4
+    assert decision.chosen.setting('micro-batches', 1) >= 128, decision.table()
+    assert decision.measured_bytes <= decision.budget_bytes
+
+
+def test_a_pass_out_of_memory_in_any_process_is_out_of_memory_in_all():
+    """``agree_seconds`` gives the longest time of the processes: infinite where one ran out
+    of memory, and each raises it, so that all take the same path."""
+    probe = replace(_probe(), agree_seconds=lambda seconds: math.inf)
+    with pytest.raises(torch.OutOfMemoryError, match='a pass of 8 samples'):
+        probe.seconds(8)
+    agreed: list[float] = []
+    probe = replace(_probe_on_a_device_for(4, []), agree_seconds=lambda s: agreed.append(s) or s)
+    with pytest.raises(torch.OutOfMemoryError):
+        probe.seconds(8)
+    assert agreed == [math.inf]
 
 
 def test_a_budget_above_a_batch_that_ran_out_of_memory_still_splits_it():
