@@ -134,12 +134,12 @@ def _saved_choice(saved: dict, trials: Trials) -> Estimate:
 def _reuse_saved(saved: dict, chosen: Estimate, trials: Trials, max_slowdown: float | None,
                  least: bool, started: float) -> BudgetOutcome | None:
     """Put ``chosen``, the ``saved`` decision's combination, in effect and measure it once:
-    its outcome when it fits its budget (for the least peak, kept as it measures); ``None``,
-    every technique removed, when it does not."""
+    its outcome when it fits its budget (for the least peak, kept as it measures unless it
+    runs out of memory); ``None``, every technique removed, when it does not."""
     fixed = trials.measurements.fixed
     trials.budget_bytes = saved['budget_bytes']
     peak = trials.peak(chosen)
-    if not least and peak > trials.budget_bytes:
+    if chosen.summary in trials.out_of_memory or not least and peak > trials.budget_bytes:
         trials.remove_all()
         return None
     decision = Decision(peak if least else trials.budget_bytes, chosen, peak, [chosen],

@@ -38,6 +38,7 @@ class Trials:
         techniques: The switches', micro-batches and checkpoint plans, in the order they are
             applied.
         budget_bytes: The budget the combinations are measured for (``None``: the least peak).
+        out_of_memory: The combinations whose measured pass ran out of memory (by summary).
     """
 
     def __init__(self, measurements: Measurements, switches: Sequence[Switch],
@@ -50,6 +51,7 @@ class Trials:
             *(measurements.technique(switch) for switch in switches), self.micro_batches,
             self.plans]
         self.budget_bytes: int | None = 0
+        self.out_of_memory: set[str] = set()
 
     def record_plain_step(self) -> Chain:
         """The step recorded on :attr:`~.measurements.Measurements.part` samples, every
@@ -69,7 +71,10 @@ class Trials:
         probe = self.measurements.probe
         size = self._parts(estimate)[0]
         peak = probe.peak(size, gradients_held=size < probe.batch_size)
-        return 2 * (self.budget_bytes or self.measurements.whole) if peak is None else peak
+        if peak is None:
+            self.out_of_memory.add(estimate.summary)
+            return 2 * (self.budget_bytes or self.measurements.whole)
+        return peak
 
     def seconds(self, estimate: Estimate) -> float:
         """Put ``estimate`` in effect and measure its step time as a ratio to the step's with

@@ -241,6 +241,17 @@ def test_a_pass_out_of_memory_in_any_process_is_out_of_memory_in_all():
     assert agreed == [math.inf]
 
 
+def test_a_saved_least_peak_decision_that_runs_out_of_memory_now_is_not_kept():
+    """A least-peak decision is kept as it measures when a run resumes, but not when its pass
+    runs out of memory (a smaller device): the step is measured anew (here nothing fits, so
+    that ends in the one-line error)."""
+    probe = _probe()
+    saved = plan_within_budget(probe, None, SplitTarget(probe.model)).to_json()
+    probe = _probe_on_a_device_for(0, [])
+    with pytest.raises(ConfigError, match='one sample ran out of memory'):
+        plan_within_budget(probe, None, SplitTarget(probe.model), saved=saved)
+
+
 def test_a_budget_above_a_batch_that_ran_out_of_memory_still_splits_it():
     probe = _probe_on_a_device_for(300, [])
     outcome = plan_within_budget(probe, 2**40, SplitTarget(probe.model))
