@@ -13,8 +13,8 @@ from mmdropit import ConfigError
 from mmdropit.checkpoint import CheckpointPlan, is_checkpointed
 from mmdropit.engine.hooks import CheckpointPlanHook
 from tests.conftest import (FLEXIBLE_RUNNER, ROOT, TINY_VIT, TINY_VIT_2_ITERS, TINY_VIT_DROPIT,
-                            assert_ranks_identical, log_text, run_tool, train_on_two_ranks,
-                            two_iteration_cfg)
+                            assert_ranks_identical, log_text, one_line_error, run_tool,
+                            train_on_two_ranks, two_iteration_cfg)
 
 
 def test_hook_plans_logs_writes_and_applies_with_dropit(tmp_path):
@@ -70,6 +70,22 @@ def test_a_model_that_cannot_be_planned_warns_and_trains(tmp_path, monkeypatch):
         'mmdropit: CheckpointPlanHook: inputs 32x1x28x28 (shape bucket 32x1x128x128): trains '
         'without a checkpoint plan (the warning above says why)']
     assert not any(is_checkpointed(m) for m in runner.model.modules())
+
+
+def test_a_step_that_runs_out_of_memory_while_recorded_is_one_line_through_train_py(tmp_path):
+    """``DeviceCapacityHook``: the network runs out of memory on more than 12 of the 32
+    samples, as the recorded step does on a device too small for it."""
+    config = tmp_path / 'config.py'
+    config.write_text(f"_base_ = r'{TINY_VIT}'\n"
+                      "custom_imports = dict(imports=['mmdropit', "
+                      "'tests.helpers.device_capacity_hook'], allow_failed_imports=False)\n"
+                      "custom_hooks = [dict(type='DeviceCapacityHook', samples=12), "
+                      "dict(type='CheckpointPlanHook')]\n"
+                      "train_cfg = dict(max_epochs=1)\n"
+                      "train_dataloader = dict(dataset=dict(indices=64))\n")
+    result = run_tool('tools/train.py', str(config), '--work-dir', str(tmp_path), check=False)
+    assert 'the step ran out of memory while it was recorded for inputs 32x1x28x28' in \
+        one_line_error(result)
 
 
 @pytest.mark.parametrize('kwargs,message', [

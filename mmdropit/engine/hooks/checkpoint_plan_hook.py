@@ -22,6 +22,7 @@ from ...common.budget import Budget, parse_budget
 from ...common.technique import Applied
 from ...common.units import mib
 from ...errors import ConfigError
+from ..optim.micro_batching import max_over_ranks
 from ..runner_model import batch_loss, compiles_model, unwrap
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
 
@@ -112,16 +113,26 @@ class CheckpointPlanHook(ShapeBucketHook):
               key: ShapeKey) -> CheckpointPlan | None:
         step = batch_loss(model, data_batch, lambda: runner.optim_wrapper.optim_context(model))
         where = self.described[key]
+        out_of_memory = False
         try:
             plan = plan_checkpoints(model, step, self.budget, self.granularity,
                                     nested=not compiles_model(runner))
         except ConfigError:
             raise
+        except torch.OutOfMemoryError:  # the step it records is the step training runs
+            plan, out_of_memory = None, True
+            torch.cuda.empty_cache()
         except Exception as exc:  # noqa: BLE001 - any failure of planning leaves training as is
             plan = None
             runner.logger.warning(
                 f'CheckpointPlanHook: the model cannot be planned for {where}: '
                 f'{type(exc).__name__}: {exc}; training continues without a checkpoint plan.')
+        if max_over_ranks(None if out_of_memory else 0) is None:  # None: out of memory
+            raise ConfigError(
+                f'CheckpointPlanHook: the step ran out of memory while it was recorded for '
+                f'{where}, before any plan could apply: MemoryBudgetHook(budget=...) measures '
+                'a batch that does not fit on a part of it and splits it; or lower the batch '
+                'size')
         if is_distributed():
             shared = [plan]
             broadcast_object_list(shared, src=0)
