@@ -53,6 +53,7 @@ class Measurements:
         self.whole = self.per_pass = self.predicted_from = 0
         self.warm: set[int] = set()
         self._seconds: dict[int, float] = {}
+        self._failed: dict[int, RuntimeError | ValueError] = {}
         self._plain_peaks: dict[int, int] = {}
         self._lossy_sizes: list[int] | None = None
 
@@ -70,8 +71,11 @@ class Measurements:
 
         Raises:
             RuntimeError, ValueError: The pass failed otherwise (BatchNorm cannot train on one
-                sample), or one sample ran out of memory.
+                sample), or one sample ran out of memory: raised again, without a pass, for
+                the same size.
         """
+        if size in self._failed:
+            raise self._failed[size]
         if size not in self._seconds:
             self._seconds[size] = (
                 self._scaled_from_half(size)
@@ -87,11 +91,15 @@ class Measurements:
         warm.add(size)
         try:
             return self.probe.seconds(size, 2 if cold else 1)
-        except torch.OutOfMemoryError:
+        except torch.OutOfMemoryError as error:
             warm.discard(size)
-            if size == 1:
-                raise
-            return self._scaled_from_half(size)
+            if size > 1:
+                return self._scaled_from_half(size)
+            self._failed[size] = error
+            raise
+        except (RuntimeError, ValueError) as error:
+            self._failed[size] = error
+            raise
 
     def _scaled_from_half(self, size: int) -> float:
         """The time of half of ``size`` samples (:meth:`seconds_of`), scaled to ``size``."""
@@ -204,6 +212,8 @@ class Measurements:
             if None in peaks:
                 return None
             duration = self.probe.seconds(sizes[-1], passes=1)
+        except torch.OutOfMemoryError:
+            return None
         finally:
             switch.remove()
         return Effect.from_peaks(without, [peak - self.held() for peak in peaks],

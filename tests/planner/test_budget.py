@@ -15,6 +15,7 @@ from mmdropit import ConfigError
 from mmdropit.checkpoint import is_checkpointed
 from mmdropit.dropit import DropITConfig
 from mmdropit.planner import StepProbe, plan_within_budget
+from mmdropit.planner.measurements import Measurements
 from mmdropit.planner.switches import dropit_switch, quantize_switch, quantize_unavailable
 from tests.helpers.split_target import SplitTarget
 
@@ -194,7 +195,7 @@ def test_a_batch_that_runs_out_of_memory_is_planned_from_a_part():
     assert outcome.unplanned_peak == pytest.approx(measured.unplanned_peak, rel=0.02)
     assert decision.chosen.setting('micro-batches', 1) >= 2, decision.table()
     assert decision.measured_bytes <= decision.budget_bytes
-    assert attempted.count(512) == 1  # the batch's time is not measured
+    assert attempted.count(512) == 1  # the failed pass only: neither timed nor run again
     assert 'the whole batch ran out of memory' in str(outcome)
     assert outcome.to_json()['unplanned_predicted_from'] == 8
 
@@ -216,6 +217,26 @@ def test_a_size_that_runs_out_of_memory_is_timed_once_as_its_half_scaled():
     quarters = next(e for e in outcome.decision.considered if e.summary.startswith('4 micro'))
     assert halves.time_ratio == pytest.approx(quarters.time_ratio)
     assert timed.count(256) == 1, timed
+
+
+def test_a_size_whose_pass_fails_is_tried_once():
+    """BatchNorm1d cannot train on one sample: that size is tried once, and its error raised
+    again for every later combination micro-batches are offered with."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(64), nn.GELU(), nn.Linear(64, 10))
+    x = torch.randn(16, 32)
+    tried: list[int] = []
+
+    def run_part(size: int) -> None:
+        tried.append(size)
+        net(x[:size]).sum().backward()
+
+    measurements = Measurements(StepProbe(net, None, 16, run_part=run_part,
+                                          forward_part=lambda size: net(x[:size]).sum()))
+    for _ in range(3):
+        with pytest.raises(ValueError, match='more than 1 value per channel'):
+            measurements.seconds_of(1)
+    assert tried == [1]
 
 
 @pytest.mark.parametrize('budget', [0.5, None])
