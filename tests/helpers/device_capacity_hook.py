@@ -8,7 +8,7 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
 
-@HOOKS.register_module()
+@HOOKS.register_module(force=True)  # imported by a test and by doctest collection
 class DeviceCapacityHook(Hook):
     """From the start of training, a training forward pass of the network (the runner model's
     ``model``, as ``TimmClassifier`` holds it) over more than ``samples`` samples raises
