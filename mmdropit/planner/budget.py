@@ -110,6 +110,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     except BaseException:
         trials.remove_all()  # a failed search leaves the model as it was
         raise
+    decision.out_of_memory = set(trials.out_of_memory)
     return BudgetOutcome(decision, trials.techniques, unplanned, trials.measurements.fixed,
                          time.perf_counter() - started, least=least, max_slowdown=bound,
                          unused_saved=unused,

@@ -32,6 +32,8 @@ class Decision:
             against).
         timed: Measured step times (ratios to the step without techniques) by combination
             summary: a lossy choice and the exact combination it was checked against.
+        out_of_memory: The summaries of the measured combinations whose pass ran out of
+            memory (their ``measured`` peak is the search's stand-in: twice the budget).
     """
 
     budget_bytes: int
@@ -40,6 +42,7 @@ class Decision:
     considered: list[Estimate] = field(default_factory=list)
     measured: dict[str, int] = field(default_factory=dict)
     timed: dict[str, float] = field(default_factory=dict)
+    out_of_memory: set[str] = field(default_factory=set)
 
     def table(self) -> str:
         """The decision table: every combination, its predicted and measured peak, its
@@ -49,9 +52,10 @@ class Decision:
         for estimate in sorted(self.considered, key=lambda e: (e.time_ratio, e.peak_bytes)):
             measured = self.measured.get(estimate.summary)
             timed = self.timed.get(estimate.summary)
+            shown = ('out of memory' if estimate.summary in self.out_of_memory
+                     else '' if measured is None else mib(measured, unit=False))
             lines.append(
-                f'| {estimate.summary} | {mib(estimate.peak_bytes, unit=False)} | '
-                f'{"" if measured is None else mib(measured, unit=False)} | '
+                f'| {estimate.summary} | {mib(estimate.peak_bytes, unit=False)} | {shown} | '
                 f'{estimate.time_ratio:.2f}x | {"" if timed is None else f"{timed:.2f}x"} | '
                 f'{"<-" if estimate.summary == self.chosen.summary else ""} |')
         return '\n'.join(lines)

@@ -280,6 +280,8 @@ def test_a_budget_above_a_batch_that_ran_out_of_memory_still_splits_it():
     assert decision.budget_bytes < outcome.unplanned_peak
     assert decision.chosen.setting('micro-batches', 1) >= 2, decision.table()
     assert decision.measured_bytes <= decision.budget_bytes
+    # a plan on the whole batch was measured, and ran out of memory: the table says so
+    assert '| out of memory |' in decision.table(), decision.table()
 
 
 def test_a_sample_that_runs_out_of_memory_is_a_one_line_error():
