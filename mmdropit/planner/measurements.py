@@ -157,10 +157,10 @@ class Measurements:
             ConfigError: One sample runs out of memory.
         """
         batch_size = self.probe.batch_size
-        self.warm.add(batch_size)
         peaks = self.probe.peaks(batch_size)
         if peaks.fresh is None or peaks.held is None:
             return self._predicted_unplanned_peak()
+        self.warm.add(batch_size)
         self.whole = peaks.held
         self.per_pass = per_pass_bytes(batch_size, self.whole - self.fixed,
                                        lambda: self.plain_peak(1) - self.fixed)
@@ -170,14 +170,12 @@ class Measurements:
         """:meth:`unplanned_peak` where the whole batch ran out of memory: :attr:`part` becomes
         the largest of it, its half, quarter, ... that runs."""
         batch_size = self.probe.batch_size
-        self.warm.discard(batch_size)
         halves = {-(-self.part // 2**k) for k in range(self.part.bit_length() + 1)}
         for size in sorted(halves - {batch_size}, reverse=True):
-            self.warm.add(size)
             peaks = self.probe.peaks(size)
             if peaks.fresh is not None and peaks.held is not None:
+                self.warm.add(size)
                 break
-            self.warm.discard(size)
         else:
             raise ConfigError('one sample ran out of memory with nothing applied: no '
                               'combination of these techniques can train this model here; '
