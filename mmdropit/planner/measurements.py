@@ -65,7 +65,7 @@ class Measurements:
     def seconds_of(self, size: int) -> float:
         """The time of a pass of ``size`` samples, measured once: the fastest of two passes
         when the first may be cold (a size larger than any before, which takes new memory; on
-        a GPU any size not run before), else one. A size whose pass runs out of memory (the
+        a GPU any pass, :attr:`~.probe.StepProbe.cold_passes`), else one. A size whose pass runs out of memory (the
         whole batch's, where it did with nothing applied) takes the time of its half, found
         the same way, scaled to it: the largest part that runs.
 
@@ -86,8 +86,7 @@ class Measurements:
     def _timed_pass(self, size: int) -> float:
         """:meth:`seconds_of` a size not timed before."""
         warm = self.warm
-        cold = size not in warm and (self.probe.cold_new_shapes or not warm
-                                     or size > max(warm))
+        cold = self.probe.cold_passes or size not in warm and (not warm or size > max(warm))
         warm.add(size)
         try:
             return self.probe.seconds(size, 2 if cold else 1)

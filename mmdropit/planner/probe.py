@@ -48,9 +48,11 @@ class StepProbe:
         share_chain: The same for the recorded step (e.g. rank 0's, broadcast).
         accumulates: Gradients are accumulated over several batches (MMEngine's
             ``accumulative_counts``), so they are held while even an undivided batch runs.
-        cold_new_shapes: The first pass of any new batch size is slow, not only of one larger
-            than those before (new memory): on a GPU cuDNN and cuBLAS choose their kernels per
-            shape. ``None``: whether the model is on a GPU.
+        cold_passes: Any timed pass may be slow the first time, not only one larger than
+            those before (new memory), so every time is the faster of two passes: on a GPU
+            cuDNN and cuBLAS choose their kernels per shape, and the step-peak meter empties
+            the allocator's cache before each measured pass, so that a pass after one takes
+            its memory from the device again. ``None``: whether the model is on a GPU.
     """
 
     model: nn.Module
@@ -62,11 +64,11 @@ class StepProbe:
     agree_seconds: Callable[[float], float] = _same
     share_chain: Callable[[Chain], Chain] = _same
     accumulates: bool = False
-    cold_new_shapes: bool | None = None
+    cold_passes: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.cold_new_shapes is None:
-            self.cold_new_shapes = model_device(self.model).type == 'cuda'
+        if self.cold_passes is None:
+            self.cold_passes = model_device(self.model).type == 'cuda'
 
     def peak(self, size: int, gradients_held: bool = True) -> int | None:
         """The agreed peak of a trial pass of ``size`` samples (``None``: out of memory), the

@@ -79,11 +79,13 @@ class Trials:
     def seconds(self, estimate: Estimate) -> float:
         """Put ``estimate`` in effect and measure its step time as a ratio to the step's with
         nothing applied: one timed pass per micro-batch size (the combination's measured pass
-        warmed it up)."""
+        warmed it up), the faster of two where any pass may be cold (on a GPU,
+        :attr:`~.probe.StepProbe.cold_passes`)."""
         put_in_effect(estimate, self.techniques, self.target)
         probe = self.measurements.probe
         sizes = Counter(self._parts(estimate))
-        passes = sum(count * probe.seconds(size, passes=1) for size, count in sizes.items())
+        timed = 2 if probe.cold_passes else 1
+        passes = sum(count * probe.seconds(size, timed) for size, count in sizes.items())
         return passes / self.measurements.seconds_of(probe.batch_size)
 
     def first_seconds(self, estimate: Estimate) -> float:

@@ -79,14 +79,16 @@ def test_a_budget_measures_every_setting():
     assert {0.5, 0.7, 0.9} <= set(applied)
 
 
-@pytest.mark.parametrize('cold_new_shapes', [True, False])
-def test_on_a_gpu_a_batch_size_is_timed_twice_the_first_time_it_runs(cold_new_shapes):
-    """On a GPU the first pass of any new shape is slow (cuDNN / cuBLAS pick kernels): a size
-    not run before is timed as the faster of two passes. On CPU only a size larger than any
-    before is (new memory): a smaller new size is timed once."""
-    probe = replace(_probe(), cold_new_shapes=cold_new_shapes)
+@pytest.mark.parametrize('cold_passes', [True, False])
+def test_on_a_gpu_every_time_is_the_faster_of_two_passes(cold_passes):
+    """On a GPU any pass may be cold (cuDNN / cuBLAS pick kernels per shape, and the step-peak
+    meter empties the allocator's cache before each measured pass): every time, the plain
+    step's that the table's ratios are to included, is the faster of two passes (an H200 run
+    timed DeiT-S's plain step 1.3x too slow from one). On CPU a size smaller than one before
+    is timed once, even the first time it runs."""
+    probe = replace(_probe(), cold_passes=cold_passes)
     ran: set[int] = set()
-    cold_single = []
+    single, cold_single = [], []
     peak, peaks, seconds = probe.peak, probe.peaks, probe.seconds
 
     def recorded_peak(size: int, gradients_held: bool = True):
@@ -98,14 +100,17 @@ def test_on_a_gpu_a_batch_size_is_timed_twice_the_first_time_it_runs(cold_new_sh
         return peaks(size)
 
     def recorded_seconds(size: int, passes: int = 2) -> float:
-        if passes == 1 and size not in ran:
-            cold_single.append(size)
+        if passes == 1:
+            single.append(size)
+            if size not in ran:
+                cold_single.append(size)
         ran.add(size)
         return seconds(size, passes)
 
     probe.peak, probe.peaks, probe.seconds = recorded_peak, recorded_peaks, recorded_seconds
     plan_within_budget(probe, 0.3, SplitTarget(probe.model))
-    assert bool(cold_single) != cold_new_shapes, cold_single
+    assert bool(single) != cold_passes, single
+    assert bool(cold_single) != cold_passes, cold_single
 
 
 def _one_sample_probe() -> StepProbe:
