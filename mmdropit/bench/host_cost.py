@@ -53,6 +53,7 @@ import argparse
 import contextlib
 import json
 import statistics
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -274,7 +275,8 @@ def _timed_steps(model: nn.Module, x: torch.Tensor, steps: int) -> float:
 
 
 def time_variants(chosen: Sequence[Variant], settings: Settings) -> dict[str, list[float]]:
-    """Per variant, the mean host seconds of a step in each round (variants alternated)."""
+    """Per variant, the mean host seconds of a step in each round (variants alternated);
+    each round's times go to stderr as it ends (a run stopped by a time limit keeps them)."""
     models = {variant.name: _model(variant, settings) for variant in chosen}
     x = input_of(settings.layer, settings.batch, settings.features, settings.device)
     times: dict[str, list[float]] = {variant.name: [] for variant in chosen}
@@ -286,6 +288,9 @@ def time_variants(chosen: Sequence[Variant], settings: Settings) -> dict[str, li
         for variant in [*chosen[shift:], *chosen[:shift]]:
             with variant.context():
                 times[variant.name].append(_timed_steps(models[variant.name], x, settings.steps))
+        print(f'round {round_ + 1}/{settings.rounds} (us/step): ' + ', '.join(
+            f'{variant.name} {times[variant.name][-1] * 1e6:.0f}' for variant in chosen),
+            file=sys.stderr, flush=True)
     return times
 
 

@@ -60,7 +60,9 @@
 #   summary          a short table of every benchmark.json under OUT, then the kernel table and
 #                    the host-cost tables when those stages ran, printed last
 # A stage may end in @SECONDS (kernel-tests@90): its command is stopped after that long, and the
-# stages after it still run (a short lease cannot lose them all to one that hangs).
+# stages after it still run (a short lease cannot lose them all to one that hangs); pytest is
+# interrupted 10 s before (SIGINT), so that a stopped test stage still reports its failures.
+# Each stage's start and end go to OUT/stages.log.
 set -uo pipefail
 DRY=0
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=1; shift; fi
@@ -107,6 +109,13 @@ for stage in "${STAGES[@]}"; do
   esac
 done
 LIMIT=()  # the current stage's `timeout SECONDS`, when it has one
+XDIST=  # 1 where pytest-xdist is there (the GPU image has it): the pytest stages use workers
+if (( DRY )) || $PY -c 'import xdist' 2> /dev/null; then XDIST=1; fi
+
+pytest_limit() {  # the stage's limit for pytest: SIGINT 10 s early, then the stage's own
+  (( ${#LIMIT[@]} )) && LIMIT=(timeout -s INT -k 10 "$(( ${LIMIT[1]} > 20 ? ${LIMIT[1]} - 10
+                                                          : ${LIMIT[1]} ))")
+}
 
 run() {  # run (or print) a command, its output also in OUT/<log>
   local log=$1; shift
@@ -158,6 +167,7 @@ frontier() {  # one model's frontier, in a process of its own
 for stage in "${STAGES[@]}"; do
   LIMIT=()
   [[ $stage == *@* ]] && LIMIT=(timeout "${stage##*@}")
+  (( DRY )) || echo "$(date +%T) start $stage" >> "$OUT/stages.log"
   case ${stage%@*} in
     setup)
       run setup.log $PY -m pip install -q --no-deps --no-compile --upgrade --target "$SITE" \
@@ -192,12 +202,15 @@ for stage in "${STAGES[@]}"; do
         run host_cost.md $PY -m mmdropit.bench.host_cost --device cuda --strategies mink random \
           --rounds 5 --layer $layer --json "$OUT/host_cost_$layer.json"
       done ;;
-    kernel-tests)
-      run kernel-tests.log $PY -m pytest -q -p no:cacheprovider \
-        "$ROOT/tests/kernels/test_triton_kernels.py" \
+    kernel-tests)  # hundreds of Triton compiles: spread over workers
+      pytest_limit
+      run kernel-tests.log $PY -m pytest -q -rfE --durations=10 ${XDIST:+-n 8} \
+        -p no:cacheprovider "$ROOT/tests/kernels/test_triton_kernels.py" \
         "$ROOT/tests/kernels/test_triton_codec_kernels.py" ;;
-    tests)
-      run tests.log $PY -m pytest -q -m cuda -p no:cacheprovider "$ROOT/tests/cuda" \
+    tests)  # -v: each test's outcome as it ends; fewer workers, a file's tests in one
+      pytest_limit
+      run tests.log $PY -m pytest -v -rfE --tb=short --durations=10 \
+        ${XDIST:+-n 4 --dist loadfile} -m cuda -p no:cacheprovider "$ROOT/tests/cuda" \
         "$ROOT/tests/kernels" "$ROOT/tests/dropit/test_no_host_sync.py" \
         "$ROOT/tests/dropit/test_nodes.py" "$ROOT/tests/memory/test_peak.py" \
         "$ROOT/tests/engine/test_memory_report_hook.py" ;;
@@ -237,4 +250,5 @@ for stage in "${STAGES[@]}"; do
       fi
       if [[ -f "$OUT/host_cost.md" ]]; then run summary.log cat "$OUT/host_cost.md"; fi ;;
   esac
+  (( DRY )) || echo "$(date +%T) end $stage" >> "$OUT/stages.log"
 done
