@@ -40,7 +40,8 @@ class Measurements:
             :meth:`unplanned_peak`).
         per_pass: Bytes every pass holds beyond :attr:`fixed` whatever its size
             (:func:`~.probe.per_pass_bytes`; 0 until :meth:`unplanned_peak`).
-        warm: The sizes a pass has run at: one timed pass of them is enough.
+        warm: The sizes a pass has run at: one timed pass of them is enough (unless any pass
+            may be cold, :attr:`~.probe.StepProbe.cold_passes`).
         predicted_from: The samples the whole step's peak is predicted from, when its batch
             ran out of memory with nothing applied (0: the whole step was measured; see
             :meth:`unplanned_peak`; its time is then predicted too, :meth:`seconds_of`).
