@@ -66,9 +66,9 @@ class Measurements:
     def seconds_of(self, size: int) -> float:
         """The time of a pass of ``size`` samples, measured once: the fastest of two passes
         when the first may be cold (a size larger than any before, which takes new memory; on
-        a GPU any pass, :attr:`~.probe.StepProbe.cold_passes`), else one. A size whose pass runs out of memory (the
-        whole batch's, where it did with nothing applied) takes the time of its half, found
-        the same way, scaled to it: the largest part that runs.
+        a GPU any pass, :attr:`~.probe.StepProbe.cold_passes`), else one. A size whose pass
+        runs out of memory (the whole batch's, where it did with nothing applied) takes the
+        time of its half, found the same way, scaled to it: the largest part that runs.
 
         Raises:
             RuntimeError, ValueError: The pass failed otherwise (BatchNorm cannot train on one
