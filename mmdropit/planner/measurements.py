@@ -200,8 +200,9 @@ class Measurements:
         :meth:`lossy_sizes`, and its time at the largest of them, against those of the same
         samples without it (:meth:`plain_peak`, :meth:`part_seconds`), less :meth:`held`
         (:meth:`~.estimate.Effect.from_peaks`). ``None`` when a pass runs out of memory under
-        it. One timed pass follows the measured one, which warms it up: a lossy choice is timed
-        again before it is kept."""
+        it. One timed pass follows the measured one, which warms it up (two where any pass may
+        be cold, :attr:`~.probe.StepProbe.cold_passes`): a lossy choice is timed again before
+        it is kept."""
         sizes = self.lossy_sizes()
         without = [self.plain_peak(size) - self.held() for size in sizes]  # before it applies
         switch.apply(setting)
@@ -209,7 +210,7 @@ class Measurements:
             peaks = [self.probe.peak(size) for size in sizes]
             if None in peaks:
                 return None
-            duration = self.probe.seconds(sizes[-1], passes=1)
+            duration = self.probe.seconds(sizes[-1], 2 if self.probe.cold_passes else 1)
         except torch.OutOfMemoryError:
             return None
         finally:

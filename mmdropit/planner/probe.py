@@ -91,7 +91,7 @@ class StepProbe:
 
     def seconds(self, size: int, passes: int = 2) -> float:
         """The agreed time of a trial pass of ``size`` samples: the fastest of ``passes``
-        passes (the first may be cold, unless a pass of the same size just ran).
+        passes (the first may be cold: see :attr:`cold_passes`).
 
         Raises:
             torch.OutOfMemoryError: A pass ran out of memory, in any process (all raise it).

@@ -99,16 +99,18 @@ def test_a_stage_runs_one_model_under_a_time_limit(tmp_path):
 
 def test_a_test_stage_is_interrupted_before_its_limit_so_that_it_reports(tmp_path):
     """pytest stopped by SIGTERM prints nothing of what failed (an H200 run lost five failures
-    so): the pytest stages get SIGINT 10 s before their limit (pytest then prints its failures
-    and summary) and are killed at it; on the GPU image's pytest-xdist, over workers."""
+    so): the pytest stages get SIGINT 20 s before their limit (pytest-xdist then waits up to
+    10 s for its workers, and pytest prints its failures and summary) and are killed at it, a
+    short limit split in halves; on the GPU image's pytest-xdist, over workers."""
     result = _bash(str(GPU / 'on_device.sh'), '--dry-run', str(tmp_path), 'kernel-tests@100',
-                   'tests@150', 'bench-resnet50@80')
+                   'tests@0140', 'tests@30', 'bench-resnet50@80')
     assert result.returncode == 0, result.stderr
-    kernel_tests, tests, bench = result.stdout.splitlines()
-    assert kernel_tests.startswith('timeout -s INT -k 10 90 python3 -m pytest ')
+    kernel_tests, tests, short, bench = result.stdout.splitlines()
+    assert kernel_tests.startswith('timeout -s INT -k 20 80 python3 -m pytest ')
     assert ' -n 8 ' in kernel_tests
-    assert tests.startswith('timeout -s INT -k 10 140 python3 -m pytest -v ')
+    assert tests.startswith('timeout -s INT -k 20 120 python3 -m pytest -v ')
     assert ' -n 4 --dist loadfile ' in tests
+    assert short.startswith('timeout -s INT -k 15 15 python3 -m pytest ')
     assert bench.startswith('timeout 80 python3 ')
 
 

@@ -61,7 +61,7 @@
 #                    the host-cost tables when those stages ran, printed last
 # A stage may end in @SECONDS (kernel-tests@90): its command is stopped after that long, and the
 # stages after it still run (a short lease cannot lose them all to one that hangs); pytest is
-# interrupted 10 s before (SIGINT), so that a stopped test stage still reports its failures.
+# interrupted 20 s before (SIGINT), so that a stopped test stage still reports its failures.
 # Each stage's start and end go to OUT/stages.log.
 set -uo pipefail
 DRY=0
@@ -112,9 +112,12 @@ LIMIT=()  # the current stage's `timeout SECONDS`, when it has one
 XDIST=  # 1 where pytest-xdist is there (the GPU image has it): the pytest stages use workers
 if (( DRY )) || $PY -c 'import xdist' 2> /dev/null; then XDIST=1; fi
 
-pytest_limit() {  # the stage's limit for pytest: SIGINT 10 s early, then the stage's own
-  (( ${#LIMIT[@]} )) && LIMIT=(timeout -s INT -k 10 "$(( ${LIMIT[1]} > 20 ? ${LIMIT[1]} - 10
-                                                          : ${LIMIT[1]} ))")
+pytest_limit() {  # the stage's limit for pytest: SIGINT 20 s early (pytest-xdist waits up to
+  # 10 s for its workers before pytest prints its failures), killed at the stage's own limit
+  (( ${#LIMIT[@]} )) || return 0
+  local limit=$(( 10#${LIMIT[1]} )) grace
+  grace=$(( limit > 40 ? 20 : limit / 2 ))
+  LIMIT=(timeout -s INT -k "$grace" "$(( limit - grace ))")
 }
 
 run() {  # run (or print) a command, its output also in OUT/<log>
