@@ -40,8 +40,8 @@ class Measurements:
             :meth:`unplanned_peak`).
         per_pass: Bytes every pass holds beyond :attr:`fixed` whatever its size
             (:func:`~.probe.per_pass_bytes`; 0 until :meth:`unplanned_peak`).
-        warm: The sizes a pass has run at: one timed pass of them is enough (unless any pass
-            may be cold, :attr:`~.probe.StepProbe.cold_passes`).
+        warm: The sizes a pass has run at: they are timed as
+            :meth:`~.probe.StepProbe.seconds_once_warm`.
         predicted_from: The samples the whole step's peak is predicted from, when its batch
             ran out of memory with nothing applied (0: the whole step was measured; see
             :meth:`unplanned_peak`; its time is then predicted too, :meth:`seconds_of`).
@@ -87,10 +87,10 @@ class Measurements:
     def _timed_pass(self, size: int) -> float:
         """:meth:`seconds_of` a size not timed before."""
         warm = self.warm
-        cold = self.probe.cold_passes or size not in warm and (not warm or size > max(warm))
+        cold = size not in warm and (not warm or size > max(warm))
         warm.add(size)
         try:
-            return self.probe.seconds(size, 2 if cold else 1)
+            return self.probe.seconds(size) if cold else self.probe.seconds_once_warm(size)
         except torch.OutOfMemoryError as error:
             warm.discard(size)
             if size > 1:
@@ -200,9 +200,9 @@ class Measurements:
         :meth:`lossy_sizes`, and its time at the largest of them, against those of the same
         samples without it (:meth:`plain_peak`, :meth:`part_seconds`), less :meth:`held`
         (:meth:`~.estimate.Effect.from_peaks`). ``None`` when a pass runs out of memory under
-        it. One timed pass follows the measured one, which warms it up (two where any pass may
-        be cold, :attr:`~.probe.StepProbe.cold_passes`): a lossy choice is timed again before
-        it is kept."""
+        it. Its time is taken as the measured pass warmed it up
+        (:meth:`~.probe.StepProbe.seconds_once_warm`): a lossy choice is timed again before it
+        is kept."""
         sizes = self.lossy_sizes()
         without = [self.plain_peak(size) - self.held() for size in sizes]  # before it applies
         switch.apply(setting)
@@ -210,7 +210,7 @@ class Measurements:
             peaks = [self.probe.peak(size) for size in sizes]
             if None in peaks:
                 return None
-            duration = self.probe.seconds(sizes[-1], 2 if self.probe.cold_passes else 1)
+            duration = self.probe.seconds_once_warm(sizes[-1])
         except torch.OutOfMemoryError:
             return None
         finally:

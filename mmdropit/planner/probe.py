@@ -107,6 +107,12 @@ class StepProbe:
             raise torch.OutOfMemoryError(f'a pass of {size} samples ran out of memory')
         return agreed
 
+    def seconds_once_warm(self, size: int) -> float:
+        """:meth:`seconds` of a size a pass has already run at (a measured pass, say, of the
+        same size and combination): one pass, or the faster of two where any pass may be cold
+        (:attr:`cold_passes`)."""
+        return self.seconds(size, 2 if self.cold_passes else 1)
+
     def chain(self, size: int) -> Chain:
         """The recorded forward pass of the batch's first ``size`` samples, cut into the chain
         checkpoint plans are searched on."""

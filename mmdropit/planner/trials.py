@@ -78,14 +78,12 @@ class Trials:
 
     def seconds(self, estimate: Estimate) -> float:
         """Put ``estimate`` in effect and measure its step time as a ratio to the step's with
-        nothing applied: one timed pass per micro-batch size (the combination's measured pass
-        warmed it up), the faster of two where any pass may be cold (on a GPU,
-        :attr:`~.probe.StepProbe.cold_passes`)."""
+        nothing applied, each micro-batch size timed as the combination's measured pass warmed
+        it up (:meth:`~.probe.StepProbe.seconds_once_warm`)."""
         put_in_effect(estimate, self.techniques, self.target)
         probe = self.measurements.probe
         sizes = Counter(self._parts(estimate))
-        timed = 2 if probe.cold_passes else 1
-        passes = sum(count * probe.seconds(size, timed) for size, count in sizes.items())
+        passes = sum(count * probe.seconds_once_warm(size) for size, count in sizes.items())
         return passes / self.measurements.seconds_of(probe.batch_size)
 
     def first_seconds(self, estimate: Estimate) -> float:
