@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import ContextManager
 
 import torch
 
-from ..checkpoint import CheckpointPlan, ModuleTarget, RunTarget, plan_checkpoints
+from ..checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, build_chain, per_block_plan,
+                          plan_checkpoints, predict, record_step)
 from ..common.blocks import block_sequences
 from ..common.parameters import model_device
 from ..codecs import CompressionConfig, RebuiltActivationsConfig, rebuildable_activations
@@ -176,6 +178,32 @@ def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepar
                 print(f'  {work.name}: {work.plans[key]}'.replace('\n', '\n  '), flush=True)
             with work.plans[key].apply(work.model):
                 yield
+    return prepare
+
+
+def per_block_checkpoints(inputs_on_host: bool = False) -> Prepare:
+    """Our per-block plan (:func:`~mmdropit.checkpoint.per_block_plan`: every block of the
+    model's block sequences that runs with gradients, as timm's ``set_grad_checkpointing()``),
+    made once per workload and printed; ``inputs_on_host``: the blocks' inputs kept in host
+    memory (on a GPU; a CPU keeps them where they are)."""
+    @contextlib.contextmanager
+    def prepare(work: Workload) -> Iterator[None]:
+        key = f'per-block-{inputs_on_host}'
+        if key not in work.plans:
+            chain = build_chain(record_step(work.model, work.loss), work.model)
+            plan = per_block_plan(chain, work.model)
+            if plan is None:
+                raise RuntimeError('no repeated blocks to checkpoint one by one')
+            if inputs_on_host:
+                segments = {segment.plan_target: segment for segment in chain.segments}
+                plan = replace(plan, inputs_on_host=True, planned=predict(
+                    chain, [segments[target] for target in plan.targets], inputs_on_host=True))
+            work.plans[key] = plan
+            print(f'  {work.name}: {plan}'.replace('\n', '\n  '), flush=True)
+        with work.plans[key].apply(work.model) as applied:
+            yield
+        if applied.host is not None:
+            print(f'  {work.name}: {applied.host.stats}', flush=True)
     return prepare
 
 

@@ -30,8 +30,8 @@ from .frontier import FP32
 from .techniques import (BF16, bf16_autocast, checkpoint_plan, compiled_forward,
                          compressed_activations, decided_autocast, dropit, fp16_autocast,
                          grad_checkpointing, graph_int8, memory_budget, micro_batches,
-                         mmengine_checkpointing, offload, rebuilt_activations, stacked,
-                         uniform_sqrt)
+                         mmengine_checkpointing, offload, per_block_checkpoints,
+                         rebuilt_activations, stacked, uniform_sqrt)
 from .workload import Workload
 
 BASELINE = 'baseline'
@@ -83,8 +83,10 @@ FRONTIER_OURS = ('ckpt-plan-0.5', 'ckpt-plan-min', *BUDGET_VARIANTS, 'ckpt-plan-
 (fp32 and bf16) and lossy, and DropIT 0.9 in bf16, alone and inside the model's own per-block
 checkpoints (the simple recipe with DropIT's layers)."""
 FRONTIER_GPU = ('compile', 'compile+bf16', 'compile+grad-ckpt+bf16', f'offload-{OFFLOAD_SHARE}',
-                f'offload-{OFFLOAD_SHARE}+bf16', f'budget-{OFFLOAD_SHARE}-offload+bf16')
-"""On a GPU only: ``torch.compile`` (simple) and activation offload (ours; on a CPU nothing
+                f'offload-{OFFLOAD_SHARE}+bf16', f'budget-{OFFLOAD_SHARE}-offload+bf16',
+                'ckpt-per-block+bf16', 'ckpt-per-block-host+bf16')
+"""On a GPU only: ``torch.compile`` (simple), activation offload and our per-block plan with
+the blocks' inputs in host memory beside the same plan on the device (ours; on a CPU nothing
 moves)."""
 
 
@@ -237,6 +239,12 @@ def catalogue() -> dict[str, Variant]:
                 forward=bf16_autocast, precision='bf16'),
         Variant(f'save-on-cpu-{OFFLOAD_SHARE}', prepare=offload(OFFLOAD_SHARE, 'save_on_cpu'),
                 simple=True),
+        Variant('ckpt-per-block', prepare=per_block_checkpoints()),
+        Variant('ckpt-per-block-host', prepare=per_block_checkpoints(inputs_on_host=True)),
+        Variant('ckpt-per-block+bf16', prepare=per_block_checkpoints(), forward=bf16_autocast,
+                precision='bf16'),
+        Variant('ckpt-per-block-host+bf16', prepare=per_block_checkpoints(inputs_on_host=True),
+                forward=bf16_autocast, precision='bf16'),
         Variant('ckpt-mmengine', prepare=mmengine_checkpointing, simple=True),
         Variant('ckpt-sqrt', prepare=uniform_sqrt),
         Variant('ckpt-ogc', prepare=checkpoint_plan(None, objective='ogc')),

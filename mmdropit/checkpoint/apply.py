@@ -30,6 +30,14 @@ costly ops and recomputes only the rest. Under ``torch.compile`` the checkpoints
 checkpoint regions (the selective policy passes as a module-level ``context_fn``, the only form
 dynamo takes), each pass on its own containers, and the compiled backward does the recomputation.
 
+A top-level checkpoint may keep its inputs in pinned host memory (``host``, a
+:class:`~mmdropit.offload.HostCopies`, one group per call): they travel off the GPU on a side
+stream during the forward pass, and back one checkpoint ahead of its recomputation, so the
+device holds the inputs of the checkpoint being recomputed and of the next one instead of all of
+them (the per-block plan of a ViT keeps its fp32 residual stream). What the checkpoint's region
+saves is the checkpoint's own. Inside another checkpoint's pass, in a backward pass and under
+``torch.compile`` the inputs stay where they are (on a CPU they always do).
+
 Example:
     >>> from torch import nn
     >>> net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(),
@@ -44,16 +52,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..common.class_swap import ClassSwap
-from ..common.recompute_region import checkpoint_pass, recomputed_region
+from ..common.recompute_region import (checkpoint_pass, in_backward, in_plain_checkpoint,
+                                       in_recomputed_region, recomputed_region)
 from ..errors import ConfigError
 from .first_pass import FirstPass, Region, fresh_containers, has_containers
 from .selective import selective_contexts
+
+if TYPE_CHECKING:
+    from ..offload import HostCopies
 
 _SWAP = ClassSwap('Checkpointed')
 
@@ -82,9 +95,11 @@ def _contexts(first_pass: FirstPass, selective: bool) -> tuple:
             _both(checkpoint_pass(first=False), _both(first_pass.as_first_seen(), recompute)))
 
 
-def _checkpointed(region: Region, run: Callable, selective: bool, *args, **kwargs):
+def _checkpointed(region: Region, run: Callable, selective: bool, host: HostCopies | None,
+                  *args, **kwargs):
     """``run(*args, **kwargs)`` as one checkpoint of ``region`` whose recomputation starts from
-    what its first pass started from (:mod:`.first_pass`)."""
+    what its first pass started from (:mod:`.first_pass`), its inputs kept in ``host`` (when
+    given, see the module)."""
     copies = has_containers(args, kwargs)
     if copies:  # the checkpoint's own containers: the caller may change its own later
         args, kwargs = fresh_containers(args, kwargs)
@@ -95,10 +110,19 @@ def _checkpointed(region: Region, run: Callable, selective: bool, *args, **kwarg
         return checkpoint(_each_pass(run, copies), *args, use_reentrant=False, **policy,
                           **kwargs)
     first_pass = FirstPass(region, args, kwargs)
-    output = checkpoint(_each_pass(run, copies), *args, use_reentrant=False,
-                        context_fn=lambda: _contexts(first_pass, selective), **kwargs)
+    with _inputs_kept_in(host):
+        output = checkpoint(_each_pass(run, copies), *args, use_reentrant=False,
+                            context_fn=lambda: _contexts(first_pass, selective), **kwargs)
     first_pass.finish()
     return output
+
+
+def _inputs_kept_in(host: HostCopies | None) -> contextlib.AbstractContextManager:
+    """Where a checkpoint entered now keeps its inputs: one group of ``host``, unless it is
+    inside another checkpoint's pass or a backward pass (then it keeps them where they are)."""
+    if host is None or in_recomputed_region() or in_plain_checkpoint() or in_backward():
+        return contextlib.nullcontext()
+    return host.group()
 
 
 def _each_pass(run: Callable, copies: bool) -> Callable:
@@ -123,21 +147,23 @@ class _CheckpointedModule:
 
     _mmdropit_selective: bool
     _mmdropit_region: Region
+    _mmdropit_host: HostCopies | None
 
     def forward(self, *args, **kwargs):
         forward = super().forward
         if not _active(self):
             return forward(*args, **kwargs)
-        return _checkpointed(self._mmdropit_region, forward, self._mmdropit_selective, *args,
-                             **kwargs)
+        return _checkpointed(self._mmdropit_region, forward, self._mmdropit_selective,
+                             self._mmdropit_host, *args, **kwargs)
 
 
 class _CheckpointedRuns:
     """Mixin for ``nn.Sequential``: runs of children (``_mmdropit_runs``: first, last, whether
-    selective) are checkpoints, each recomputing a ``nn.Sequential`` of its children
-    (``_mmdropit_parts``, by first child; made again if the children were replaced)."""
+    selective, where the inputs are kept) are checkpoints, each recomputing a ``nn.Sequential``
+    of its children (``_mmdropit_parts``, by first child; made again if the children were
+    replaced)."""
 
-    _mmdropit_runs: list[tuple[int, int, bool]]
+    _mmdropit_runs: list[tuple[int, int, bool, HostCopies | None]]
     _mmdropit_parts: dict[int, Region]
 
     def forward(self, x):
@@ -146,18 +172,19 @@ class _CheckpointedRuns:
             for child in children:
                 x = child(x)
             return x
-        starts = {first: (last, selective) for first, last, selective in self._mmdropit_runs}
+        starts = {first: (last, selective, host)
+                  for first, last, selective, host in self._mmdropit_runs}
         i = 0
         while i < len(children):
             if i not in starts:
                 x = children[i](x)
                 i += 1
                 continue
-            last, selective = starts[i]
+            last, selective, host = starts[i]
             part = self._mmdropit_parts.get(i)
             if part is None or not part.matches(children[i:last + 1]):
                 part = self._mmdropit_parts[i] = Region(nn.Sequential(*children[i:last + 1]))
-            x = _checkpointed(part, part.root.forward, selective, x)
+            x = _checkpointed(part, part.root.forward, selective, host, x)
             i = last + 1
         return x
 
@@ -171,6 +198,7 @@ class _SiblingRun:
         members: The siblings, in call order.
         region: The siblings as one region (an ``nn.ModuleList`` of them).
         selective: Whether the checkpoint keeps the outputs of its costly ops.
+        host: Where the checkpoint keeps its inputs (``None``: where they are).
         output: What the first sibling returned, until the last one has passed it on (a
             recomputation that stops early leaves it, and the next call replaces it).
         turn: Position of the sibling the parent should call next with ``output``.
@@ -180,6 +208,7 @@ class _SiblingRun:
     members: tuple[nn.Module, ...]
     region: Region
     selective: bool
+    host: HostCopies | None = None
     output: torch.Tensor | None = None
     turn: int = 0
 
@@ -210,8 +239,8 @@ class _CheckpointedSiblingsHead:
                 value = _SWAP.base_of(member).forward(member, value)
             return value
 
-        run.output, run.turn = _checkpointed(run.region, chained, run.selective, *args,
-                                             **kwargs), 1
+        run.output, run.turn = _checkpointed(run.region, chained, run.selective, run.host,
+                                             *args, **kwargs), 1
         return run.output
 
 
@@ -235,24 +264,27 @@ class _CheckpointedSiblingsFollower:
         return output
 
 
-def checkpoint_module(module: nn.Module, selective: bool = False) -> None:
+def checkpoint_module(module: nn.Module, selective: bool = False,
+                      host: HostCopies | None = None) -> None:
     """Make every call of ``module`` one non-reentrant checkpoint (``selective``: keeping the
-    outputs of its costly ops)."""
+    outputs of its costly ops; ``host``: keeping its inputs in host memory, see the module)."""
     _SWAP.swap_in(module, _CheckpointedModule)
     module._mmdropit_selective = selective
     module._mmdropit_region = Region(module)
+    module._mmdropit_host = host
 
 
 def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
-                   selective: bool = False) -> None:
+                   selective: bool = False, host: HostCopies | None = None) -> None:
     """Checkpoint children ``first..last`` (inclusive) of ``sequential`` as one piece
-    (``selective``: keeping the outputs of its costly ops)."""
+    (``selective``: keeping the outputs of its costly ops; ``host``: its inputs in host
+    memory)."""
     if not isinstance(sequential, nn.Sequential):
         raise TypeError(f'a run checkpoint needs an nn.Sequential, got {type(sequential).__name__}')
     runs = list(getattr(sequential, '_mmdropit_runs', []))
-    runs.append((first, last, selective))
+    runs.append((first, last, selective, host))
     _SWAP.swap_in(sequential, _CheckpointedRuns)
-    sequential._mmdropit_runs = sorted(runs)
+    sequential._mmdropit_runs = sorted(runs, key=lambda run: run[0])
     sequential._mmdropit_parts = {}
 
 
@@ -263,9 +295,10 @@ def has_forward_hooks(module: nn.Module) -> bool:
 
 
 def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
-                        selective: bool = False) -> None:
+                        selective: bool = False, host: HostCopies | None = None) -> None:
     """Checkpoint children of ``parent`` that it calls one after another, each on what the one
-    before returned, as one piece (``selective``: keeping the outputs of its costly ops).
+    before returned, as one piece (``selective``: keeping the outputs of its costly ops;
+    ``host``: its inputs in host memory).
 
     The first child runs them all inside its checkpoint; the others pass on what it returned
     when ``parent`` calls them. Failure modes are in this module's docstring.
@@ -300,7 +333,8 @@ def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
         raise ConfigError(f'a sibling checkpoint would run {", ".join(hooked)} without the '
                           'forward hooks they have (an FSDP2 unit, for one): plan again for '
                           'this model')
-    run = _SiblingRun(tuple(children), members, Region(nn.ModuleList(members)), selective)
+    run = _SiblingRun(tuple(children), members, Region(nn.ModuleList(members)), selective,
+                      host)
     for position, member in enumerate(members):
         _SWAP.swap_in(member,
                       _CheckpointedSiblingsFollower if position else _CheckpointedSiblingsHead)
@@ -319,7 +353,8 @@ def uncheckpoint(module: nn.Module) -> None:
     :func:`checkpoint_siblings` on one sibling (no-op otherwise)."""
     if _SWAP.swap_out(module):
         for key in ('_mmdropit_runs', '_mmdropit_parts', '_mmdropit_selective',
-                    '_mmdropit_region', '_mmdropit_siblings', '_mmdropit_sibling_position'):
+                    '_mmdropit_region', '_mmdropit_host', '_mmdropit_siblings',
+                    '_mmdropit_sibling_position'):
             module.__dict__.pop(key, None)
 
 

@@ -43,14 +43,17 @@ class Prediction:
         activation_peak: Peak of kept activations, recomputed activations and gradient
             transients (parameters, parameter gradients, optimizer state excluded).
         step_peak: The same plus the parameter gradients alive at that moment.
-        kept_bytes: Bytes kept from forward to backward (the saved activations).
+        kept_bytes: Bytes kept from forward to backward (the saved activations) on the device.
         recompute_seconds: Forward time spent again in backward.
+        host_bytes: Bytes kept in host memory instead (the top-level checkpoints' inputs of a
+            plan that keeps them there).
     """
 
     activation_peak: int
     step_peak: int
     kept_bytes: int
     recompute_seconds: float
+    host_bytes: int = 0
 
 
 def _transients(chain: Chain, grads: list[int]) -> list[int]:
@@ -120,11 +123,16 @@ def _grad_bytes(chain: Chain, largest: bool = False) -> list[int]:
     return [max(sizes, default=0) if largest else sum(sizes) for sizes in made]
 
 
-def predict(chain: Chain, segments: list[Segment]) -> Prediction:
+def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False) -> Prediction:
     """Predict the step under a plan that checkpoints ``segments`` (disjoint; each may hold a
     plan of inner segments), exactly by storage.
 
-    tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker.
+    With ``inputs_on_host`` the top-level checkpoints keep their inputs in host memory
+    (:mod:`.apply`): an input no other item keeps is on the device only while backward passes
+    its checkpoint, and while it passes the checkpoint after it (its way back starts there).
+
+    tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker,
+    tests/checkpoint/test_inputs_on_host.py those with inputs on the host on a GPU.
     """
     grads = _grad_bytes(chain)
     transients = _transients(chain, _grad_bytes(chain, largest=True))
@@ -133,38 +141,49 @@ def predict(chain: Chain, segments: list[Segment]) -> Prediction:
         grad_after[i] = grad_after[i + 1] + grads[i]
     moments: list[tuple[int, int]] = []  # (activation bytes, parameter-gradient bytes) alive
 
+    hosted: set[int] = set()  # with inputs_on_host, the inputs kept in host memory
+
     def walk(start: int, stop: int, plan: list[Segment] | tuple[Segment, ...],
-             kept: set[int]) -> float:
+             kept: set[int], host: bool = False) -> float:
         """Go through items ``start..stop`` under ``plan``, adding to ``kept`` what they keep
-        and to ``moments`` each backward figure; returns the recompute seconds."""
+        (to ``hosted`` what its checkpoints keep on the host, with ``host``) and to
+        ``moments`` each backward figure; returns the recompute seconds."""
         by_start = {s.start: s for s in plan}
+        last_start = max(by_start, default=start)
         seconds = 0.0
+        ahead: set[int] = set()  # the inputs of the checkpoint before, on their way back
         i = start
         while i < stop:
             segment = by_start.get(i)
-            if segment is None:
+            if segment is None:  # (the inputs ahead come back once a checkpoint after it has)
                 kept |= chain.items[i].saves
-                moments.append((chain.bytes_of(kept) + transients[i], grad_after[i + 1]))
+                moments.append((chain.bytes_of(kept | ahead if i < last_start else kept)
+                                + transients[i], grad_after[i + 1]))
                 i += 1
                 continue
-            kept |= {*segment.inputs, *segment.cached}
+            inputs = set(segment.inputs) - kept if host else set()
+            hosted.update(inputs)
+            kept |= {*segment.inputs, *segment.cached} - inputs
+            back = kept | inputs | ahead
+            ahead = inputs
             seconds += segment.seconds
             if segment.inner:  # recomputed under its inner plan, on top of what is kept
-                walk(segment.start, segment.stop, segment.inner, set(kept))
+                walk(segment.start, segment.stop, segment.inner, set(back))
             else:  # recomputed, then freed item by item as backward goes from the last back
                 inside: set[int] = set()
                 for j in range(i, segment.stop):
                     inside |= chain.items[j].saves
-                    moments.append((chain.bytes_of(kept | inside) + transients[j],
+                    moments.append((chain.bytes_of(back | inside) + transients[j],
                                     grad_after[j + 1]))
             i = segment.stop
         return seconds
 
     kept: set[int] = set()
-    seconds = walk(0, len(chain.items), segments, kept)
+    seconds = walk(0, len(chain.items), segments, kept, inputs_on_host)
     activation_peak = max((active for active, _ in moments), default=0)
     step_peak = max((active + grad for active, grad in moments), default=0)
-    return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds)
+    return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds,
+                      chain.bytes_of(hosted - kept))
 
 
 Cut = int | None

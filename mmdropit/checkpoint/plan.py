@@ -29,6 +29,7 @@ from ..common.budget import Budget, parse_budget, resolve_budget
 from ..common.technique import Applied
 from ..common.units import mib
 from ..errors import ConfigError
+from ..offload.host_copies import HostCopies
 from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
                     uncheckpoint_all)
 from .chain import DEFAULT_GRANULARITY, Chain, Segment, build_chain
@@ -71,6 +72,10 @@ class CheckpointPlan:
         planned: Prediction for the step with this plan.
         forward_seconds: Forward time of the recorded step.
         planning_seconds: Time spent recording and searching.
+        inputs_on_host: Whether the top-level checkpoints keep their inputs in pinned host
+            memory (:mod:`.apply`; on a GPU, where the plan's kept bytes are mostly those
+            inputs, as per-block checkpointing's residual stream); ``planned`` then predicts
+            the device's bytes (:func:`~.cost.predict`).
 
     Raises:
         ConfigError: A target that is not a ``ModuleTarget`` / ``RunTarget`` /
@@ -82,6 +87,9 @@ class CheckpointPlan:
         >>> with CheckpointPlan([RunTarget('', 0, 1)]).apply(net) as applied:
         ...     applied.summary
         'checkpoint plan of 1 checkpoint'
+        >>> with CheckpointPlan([RunTarget('', 0, 1)], inputs_on_host=True).apply(net) as applied:
+        ...     applied.summary, applied.host.stats.bytes_moved  # a CPU model: nothing moves
+        ('checkpoint plan of 1 checkpoint, its inputs in host memory', 0)
         >>> CheckpointPlan(['0'])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -97,8 +105,12 @@ class CheckpointPlan:
     planned: Prediction | None = None
     forward_seconds: float = 0.0
     planning_seconds: float = 0.0
+    inputs_on_host: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.inputs_on_host, bool):
+            raise ConfigError('a checkpoint plan\'s inputs_on_host is True or False, got '
+                              f'{self.inputs_on_host!r}')
         for target in self.targets:
             if not isinstance(target, (ModuleTarget, RunTarget, SiblingsTarget)):
                 raise ConfigError("a checkpoint plan's targets are ModuleTarget, RunTarget or "
@@ -111,7 +123,7 @@ class CheckpointPlan:
         """The planned activation peak as a share of the unplanned one (both predicted)."""
         return self.planned.activation_peak / max(self.baseline.activation_peak, 1)
 
-    def apply(self, model: nn.Module) -> Applied:
+    def apply(self, model: nn.Module) -> AppliedPlan:
         """Checkpoint the planned modules of ``model`` in place; the handle's ``remove()``
         is :meth:`remove`.
 
@@ -119,22 +131,26 @@ class CheckpointPlan:
             ConfigError: The plan names modules ``model`` does not have.
         """
         modules = dict(model.named_modules())
-        targets = [target for _, target in walk(self.targets)]
-        missing = [name for t in targets for name in t.occupies if name not in modules]
+        targets = list(walk(self.targets))
+        missing = [name for _, t in targets for name in t.occupies if name not in modules]
         if missing:
             raise ConfigError(f'this checkpoint plan names modules the model does not have: '
                               f'{", ".join(missing)}; plan again for this model')
-        for target in targets:
+        host = HostCopies() if self.inputs_on_host else None
+        for depth, target in targets:
+            where = None if depth else host
             if isinstance(target, ModuleTarget):
-                checkpoint_module(modules[target.module], target.selective)
+                checkpoint_module(modules[target.module], target.selective, where)
             elif isinstance(target, RunTarget):
                 checkpoint_run(modules[target.module], target.first, target.last,
-                               target.selective)
+                               target.selective, where)
             else:
-                checkpoint_siblings(modules[target.parent], target.children, target.selective)
+                checkpoint_siblings(modules[target.parent], target.children, target.selective,
+                                    where)
         count = len(targets)
-        return Applied(lambda: self.remove(model),
-                       f'checkpoint plan of {count} checkpoint{"" if count == 1 else "s"}')
+        return AppliedPlan(lambda: self.remove(model),
+                           f'checkpoint plan of {count} checkpoint{"" if count == 1 else "s"}'
+                           f'{", its inputs in host memory" if host else ""}', host)
 
     def remove(self, model: nn.Module) -> nn.Module:
         """Undo :meth:`apply` (every checkpoint this package put on ``model``)."""
@@ -145,7 +161,8 @@ class CheckpointPlan:
         targets = list(walk(self.targets))
         count = len(targets)
         lines = [f'Checkpoint plan ({count} checkpoint{"" if count == 1 else "s"}, budget '
-                 f'{"least memory" if self.budget is None else self.budget}):']
+                 f'{"least memory" if self.budget is None else self.budget}'
+                 f'{", inputs in host memory" if self.inputs_on_host else ""}):']
         for depth, target in targets:
             how = ' (selective: keeps matmul / conv / attention outputs)' \
                 if target.selective else ''
@@ -162,8 +179,15 @@ class CheckpointPlan:
 
     def to_json(self) -> dict:
         """A JSON-ready dict (:meth:`from_json` reads it back); ``targets`` in the flat list
-        form of :func:`~.targets.targets_to_json`."""
-        return {**asdict(self), 'targets': targets_to_json(self.targets)}
+        form of :func:`~.targets.targets_to_json`; the host memory's entries only where it is
+        used (a plan that keeps none is written as earlier versions wrote it)."""
+        data = {**asdict(self), 'targets': targets_to_json(self.targets)}
+        if not self.inputs_on_host:
+            del data['inputs_on_host']
+        for prediction in (data['baseline'], data['planned']):
+            if prediction is not None and not prediction['host_bytes']:
+                del prediction['host_bytes']
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> CheckpointPlan:
@@ -188,6 +212,20 @@ class CheckpointPlan:
     def load(cls, path: str | Path) -> CheckpointPlan:
         """Read a plan written by :meth:`save` (or by an earlier version)."""
         return cls.from_json(json.loads(Path(path).read_text()))
+
+
+class AppliedPlan(Applied):
+    """A checkpoint plan in effect on a model.
+
+    Attributes:
+        host: Where its top-level checkpoints keep their inputs, and what moved
+            (``host.stats``); ``None`` where they keep them on the device.
+    """
+
+    def __init__(self, remove: Callable[[], object], summary: str,
+                 host: HostCopies | None) -> None:
+        super().__init__(remove, summary)
+        self.host = host
 
 
 class _SearchSpace:

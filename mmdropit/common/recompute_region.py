@@ -141,6 +141,13 @@ def in_recomputation() -> bool:
     return innermost_pass() == 'recomputation'
 
 
+def in_backward() -> bool:
+    """Whether autograd's backward pass is running on this thread: a module called now is a
+    reentrant checkpoint's recomputation (mmdet's ``with_cp=True``), or a non-reentrant one's
+    of a region, whose saved tensors its own backward uses at once."""
+    return torch._C._current_graph_task_id() != -1
+
+
 def in_plain_checkpoint() -> bool:
     """Whether the innermost checkpoint pass on this thread is a plain checkpoint's first pass
     or recomputation: what is saved now must have the shapes the other pass saves."""

@@ -38,7 +38,7 @@ from torch import nn
 from ..checkpoint.record import record_step
 from ..common.blocks import block_sequences
 from ..common.name_patterns import matches
-from ..common.recompute_region import in_plain_checkpoint, in_recomputed_region
+from ..common.recompute_region import in_backward, in_plain_checkpoint, in_recomputed_region
 from ..errors import ConfigError
 from .host_copies import HostCopies
 
@@ -64,18 +64,11 @@ class Offload:
 
     def context(self) -> contextlib.AbstractContextManager:
         """The context one call of an offloaded module runs in."""
-        if in_recomputed_region() or in_plain_checkpoint() or _in_backward():
+        if in_recomputed_region() or in_plain_checkpoint() or in_backward():
             return contextlib.nullcontext()
         if self.method == 'save_on_cpu':
             return torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available())
         return self.copies.group()
-
-
-def _in_backward() -> bool:
-    """Whether autograd's backward pass is running on this thread: a module called now is a
-    reentrant checkpoint's recomputation (mmdet's ``with_cp=True``), whose saved tensors its
-    own backward uses at once."""
-    return torch._C._current_graph_task_id() != -1
 
 
 def _enter(offload: Offload, stack: list) -> Callable:

@@ -1,0 +1,84 @@
+"""Checkpoint plans whose top-level checkpoints keep their inputs in host memory: the cost
+model's device bytes, the plan file, and every kind of checkpoint training the same step (on a
+CPU nothing moves; tests/cuda/test_offload_cuda.py measures the GPU)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, SiblingsTarget,
+                                 build_chain, per_block_plan, predict, record_step)
+from mmdropit.errors import ConfigError
+
+BLOCKS, BATCH, WIDTH = 6, 32, 64
+
+
+def _blocks_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(*[
+        nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH))
+        for _ in range(BLOCKS)]), nn.Linear(WIDTH, 4))
+
+
+def test_the_device_holds_the_inputs_of_two_checkpoints_and_the_host_all_of_them():
+    """Per-block checkpointing keeps every block's input until backward reaches the block; with
+    the inputs on the host the device holds the recomputed block's and the one before it (on
+    its way back) at the peak, the last block's backward."""
+    net, x = _blocks_net(), torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    plan = per_block_plan(chain, net)
+    by_target = {segment.plan_target: segment for segment in chain.segments}
+    segments = [by_target[target] for target in plan.targets]
+    on_device, on_host = predict(chain, segments), predict(chain, segments, inputs_on_host=True)
+    block_input = BATCH * WIDTH * 4
+    assert on_device.activation_peak - on_host.activation_peak == (BLOCKS - 2) * block_input
+    assert on_host.host_bytes == BLOCKS * block_input and on_device.host_bytes == 0
+    assert on_device.kept_bytes - on_host.kept_bytes == BLOCKS * block_input
+    assert on_host.recompute_seconds == on_device.recompute_seconds
+
+
+def test_the_plan_file_says_where_the_inputs_are_and_a_bad_value_is_one_line():
+    plan = CheckpointPlan([ModuleTarget('1.0')], inputs_on_host=True)
+    assert CheckpointPlan.from_json(plan.to_json()) == plan
+    assert 'inputs in host memory' in str(plan)
+    assert 'inputs_on_host' not in CheckpointPlan([ModuleTarget('1.0')]).to_json()
+    with pytest.raises(ConfigError, match='inputs_on_host is True or False'):
+        CheckpointPlan([ModuleTarget('1.0')], inputs_on_host='yes')
+
+
+class _Chained(nn.Module):
+    """Calls three children one after another (a run of siblings)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.act, self.second = (nn.Linear(WIDTH, WIDTH), nn.GELU(),
+                                             nn.Linear(WIDTH, WIDTH))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.act(self.first(x)))
+
+
+def _gradients(net: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    net.zero_grad(set_to_none=True)
+    net(x).square().mean().backward()
+    return [parameter.grad.clone() for parameter in net.parameters()]
+
+
+@pytest.mark.parametrize('targets', [
+    [ModuleTarget('0'), ModuleTarget('1.2')],
+    [RunTarget('1', 0, 2, inner=(ModuleTarget('1.1'),))],
+    [SiblingsTarget('2', ('first', 'act', 'second'))],
+], ids=['modules', 'nested-run', 'siblings'])
+def test_every_kind_of_checkpoint_trains_the_same_step_with_its_inputs_on_the_host(targets):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(*[
+        nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.GELU()) for _ in range(4)]), _Chained())
+    x = torch.randn(BATCH, WIDTH)
+    expected = _gradients(net, x)
+    with CheckpointPlan(targets, inputs_on_host=True).apply(net) as applied:
+        got = _gradients(net, x)
+        assert applied.summary.endswith('its inputs in host memory')
+        assert applied.host.stats.bytes_moved == 0  # CPU tensors stay where they are
+    for value, reference in zip(got, expected):
+        torch.testing.assert_close(value, reference, rtol=0, atol=0)
