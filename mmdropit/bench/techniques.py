@@ -302,7 +302,8 @@ def memory_budget(budget: float | None, lossy: bool = False, offload: bool = Fal
     fraction of the measured step peak; ``None``: the least peak), decided once per workload
     (:func:`~mmdropit.planner.plan_within_budget`) and printed; with ``lossy``, what
     ``MemoryBudgetHook(lossy=True)`` tries too: DropIT, quantized activations, bf16 autocast;
-    with ``offload``, activation offload (``MemoryBudgetHook(offload=True)``; a GPU's); with
+    with ``offload``, activation offload and checkpoint plans with their inputs in host
+    memory (``MemoryBudgetHook(offload=True)``; a GPU's); with
     ``rebuild``, rebuilt activations (``MemoryBudgetHook(rebuild=True)``); with
     ``precision``, for a model trained under that autocast (the hook under an
     ``AmpOptimWrapper``): measured, decided and run under it (pair with
@@ -356,8 +357,8 @@ def memory_budget(budget: float | None, lossy: bool = False, offload: bool = Fal
                 switches.append(rebuilt_switch(work.model))
             probe = StepProbe(work.model, work.optimizer, work.batch_size, run_part, forward_part)
             try:
-                work.budget_outcomes[key] = plan_within_budget(probe, budget, work, switches,
-                                                               nested=not compiled)
+                work.budget_outcomes[key] = plan_within_budget(
+                    probe, budget, work, switches, nested=not compiled, inputs_on_host=offload)
             except ConfigError as error:  # a budget below what the techniques reach
                 raise RuntimeError(str(error)) from error
             print(f'  {work.name}: {work.budget_outcomes[key]}'.replace('\n', '\n  '), flush=True)

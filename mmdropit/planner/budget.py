@@ -51,7 +51,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
                        switches: Sequence[Switch] = (), lower: str = LOWER,
                        saved: dict | None = None,
                        max_slowdown: float | None = LEAST_MAX_SLOWDOWN,
-                       nested: bool = True) -> BudgetOutcome:
+                       nested: bool = True, inputs_on_host: bool = False) -> BudgetOutcome:
     """Measure the step, and put in effect the fastest combination of techniques whose measured
     peak fits ``budget``.
 
@@ -83,6 +83,9 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         nested: Whether checkpoint plans may nest checkpoints; ``False`` for a step trained
             under ``torch.compile``, whose compiled backward recomputes a nested checkpoint
             with the outer one (see :func:`~mmdropit.checkpoint.plan_checkpoints`).
+        inputs_on_host: Whether checkpoint plans are also offered with their checkpoints'
+            inputs in host memory (a model on a GPU; see
+            :class:`~.checkpoint_plans.CheckpointPlans`).
 
     Raises:
         ConfigError: The batch runs out of memory with nothing applied, or no combination
@@ -93,7 +96,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
     bound = max_slowdown if least else None  # the outcome's: no budget, no time bound
     if least:  # a setting another one saves more than cannot give the least peak
         switches = [replace(switch, settings=switch.settings[-1:]) for switch in switches]
-    trials = Trials(Measurements(probe), switches, target, nested)
+    trials = Trials(Measurements(probe), switches, target, nested, inputs_on_host)
     unused = ''
     if saved is not None:
         try:

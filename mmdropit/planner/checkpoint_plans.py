@@ -1,6 +1,7 @@
 """The checkpoint plans a memory budget offers (:class:`CheckpointPlans`): for what the techniques
 before it leave, the fastest searched plan that fits, and per-block checkpointing of the model's
-repeated blocks beside it.
+repeated blocks beside it; on a GPU, where asked for, each of them (single-level) also with its
+checkpoints' inputs kept in host memory.
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
-from ..checkpoint import CheckpointPlan, per_block_plan, plan_for_chain, uncheckpoint_all
+from ..checkpoint import (CheckpointPlan, per_block_plan, plan_for_chain, predict,
+                          uncheckpoint_all)
 from ..checkpoint.chain import Chain
 from ..errors import ConfigError
 from .estimate import Choice, Estimate
@@ -28,6 +30,12 @@ class _SearchedPlan:
     plan: CheckpointPlan
 
 
+FORWARD_SHARE = 1 / 3
+"""The forward pass's share of a training step's time, behind which the copies of checkpoint
+inputs kept in host memory travel: the part of their time beyond it is predicted to add to the
+step's (the shortlist measures it)."""
+
+
 class CheckpointPlans(Technique):
     """The fastest checkpoint plan whose predicted activations fit what the budget leaves.
 
@@ -42,6 +50,12 @@ class CheckpointPlans(Technique):
     recompute time adds ``recompute_seconds / step_seconds`` to the time ratio, times the lossy
     settings' time ratio (the recomputed forward runs under them: bf16 halves it on this CPU).
 
+    With ``host_link``, a single-level plan is also offered with its checkpoints' inputs in host
+    memory (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`): its activations as the
+    cost model predicts the device's, its time that of the same plan plus the copies' time
+    beyond :data:`FORWARD_SHARE` of the step's (a step's copies each way: the inputs' share of
+    the activations, of every micro-batch, at ``host_link`` bytes a second).
+
     Args:
         record: Records the step, or a part of its batch
             (:func:`~mmdropit.checkpoint.chain.build_chain`); called once, when plans are first
@@ -51,17 +65,26 @@ class CheckpointPlans(Technique):
         model: The recorded model (its repeated blocks make the per-block plan).
         nested: Whether searched plans may nest checkpoints (``False`` for a step that runs
             under ``torch.compile``: see :func:`~mmdropit.checkpoint.plan_checkpoints`).
+        host_link: Bytes a second between the device and pinned host memory
+            (:func:`~mmdropit.offload.link_bytes_per_second`) where plans may keep their
+            inputs in host memory; ``None``: they may not.
+        whole_seconds: The measured time of the whole batch's pass with nothing applied (the
+            unit of the time ratios; called when a plan with inputs in host memory is
+            offered).
     """
 
     name = 'checkpoint-plan'
     slows_only = True
 
     def __init__(self, record: Callable[[], Chain], step_seconds: Callable[[], float],
-                 model: nn.Module, nested: bool = True) -> None:
+                 model: nn.Module, nested: bool = True, host_link: float | None = None,
+                 whole_seconds: Callable[[], float] | None = None) -> None:
         self._record = record
         self.step_seconds = step_seconds
         self._model = model
         self.nested = nested
+        self.host_link, self.whole_seconds = host_link, whole_seconds
+        self._on_host: dict[int, CheckpointPlan | None] = {}
         self._per_block: CheckpointPlan | None = None
         self._per_block_searched = False
         self._chain: Chain | None = None
@@ -120,14 +143,20 @@ class CheckpointPlans(Technique):
         exact = estimate.activation_bytes / estimate.lossy.activation_ratio
         plan = self._plan((budget_bytes - estimate.fixed_bytes) / exact)
         block = self.per_block
+        offered = []
         if plan.targets and (block is None or set(plan.targets) != set(block.targets)):
             count = len(plan.targets)
-            yield self._planned(estimate, plan, f'checkpoint plan ({count} top-level checkpoint'
-                                f'{"" if count == 1 else "s"}, {plan.activation_share:.2f} of '
-                                'the activations)')
+            offered.append((plan, f'checkpoint plan ({count} top-level checkpoint'
+                                  f'{"" if count == 1 else "s"}'))
         if block is not None:
-            yield self._planned(estimate, block, f'per-block checkpointing ({len(block.targets)}'
-                                f' blocks, {block.activation_share:.2f} of the activations)')
+            offered.append((block, f'per-block checkpointing ({len(block.targets)} blocks'))
+        for offer, text in offered:
+            yield self._planned(estimate, offer, f'{text}, {offer.activation_share:.2f} of the '
+                                'activations)')
+            hosted = self._with_inputs_on_host(offer)
+            if hosted is not None:
+                yield self._hosted(estimate, hosted, f'{text}, inputs in host memory, '
+                                   f'{hosted.activation_share:.2f} of the activations)')
 
     def _planned(self, estimate: Estimate, plan: CheckpointPlan, text: str) -> Estimate:
         """``estimate`` with ``plan``: its share of the exact activations kept, its recompute
@@ -139,6 +168,30 @@ class CheckpointPlans(Technique):
                                           exact * plan.activation_share)),
                                   estimate.time_ratio + recompute * estimate.lossy.time_ratio)
         return replace(planned, freeable_bytes=estimate.lossy.constant_bytes)
+
+    def _with_inputs_on_host(self, plan: CheckpointPlan) -> CheckpointPlan | None:
+        """``plan`` with its inputs in host memory, predicted so (``None``: not offered, or
+        ``plan`` nests checkpoints, whose inner plans the cost model walks on the device)."""
+        if self.host_link is None or any(target.inner for target in plan.targets):
+            return None
+        if id(plan) not in self._on_host:
+            by_target = {segment.plan_target: segment for segment in self.chain.segments}
+            segments = [by_target.get(target) for target in plan.targets]
+            self._on_host[id(plan)] = None if None in segments else replace(
+                plan, inputs_on_host=True,
+                planned=predict(self.chain, segments, inputs_on_host=True))
+        return self._on_host[id(plan)]
+
+    def _hosted(self, estimate: Estimate, plan: CheckpointPlan, text: str) -> Estimate:
+        """:meth:`_planned` for a plan with its inputs in host memory, the copies' time beyond
+        :data:`FORWARD_SHARE` of the step's added (see the class)."""
+        planned = self._planned(estimate, plan, text)
+        exact = estimate.activation_bytes / estimate.lossy.activation_ratio
+        moved = (exact * plan.planned.host_bytes / max(plan.baseline.activation_peak, 1)
+                 * int(estimate.setting('micro-batches', 1)))
+        unit = max(self.whole_seconds(), 1e-9)
+        exposed = max(moved / self.host_link - FORWARD_SHARE * estimate.time_ratio * unit, 0.0)
+        return replace(planned, time_ratio=planned.time_ratio + exposed / unit)
 
     def apply(self, setting: object, target: Target) -> None:
         setting.apply(target.model)

@@ -8,10 +8,13 @@ measures its peak and its time, and takes every technique away again.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 
 from ..checkpoint.chain import Chain
+from ..common.parameters import model_device
+from ..offload import link_bytes_per_second
 from ..microbatch import micro_batch_sizes
 from .combinations import put_in_effect, remove_all
 from .estimate import Estimate
@@ -31,6 +34,8 @@ class Trials:
         target: What the techniques are applied to.
         nested: Whether checkpoint plans may nest checkpoints
             (:class:`~.checkpoint_plans.CheckpointPlans`).
+        inputs_on_host: Whether checkpoint plans are also offered with their inputs in host
+            memory (on a GPU only, where the host link is measured for them).
 
     Attributes:
         micro_batches: The micro-batches technique.
@@ -42,11 +47,15 @@ class Trials:
     """
 
     def __init__(self, measurements: Measurements, switches: Sequence[Switch],
-                 target: Target, nested: bool = True) -> None:
+                 target: Target, nested: bool = True, inputs_on_host: bool = False) -> None:
         self.measurements, self.target = measurements, target
-        self.micro_batches = MicroBatches(measurements.probe.batch_size, measurements.seconds_of)
-        self.plans = CheckpointPlans(self.record_plain_step, measurements.part_seconds,
-                                     measurements.probe.model, nested)
+        probe = measurements.probe
+        self.micro_batches = MicroBatches(probe.batch_size, measurements.seconds_of)
+        link = link_bytes_per_second(model_device(probe.model)) if inputs_on_host else math.inf
+        self.plans = CheckpointPlans(  # (a CPU's link is infinite: nothing would move)
+            self.record_plain_step, measurements.part_seconds, probe.model, nested,
+            link if math.isfinite(link) else None,
+            lambda: measurements.seconds_of(probe.batch_size))
         self.techniques: list[Technique] = [
             *(measurements.technique(switch) for switch in switches), self.micro_batches,
             self.plans]

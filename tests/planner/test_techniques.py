@@ -85,3 +85,41 @@ def test_plans_for_a_compiled_step_do_not_nest():
                     if estimate.choices]
         nests.append(any(target.inner for target in planned.choices[0].setting.targets))
     assert nests == [True, False]
+
+
+def test_plans_with_their_inputs_on_the_host_are_offered_at_the_devices_bytes():
+    """Where the host may keep checkpoint inputs, each single-level plan is offered a second
+    time with its inputs there: fewer activations (the cost model's device bytes), the same
+    time where the link hides the copies behind a third of the step, more by the rest where
+    it does not. A nested plan is not (its inner plans are walked on the device)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 32), nn.Sequential(*[
+        nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)) for _ in range(6)]),
+        nn.Linear(32, 1))
+    x = torch.randn(64, 16)
+    record = record_step(net, lambda: net(x).sum())
+    start = Estimate(100, 900)
+
+    def offered(link: float | None) -> dict[str, Estimate]:
+        plans = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0,
+                                model=net, host_link=link, whole_seconds=lambda: 2.0)
+        return {e.summary.split(',')[0] + (' host' if 'host' in e.summary else ''): e
+                for e in plans.candidates(start, 300)}
+
+    assert all('host' not in summary for summary in offered(None))
+    fast, slow = offered(math.inf), offered(100.0)
+    device, hosted = fast['per-block checkpointing (6 blocks'], \
+        fast['per-block checkpointing (6 blocks host']
+    plan = hosted.setting('checkpoint-plan')
+    assert plan.inputs_on_host and not device.setting('checkpoint-plan').inputs_on_host
+    assert hosted.activation_bytes == int(900 * plan.activation_share) < device.activation_bytes
+    assert hosted.time_ratio == device.time_ratio
+    moved = 900 * plan.planned.host_bytes / plan.baseline.activation_peak
+    assert moved > 0
+    assert slow['per-block checkpointing (6 blocks host'].time_ratio == \
+        device.time_ratio + (moved / 100.0 - 2.0 / 3) / 2.0
+    nested = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0,
+                             model=net, host_link=math.inf, whole_seconds=lambda: 2.0)
+    least = nested._least()
+    assert any(target.inner for target in least.targets)
+    assert nested._with_inputs_on_host(least) is None

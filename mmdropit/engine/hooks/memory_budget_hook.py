@@ -158,7 +158,9 @@ class MemoryBudgetHook(ShapeBucketHook):
     :func:`~mmdropit.codecs.compress_activations`; left out of ``lossy=True`` for a model
     without such modules); with ``offload`` on a GPU, activation offload of the earliest
     blocks holding half or all of the saved bytes (:mod:`mmdropit.offload`; exact, each share
-    measured like a lossy setting); with ``rebuild``, rebuilt activations
+    measured like a lossy setting), and checkpoint plans keeping their checkpoints' inputs in
+    host memory (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`: per-block
+    checkpointing's residual stream); with ``rebuild``, rebuilt activations
     (:mod:`mmdropit.codecs.rebuilt_activations`; exact, measured like a lossy setting; inside
     the plan's checkpoints they step aside). ``DropITHook``, ``CompressActivationsHook`` and mixed
     precision set in the config are kept and planned around (then not offered again);
@@ -189,8 +191,9 @@ class MemoryBudgetHook(ShapeBucketHook):
             logged as the budget).
         lossy: Also try every lossy technique (:data:`LOSSY`).
         allow: Lossy techniques to try, by name (instead of ``lossy=True``).
-        offload: Also try activation offload (a model on a GPU only: on CPU nothing would move,
-            and it is left out with a line in the log).
+        offload: Also try activation offload, and checkpoint plans with their inputs in host
+            memory (a model on a GPU only: on CPU nothing would move, and they are left out
+            with a line in the log).
         rebuild: Also try rebuilt activations (a model with GELU / SiLU / Hardswish / Mish
             activations: otherwise, and under compile, left out with a line in the log).
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
@@ -392,7 +395,8 @@ class MemoryBudgetHook(ShapeBucketHook):
             else None
         outcome = plan_within_budget(probe, self.budget if lower is None else lower, target,
                                      switches, go_lower, reuse, self.max_slowdown,
-                                     nested=self._compiled_peaks is None)
+                                     nested=self._compiled_peaks is None,
+                                     inputs_on_host=self.offload)
         if outcome.unused_saved:
             runner.logger.warning(
                 f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '
