@@ -173,9 +173,10 @@ def test_the_frontier_stage_runs_each_model_at_its_batch_in_bf16(tmp_path):
     assert '--frontier --models resnet50 --batch-size 128 ' in resnet
     assert limited.startswith('timeout 100 ') and '--models resnet50 --batch-size 128' in limited
     variants = deit.split('--variants ')[1].split()[0].split(',')
-    assert {'bf16-autocast', 'grad-ckpt+bf16', 'micro-2+bf16', 'micro-4+bf16', 'compile+bf16',
+    assert {'bf16-autocast', 'grad-ckpt+bf16', 'micro-2+bf16', 'compile+bf16',
             'ckpt-plan-0.5+bf16', 'ckpt-plan-min+bf16', 'budget-0.5+bf16', 'budget-least+bf16',
-            'offload-0.5+bf16', 'dropit-mink+bf16', 'dropit-mink+grad-ckpt+bf16'} <= set(variants)
+            'offload-0.5+bf16', 'dropit-mink+bf16', 'ckpt-per-block+bf16',
+            'ckpt-per-block-host+bf16', 'budget-least-offload+bf16'} <= set(variants)
     from mmdropit.bench import catalogue
     assert set(variants) <= set(catalogue())
 
