@@ -31,12 +31,12 @@ checkpoint regions (the selective policy passes as a module-level ``context_fn``
 dynamo takes), each pass on its own containers, and the compiled backward does the recomputation.
 
 A top-level checkpoint may keep its inputs in pinned host memory (``host``, a
-:class:`~mmdropit.offload.HostCopies`, one group per call): they travel off the GPU on a side
-stream during the forward pass, and back one checkpoint ahead of its recomputation, so the
-device holds the inputs of the checkpoint being recomputed and of the next one instead of all of
-them (the per-block plan of a ViT keeps its fp32 residual stream). What the checkpoint's region
-saves is the checkpoint's own. Inside another checkpoint's pass, in a backward pass and under
-``torch.compile`` the inputs stay where they are (on a CPU they always do).
+:class:`~mmdropit.common.host_copies.HostCopies`, one group per call): they travel off the GPU on a
+side stream during the forward pass, and back one checkpoint ahead of its recomputation, so the
+device holds the inputs of the checkpoint being recomputed and of the one recomputed next instead
+of all of them (the per-block plan of a ViT keeps its fp32 residual stream). What the checkpoint's
+region saves is the checkpoint's own. Inside another checkpoint's pass, in a backward pass and
+under ``torch.compile`` the inputs stay where they are (on a CPU they always do).
 
 Example:
     >>> from torch import nn
@@ -66,7 +66,7 @@ from .first_pass import FirstPass, Region, fresh_containers, has_containers
 from .selective import selective_contexts
 
 if TYPE_CHECKING:
-    from ..offload import HostCopies
+    from ..common.host_copies import HostCopies
 
 _SWAP = ClassSwap('Checkpointed')
 

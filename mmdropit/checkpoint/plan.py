@@ -29,7 +29,7 @@ from ..common.budget import Budget, parse_budget, resolve_budget
 from ..common.technique import Applied
 from ..common.units import mib
 from ..errors import ConfigError
-from ..offload.host_copies import HostCopies
+from ..common.host_copies import HostCopies
 from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
                     uncheckpoint_all)
 from .chain import DEFAULT_GRANULARITY, Chain, Segment, build_chain

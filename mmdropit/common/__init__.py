@@ -14,7 +14,9 @@
 - :mod:`.class_swap`: objects changed in place by swapping their class, and how swaps stack;
 - :mod:`.listeners`: listeners that code inside a step notifies while they listen;
 - :mod:`.recompute_region`: whether a checkpoint's region is running (compressed modules step
-  aside there), and whether its saved tensors are being dropped (DropIT saves placeholders).
+  aside there), and whether its saved tensors are being dropped (DropIT saves placeholders);
+- :mod:`.host_copies`: saved tensors kept in pinned host memory (activation offload, and the
+  inputs of checkpoints that keep them there).
 """
 from .budget import Budget, parse_budget, resolve_budget
 from .parameters import local_part, optimizer_params

@@ -1,7 +1,8 @@
 """Activation offload (pure PyTorch): what chosen modules save for backward is kept in pinned
 host memory, copied off the GPU on a side stream and prefetched back one group ahead.
 
-- :class:`HostCopies` (:mod:`.host_copies`): the saved-tensor hooks, their side stream and
+- :class:`HostCopies` (:mod:`mmdropit.common.host_copies`, shared with checkpoint plans that
+  keep their inputs in host memory): the saved-tensor hooks, their side stream and
   statistics (:class:`OffloadStats`);
 - :class:`OffloadConfig` (:mod:`.config`): the technique's configuration, checked once and
   applied in one call (by name, or by a share of the saved bytes chosen on a forward pass);
@@ -21,7 +22,7 @@ Example:
 import torch  # noqa: F401  (the doctest's namespace)
 
 from .config import OffloadConfig
-from .host_copies import MIN_BYTES, HostCopies, OffloadStats
+from ..common.host_copies import MIN_BYTES, HostCopies, OffloadStats
 from .link import link_bytes_per_second
 from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
                       offload_activations, restore_offload)

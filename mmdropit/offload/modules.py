@@ -1,15 +1,15 @@
 """Offload what chosen modules of a model save for backward to host memory, in place, and
 choose the modules that hold a given share of a step's saved bytes.
 
-:func:`offload_activations` hooks each chosen module so that its forward pass runs inside a group of
-a :class:`~.host_copies.HostCopies` (``method='prefetch'``: side-stream copies, prefetched one group
-ahead in backward) or inside PyTorch's ``torch.autograd.graph.save_on_cpu(pin_memory=True)``
-(``method='save_on_cpu'``, the baseline). Inside a region that a checkpoint recomputes the modules
-step aside: the checkpoint already drops what they save. So inside a model's own
-``torch.utils.checkpoint``: a non-reentrant one's (timm's ``set_grad_checkpointing()``) first pass
-and recomputation, where their hooks, the innermost, kept (or copied to the host) what the
-checkpoint drops, and a reentrant one's recomputation (mmdet's ``with_cp=True``), which runs inside
-the backward pass. :func:`restore_offload` removes the hooks.
+:func:`offload_activations` hooks each chosen module so that its forward pass runs inside a group
+of a :class:`~mmdropit.common.host_copies.HostCopies` (``method='prefetch'``: side-stream copies,
+prefetched one group ahead in backward) or inside PyTorch's
+``torch.autograd.graph.save_on_cpu(pin_memory=True)`` (``method='save_on_cpu'``, the baseline).
+Inside a region that a checkpoint recomputes the modules step aside: the checkpoint already drops
+what they save. So inside a model's own ``torch.utils.checkpoint``: a non-reentrant one's (timm's
+``set_grad_checkpointing()``) first pass and recomputation, where their hooks, the innermost, kept
+(or copied to the host) what the checkpoint drops, and a reentrant one's recomputation (mmdet's
+``with_cp=True``), which runs inside the backward pass. :func:`restore_offload` removes the hooks.
 
 :func:`modules_holding_share` picks, from a recorded forward pass, the earliest modules among
 the candidates until they saved ``share`` of the step's bytes: the tensors saved first wait
@@ -40,10 +40,11 @@ from ..common.blocks import block_sequences
 from ..common.name_patterns import matches
 from ..common.recompute_region import in_backward, in_plain_checkpoint, in_recomputed_region
 from ..errors import ConfigError
-from .host_copies import HostCopies
+from ..common.host_copies import HostCopies
 
 METHODS = ('prefetch', 'save_on_cpu')
-"""``prefetch``: :class:`~.host_copies.HostCopies`; ``save_on_cpu``: PyTorch's own."""
+"""``prefetch``: :class:`~mmdropit.common.host_copies.HostCopies`; ``save_on_cpu``: PyTorch's
+own."""
 _ATTRIBUTE = '_mmdropit_offload'
 
 

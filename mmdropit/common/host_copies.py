@@ -1,16 +1,19 @@
 """Saved tensors kept in pinned host memory: copied off the GPU on a side stream during the
 forward pass and prefetched back, one group ahead, during the backward pass.
 
-A *group* is what one offloaded module saved in one call. Its pack hook (:meth:`HostCopies.pack`)
-starts a device-to-host copy of each saved CUDA tensor on a side stream and lets the caching
-allocator reuse the device memory once that copy is done (``Tensor.record_stream``); the forward
-pass does not wait for it, unless more than ``in_flight_bytes`` are still travelling: then the
-host waits for the oldest copies. The allocator reuses a block only once it has seen its copy
-end, and the host runs ahead of the GPU: without that bound a forward pass faster than the
-copies would hold everything it offloads until the copies catch up, and save nothing. In the backward pass the first tensor unpacked from a group starts
-the host-to-device copies of the group that the forward pass ran before it, so that they travel
-while this group's gradients are computed; a tensor whose copy was not started yet is fetched
-when asked for. The compute stream waits on an event per group, never the host.
+A *group* is what one offloaded module saved in one call (:mod:`mmdropit.offload`), or the
+inputs of one call of a checkpoint that keeps them in host memory
+(:mod:`mmdropit.checkpoint.apply`). Its pack hook (:meth:`HostCopies.pack`) starts a device-to-
+host copy of each saved CUDA tensor on a side stream and lets the caching allocator reuse the
+device memory once that copy is done (``Tensor.record_stream``); the forward pass does not wait
+for it, unless more than ``in_flight_bytes`` are still travelling: then the host waits for the
+oldest copies. The allocator reuses a block only once it has seen its copy end, and the host
+runs ahead of the GPU: without that bound a forward pass faster than the copies would hold
+everything it offloads until the copies catch up, and save nothing. In the backward pass the
+first tensor unpacked from a group starts the host-to-device copies of the group that the
+forward pass ran before it, so that they travel while this group's gradients are computed; a
+tensor whose copy was not started yet is fetched when asked for. The compute stream waits on an
+event per group, never the host.
 
 The baseline to beat is ``torch.autograd.graph.save_on_cpu(pin_memory=True)``: it copies in the
 compute stream (the forward pass waits for each copy) and fetches each tensor when the
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..common.saved_tensors import report_kept
+from .saved_tensors import report_kept
 
 MIN_BYTES = 1 << 16
 """Smaller saved tensors stay on the device (their copies cost more than they free)."""
