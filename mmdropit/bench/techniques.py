@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import ContextManager
 
 import torch
 
 from ..checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, build_chain, per_block_plan,
-                          plan_checkpoints, predict, record_step)
+                          plan_checkpoints, record_step)
 from ..common.blocks import block_sequences
 from ..common.parameters import model_device
 from ..codecs import CompressionConfig, RebuiltActivationsConfig, rebuildable_activations
@@ -194,10 +193,8 @@ def per_block_checkpoints(inputs_on_host: bool = False) -> Prepare:
             plan = per_block_plan(chain, work.model)
             if plan is None:
                 raise RuntimeError('no repeated blocks to checkpoint one by one')
-            if inputs_on_host:
-                segments = {segment.plan_target: segment for segment in chain.segments}
-                plan = replace(plan, inputs_on_host=True, planned=predict(
-                    chain, [segments[target] for target in plan.targets], inputs_on_host=True))
+            if inputs_on_host:  # a per-block plan is single-level, its blocks segments
+                plan = plan.with_inputs_on_host(chain)
             work.plans[key] = plan
             print(f'  {work.name}: {plan}'.replace('\n', '\n  '), flush=True)
         with work.plans[key].apply(work.model) as applied:

@@ -84,7 +84,8 @@ FRONTIER_OURS = ('ckpt-plan-0.5', 'ckpt-plan-min', *BUDGET_VARIANTS, 'ckpt-plan-
 checkpoints (the simple recipe with DropIT's layers)."""
 FRONTIER_GPU = ('compile', 'compile+bf16', 'compile+grad-ckpt+bf16', f'offload-{OFFLOAD_SHARE}',
                 f'offload-{OFFLOAD_SHARE}+bf16', f'budget-{OFFLOAD_SHARE}-offload+bf16',
-                'ckpt-per-block+bf16', 'ckpt-per-block-host+bf16')
+                'budget-0.25-offload+bf16', 'budget-least-offload+bf16', 'ckpt-per-block+bf16',
+                'ckpt-per-block-host+bf16')
 """On a GPU only: ``torch.compile`` (simple), activation offload and our per-block plan with
 the blocks' inputs in host memory beside the same plan on the device (ours; on a CPU nothing
 moves)."""

@@ -27,9 +27,9 @@ from torch import nn
 
 from ..common.budget import Budget, parse_budget, resolve_budget
 from ..common.technique import Applied
+from ..common.host_copies import HostCopies
 from ..common.units import mib
 from ..errors import ConfigError
-from ..common.host_copies import HostCopies
 from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,
                     uncheckpoint_all)
 from .chain import DEFAULT_GRANULARITY, Chain, Segment, build_chain
@@ -151,6 +151,20 @@ class CheckpointPlan:
         return AppliedPlan(lambda: self.remove(model),
                            f'checkpoint plan of {count} checkpoint{"" if count == 1 else "s"}'
                            f'{", its inputs in host memory" if host else ""}', host)
+
+    def with_inputs_on_host(self, chain: Chain) -> CheckpointPlan | None:
+        """This plan with its top-level checkpoints' inputs in host memory, ``planned``
+        predicted so on ``chain`` (the step it was planned on); ``None`` where a checkpoint
+        nests others (the cost model walks inner plans on the device) or is not one of
+        ``chain``'s segments."""
+        if any(target.inner for target in self.targets):
+            return None
+        by_target = {segment.plan_target: segment for segment in chain.segments}
+        segments = [by_target.get(target) for target in self.targets]
+        if None in segments:
+            return None
+        return replace(self, inputs_on_host=True,
+                       planned=predict(chain, segments, inputs_on_host=True))
 
     def remove(self, model: nn.Module) -> nn.Module:
         """Undo :meth:`apply` (every checkpoint this package put on ``model``)."""

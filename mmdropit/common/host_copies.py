@@ -149,7 +149,7 @@ class HostCopies:
             return tensor
         stream = self._stream(tensor.device)
         stream.wait_stream(torch.cuda.current_stream(tensor.device))
-        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host = torch.empty_like(tensor, device='cpu', pin_memory=True)  # its layout kept
         with torch.cuda.stream(stream):
             host.copy_(tensor.detach(), non_blocking=True)
         tensor.record_stream(stream)  # its memory is reused only once the copy is done

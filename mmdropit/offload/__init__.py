@@ -21,8 +21,8 @@ Example:
 """
 import torch  # noqa: F401  (the doctest's namespace)
 
-from .config import OffloadConfig
 from ..common.host_copies import MIN_BYTES, HostCopies, OffloadStats
+from .config import OffloadConfig
 from .link import link_bytes_per_second
 from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
                       offload_activations, restore_offload)

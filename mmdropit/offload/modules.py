@@ -37,10 +37,10 @@ from torch import nn
 
 from ..checkpoint.record import record_step
 from ..common.blocks import block_sequences
+from ..common.host_copies import HostCopies
 from ..common.name_patterns import matches
 from ..common.recompute_region import in_backward, in_plain_checkpoint, in_recomputed_region
 from ..errors import ConfigError
-from ..common.host_copies import HostCopies
 
 METHODS = ('prefetch', 'save_on_cpu')
 """``prefetch``: :class:`~mmdropit.common.host_copies.HostCopies`; ``save_on_cpu``: PyTorch's

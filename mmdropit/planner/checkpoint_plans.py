@@ -11,8 +11,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
-from ..checkpoint import (CheckpointPlan, per_block_plan, plan_for_chain, predict,
-                          uncheckpoint_all)
+from ..checkpoint import CheckpointPlan, per_block_plan, plan_for_chain, uncheckpoint_all
 from ..checkpoint.chain import Chain
 from ..errors import ConfigError
 from .estimate import Choice, Estimate
@@ -83,6 +82,9 @@ class CheckpointPlans(Technique):
         self.step_seconds = step_seconds
         self._model = model
         self.nested = nested
+        if host_link is not None and whole_seconds is None:
+            raise ValueError('CheckpointPlans: a host_link needs the whole_seconds it is weighed '
+                             'against')
         self.host_link, self.whole_seconds = host_link, whole_seconds
         self._on_host: dict[int, CheckpointPlan | None] = {}
         self._per_block: CheckpointPlan | None = None
@@ -172,14 +174,10 @@ class CheckpointPlans(Technique):
     def _with_inputs_on_host(self, plan: CheckpointPlan) -> CheckpointPlan | None:
         """``plan`` with its inputs in host memory, predicted so (``None``: not offered, or
         ``plan`` nests checkpoints, whose inner plans the cost model walks on the device)."""
-        if self.host_link is None or any(target.inner for target in plan.targets):
+        if self.host_link is None:
             return None
         if id(plan) not in self._on_host:
-            by_target = {segment.plan_target: segment for segment in self.chain.segments}
-            segments = [by_target.get(target) for target in plan.targets]
-            self._on_host[id(plan)] = None if None in segments else replace(
-                plan, inputs_on_host=True,
-                planned=predict(self.chain, segments, inputs_on_host=True))
+            self._on_host[id(plan)] = plan.with_inputs_on_host(self.chain)
         return self._on_host[id(plan)]
 
     def _hosted(self, estimate: Estimate, plan: CheckpointPlan, text: str) -> Estimate:

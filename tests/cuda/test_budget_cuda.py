@@ -62,8 +62,6 @@ def test_a_batch_the_device_cannot_hold_is_decided_from_its_parts():
     assert decision.measured_bytes <= decision.budget_bytes, decision.table()
 
 
-
-
 def test_per_block_checkpointing_with_its_inputs_on_the_host_frees_what_it_predicts():
     """The budget's candidates with checkpoint inputs allowed in host memory: per-block
     checkpointing with its inputs there is offered, and the planner's own measurements of it
