@@ -59,8 +59,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..common.class_swap import ClassSwap
-from ..common.recompute_region import (checkpoint_pass, in_backward, in_plain_checkpoint,
-                                       in_recomputed_region, recomputed_region)
+from ..common.recompute_region import checkpoint_pass, recomputed_region, saved_until_backward
 from ..errors import ConfigError
 from .first_pass import FirstPass, Region, fresh_containers, has_containers
 from .selective import selective_contexts
@@ -120,7 +119,7 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostCopi
 def _inputs_kept_in(host: HostCopies | None) -> contextlib.AbstractContextManager:
     """Where a checkpoint entered now keeps its inputs: one group of ``host``, unless it is
     inside another checkpoint's pass or a backward pass (then it keeps them where they are)."""
-    if host is None or in_recomputed_region() or in_plain_checkpoint() or in_backward():
+    if host is None or not saved_until_backward():
         return contextlib.nullcontext()
     return host.group()
 

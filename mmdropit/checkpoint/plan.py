@@ -26,8 +26,8 @@ from pathlib import Path
 from torch import nn
 
 from ..common.budget import Budget, parse_budget, resolve_budget
-from ..common.technique import Applied
 from ..common.host_copies import HostCopies
+from ..common.technique import Applied
 from ..common.units import mib
 from ..errors import ConfigError
 from .apply import (checkpoint_module, checkpoint_run, checkpoint_siblings, is_checkpointed,

@@ -141,11 +141,14 @@ def in_recomputation() -> bool:
     return innermost_pass() == 'recomputation'
 
 
-def in_backward() -> bool:
-    """Whether autograd's backward pass is running on this thread: a module called now is a
-    reentrant checkpoint's recomputation (mmdet's ``with_cp=True``), or a non-reentrant one's
-    of a region, whose saved tensors its own backward uses at once."""
-    return torch._C._current_graph_task_id() != -1
+def saved_until_backward() -> bool:
+    """Whether what autograd saves now on this thread waits for a later backward pass, so that
+    keeping it elsewhere until then (host memory) can pay: not inside a checkpoint's region or
+    pass (a plain checkpoint drops what its first pass saves, and what its recomputation saves
+    is used at once), nor in a backward pass (a reentrant checkpoint's recomputation, mmdet's
+    ``with_cp=True``)."""
+    return not (in_recomputed_region() or in_plain_checkpoint()
+                or torch._C._current_graph_task_id() != -1)
 
 
 def in_plain_checkpoint() -> bool:

@@ -39,7 +39,7 @@ from ..checkpoint.record import record_step
 from ..common.blocks import block_sequences
 from ..common.host_copies import HostCopies
 from ..common.name_patterns import matches
-from ..common.recompute_region import in_backward, in_plain_checkpoint, in_recomputed_region
+from ..common.recompute_region import saved_until_backward
 from ..errors import ConfigError
 
 METHODS = ('prefetch', 'save_on_cpu')
@@ -65,7 +65,7 @@ class Offload:
 
     def context(self) -> contextlib.AbstractContextManager:
         """The context one call of an offloaded module runs in."""
-        if in_recomputed_region() or in_plain_checkpoint() or in_backward():
+        if not saved_until_backward():
             return contextlib.nullcontext()
         if self.method == 'save_on_cpu':
             return torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available())
