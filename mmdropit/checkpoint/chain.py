@@ -84,6 +84,8 @@ class Segment:
             what is nested in it are this segment's ``selective`` and ``inner``
             (:attr:`plan_target` is the target with both).
         inputs: Storage ids of the segment's inputs (kept alive by the checkpoint).
+        movable: Those a checkpoint that keeps its inputs in host memory moves there
+            (:attr:`~.step_record.ModuleCall.movable_inputs` of its first call).
         seconds: Recompute time: the segment's forward time (less its costly ops' if selective).
         selective: Whether the checkpoint keeps the outputs of its costly ops.
         cached: Storage ids of those outputs (kept alive too; empty unless selective).
@@ -98,6 +100,7 @@ class Segment:
     target: Target
     inputs: tuple[int, ...]
     seconds: float
+    movable: tuple[int, ...] = ()
     selective: bool = False
     cached: tuple[int, ...] = ()
     inner: tuple[Segment, ...] = ()
@@ -211,7 +214,7 @@ def build_chain(record: StepRecord, model: nn.Module,
             continue
         if stop < last and not call.inplace_hazard and call.needs_grad:
             segments.append(Segment(start, stop, ModuleTarget(call.name), call.inputs,
-                                    call.seconds, ops_run=_ops_run([call])))
+                                    call.seconds, call.movable_inputs, ops_run=_ops_run([call])))
         module = modules.get(call.name)
         expanded = stop - start > 1 or items[start].call != index
         if (expanded and isinstance(module, nn.Sequential)
@@ -259,6 +262,7 @@ def _sequential_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tup
                 continue  # the whole Sequential is its module segment; never the last item
             runs.append(Segment(ranges[head.index][0], stop,
                                 RunTarget(call.name, first, final), head.inputs, seconds,
+                                head.movable_inputs,
                                 ops_run=_ops_run(children[first:final + 1])))
     return runs
 
@@ -289,6 +293,7 @@ def _sibling_runs(call: ModuleCall, record: StepRecord, ranges: dict[int, tuple[
                               for c in chained[first:final + 1])
                 runs.append(Segment(start, stop, SiblingsTarget(call.name, names), head.inputs,
                                     sum(c.seconds for c in chained[first:final + 1]),
+                                    head.movable_inputs,
                                     ops_run=_ops_run(chained[first:final + 1])))
     return runs
 

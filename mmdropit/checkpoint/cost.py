@@ -128,8 +128,9 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False)
     plan of inner segments), exactly by storage.
 
     With ``inputs_on_host`` the top-level checkpoints keep their inputs in host memory
-    (:mod:`.apply`): an input no other item keeps is on the device only while backward passes
-    its checkpoint, and while it passes the checkpoint after it (its way back starts there).
+    (:mod:`.apply`): an input that moves (:attr:`~.chain.Segment.movable`) and no other item
+    keeps is on the device only while backward passes its checkpoint, and while it passes the
+    checkpoint after it (its way back starts there).
 
     tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker,
     tests/checkpoint/test_inputs_on_host.py those with inputs on the host on a GPU.
@@ -161,7 +162,7 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False)
                                 + transients[i], grad_after[i + 1]))
                 i += 1
                 continue
-            inputs = set(segment.inputs) - kept if host else set()
+            inputs = set(segment.movable) - kept if host else set()
             hosted.update(inputs)
             kept |= {*segment.inputs, *segment.cached} - inputs
             back = kept | inputs | ahead

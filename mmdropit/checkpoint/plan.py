@@ -136,7 +136,7 @@ class CheckpointPlan:
         if missing:
             raise ConfigError(f'this checkpoint plan names modules the model does not have: '
                               f'{", ".join(missing)}; plan again for this model')
-        host = HostCopies() if self.inputs_on_host else None
+        host = HostCopies(move_leaves=False) if self.inputs_on_host else None
         for depth, target in targets:
             where = None if depth else host
             if isinstance(target, ModuleTarget):

@@ -129,8 +129,11 @@ class _Recorder:
         parent = self.stack[-1]
         tensors, inputs, grad_inputs = self.tensor_ids((args, kwargs))
         needs_grad = bool(grad_inputs) or any(p.requires_grad for p in module.parameters())
+        movable = (self.storage_id(t) for t in args
+                   if isinstance(t, torch.Tensor) and t.grad_fn is not None)
         self.calls.append(ModuleCall(
             index, name, type(module).__name__, parent, inputs=inputs, grad_inputs=grad_inputs,
+            movable_inputs=tuple(dict.fromkeys(i for i in movable if i is not None)),
             needs_grad=needs_grad, started_at=self.ops_run,
             argument=id(args[0]) if len(args) == 1 and not kwargs and isinstance(
                 args[0], torch.Tensor) else None))

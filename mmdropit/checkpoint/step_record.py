@@ -46,6 +46,9 @@ class ModuleCall:
             this call's own code.
         inputs: Storage ids of the tensor arguments.
         grad_inputs: Those of them that require grad (backward makes a gradient of each).
+        movable_inputs: Those of the positional tensor arguments that autograd made (with a
+            ``grad_fn``): what a checkpoint of the call moves to host memory when it keeps its
+            inputs there (:mod:`.apply`; keyword arguments and tensors in containers stay).
         outputs: Storage ids of the tensors returned.
         seconds: Inclusive forward wall time (the recorder's own time taken off, see the module
             doc).
@@ -67,6 +70,7 @@ class ModuleCall:
     events: list[Event] = field(default_factory=list)
     inputs: tuple[int, ...] = ()
     grad_inputs: tuple[int, ...] = ()
+    movable_inputs: tuple[int, ...] = ()
     outputs: tuple[int, ...] = ()
     seconds: float = 0.0
     inplace_hazard: bool = False

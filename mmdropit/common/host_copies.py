@@ -20,7 +20,8 @@ compute stream (the forward pass waits for each copy) and fetches each tensor wh
 backward pass asks for it.
 
 Tensors that stay where they are: CPU tensors (on a machine without a GPU offload changes
-nothing), parameters, and tensors under :data:`MIN_BYTES`.
+nothing), parameters, tensors under :data:`MIN_BYTES`, and with ``move_leaves=False`` every
+tensor autograd did not make (no ``grad_fn``: the data batch, which its caller holds anyway).
 
 Failure modes: a tensor saved by an offloaded module and also held elsewhere (a module output
 the next, not offloaded, layer saves too) stays on the GPU as well, so the copy frees nothing;
@@ -107,6 +108,9 @@ class HostCopies:
     Args:
         in_flight_bytes: Device-to-host copies that may be under way before the forward pass
             waits for the oldest (see the module doc).
+        move_leaves: Whether tensors without a ``grad_fn`` move too (a checkpoint's inputs:
+            ``False``, since the data batch is held by its caller; an output made without
+            gradients, as a frozen stem's, then stays as well).
 
     Example (a step of a CUDA model with its first half offloaded)::
 
@@ -118,9 +122,10 @@ class HostCopies:
         print(copies.stats)
     """
 
-    def __init__(self, in_flight_bytes: int = IN_FLIGHT_BYTES) -> None:
+    def __init__(self, in_flight_bytes: int = IN_FLIGHT_BYTES, move_leaves: bool = True) -> None:
         self.stats = OffloadStats()
         self.in_flight_bytes = in_flight_bytes
+        self.move_leaves = move_leaves
         self._groups = _Groups()
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._in_flight: collections.deque[tuple[torch.cuda.Event, int]] = collections.deque()
@@ -144,7 +149,7 @@ class HostCopies:
     def pack(self, tensor: torch.Tensor) -> torch.Tensor | _HostCopy:
         """Start copying ``tensor`` to pinned host memory (or keep it, see the module doc)."""
         if (not tensor.is_cuda or tensor.nbytes < MIN_BYTES
-                or (tensor.requires_grad and tensor.is_leaf)):
+                or tensor.is_leaf and (tensor.requires_grad or not self.move_leaves)):
             report_kept(tensor)
             return tensor
         stream = self._stream(tensor.device)

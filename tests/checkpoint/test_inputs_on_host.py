@@ -82,3 +82,59 @@ def test_every_kind_of_checkpoint_trains_the_same_step_with_its_inputs_on_the_ho
         assert applied.host.stats.bytes_moved == 0  # CPU tensors stay where they are
     for value, reference in zip(got, expected):
         torch.testing.assert_close(value, reference, rtol=0, atol=0)
+
+
+class _Block(nn.Module):
+    """A residual MLP block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
+                                 nn.Linear(4 * WIDTH, WIDTH))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(x)
+
+
+class _Passing(nn.Module):
+    """Blocks called with their input positionally, by keyword and inside a list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(WIDTH, WIDTH)
+        self.positional, self.keyword, self.listed = _Block(), _KeywordBlock(), _ListBlock()
+        self.late = _Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.positional(self.stem(x))
+        x = self.keyword(x=x)
+        return self.late(self.listed([x]))
+
+
+class _KeywordBlock(_Block):
+    def forward(self, *, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)
+
+
+class _ListBlock(_Block):
+    def forward(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        return super().forward(xs[0])
+
+
+def test_only_positional_inputs_autograd_made_move_to_the_host():
+    """torch's checkpoint saves its positional tensors through the saved-tensor hooks, and
+    holds keyword arguments and containers itself; the data batch (no ``grad_fn``) is held by
+    its caller: the cost model moves only the first kind."""
+    torch.manual_seed(0)
+    net, x = _Passing(), torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    by_name = {segment.target.module: segment for segment in chain.segments
+               if isinstance(segment.target, ModuleTarget) and not segment.selective}
+    moved = {name: chain.bytes_of(by_name[name].movable) for name in
+             ('stem', 'positional', 'keyword', 'listed')}
+    block_input = BATCH * WIDTH * 4
+    assert moved == {'stem': 0, 'positional': block_input, 'keyword': 0, 'listed': 0}
+    segments = [by_name[name] for name in ('positional', 'keyword', 'listed')]
+    on_host = predict(chain, segments, inputs_on_host=True)
+    assert on_host.host_bytes == block_input
+    assert predict(chain, segments).kept_bytes - on_host.kept_bytes == block_input
