@@ -25,8 +25,11 @@ tensor autograd did not make (no ``grad_fn``: the data batch, which its caller h
 
 Failure modes: a tensor saved by an offloaded module and also held elsewhere (a module output
 the next, not offloaded, layer saves too) stays on the GPU as well, so the copy frees nothing;
-compare the step peak, not only the bytes moved. Pinned host memory is page-locked: offloading
-more than the host can lock slows the whole machine.
+compare the step peak, not only the bytes moved. Saved-tensor hooks take autograd's check of a
+saved tensor changed in place off it; the copies make it themselves (the same error when
+backward asks for the tensor), while the tensor is alive: one changed and then freed before
+backward goes unseen. Pinned host memory is page-locked: offloading more than the host can lock
+slows the whole machine.
 
 Example:
     >>> copies = HostCopies()
@@ -78,13 +81,35 @@ class OffloadStats:
 
 @dataclass(eq=False)
 class _HostCopy:
-    """One saved tensor in host memory, and its way back once started."""
+    """One saved tensor in host memory, and its way back once started.
+
+    Attributes:
+        source: The saved tensor, weakly held, and ``version``, its version counter when saved:
+            changed in place afterwards (while it is alive), the copy is refused as autograd
+            refuses a saved tensor changed in place.
+    """
 
     host: torch.Tensor
     device: torch.device
     group: int
+    source: weakref.ref
+    version: int
     on_device: torch.Tensor | None = None
     arrived: torch.cuda.Event | None = None
+
+    def check_unchanged(self) -> None:
+        """Raise autograd's error for a saved tensor changed in place since it was saved.
+
+        Raises:
+            RuntimeError: It was (its copy may hold either value).
+        """
+        source = self.source()
+        if source is not None and source._version != self.version:
+            raise RuntimeError(
+                f'one of the variables needed for gradient computation has been modified by '
+                f'an inplace operation: a tensor of shape {tuple(source.shape)} kept in host '
+                f'memory is at version {source._version}, saved at version {self.version}; '
+                f'change it out of place (or do not keep it in host memory)')
 
 
 @dataclass
@@ -159,7 +184,8 @@ class HostCopies:
             host.copy_(tensor.detach(), non_blocking=True)
         tensor.record_stream(stream)  # its memory is reused only once the copy is done
         self._bound_in_flight(stream.record_event(), tensor.nbytes)
-        copy = _HostCopy(host, tensor.device, self._current)
+        copy = _HostCopy(host, tensor.device, self._current, weakref.ref(tensor),
+                         tensor._version)
         self._groups.members.setdefault(self._current, weakref.WeakSet()).add(copy)
         self.stats.bytes_moved += tensor.nbytes
         self.stats.tensors_moved += 1
@@ -191,6 +217,7 @@ class HostCopies:
         """The saved tensor on its device; starts the way back of the group before it."""
         if isinstance(saved, torch.Tensor):
             return saved
+        saved.check_unchanged()
         if saved.on_device is None:  # the first of its group, or its prefetch never started
             self.stats.fetched_on_demand += 1
             self._fetch(saved)

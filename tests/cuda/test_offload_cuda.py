@@ -148,3 +148,23 @@ the_gradients_and_lowers_the_peak`), each input but the data batch (the first bl
     assert stats.fetched_on_demand == 2 and stats.prefetched == 2 * 9
     assert predicted >= 7 * block_input, predicted
     assert abs((peaks[0] - peaks[1]) - predicted) <= predicted / 4, (peaks, predicted)
+
+
+def test_a_tensor_kept_in_host_memory_and_changed_in_place_is_refused_as_autograd_refuses_it():
+    """Saved-tensor hooks take autograd's version check off what they keep: the copies make it
+    themselves, with the same message, and a tensor changed out of place trains."""
+    from mmdropit.common.host_copies import HostCopies
+
+    weight = torch.randn(1024, 1024, device='cuda', requires_grad=True)
+    for in_place in (False, True):
+        copies = HostCopies()
+        hidden = torch.randn(256, 1024, device='cuda', requires_grad=True) * 2
+        with copies.group():
+            out = (hidden @ weight).sum()  # saves hidden (a copy goes to the host) and weight
+        if in_place:
+            hidden.mul_(3)
+            with pytest.raises(RuntimeError, match='modified by an inplace operation'):
+                out.backward()
+        else:
+            out.backward()
+            assert copies.stats.tensors_moved == 1 and weight.grad is not None
