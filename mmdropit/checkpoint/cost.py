@@ -283,15 +283,24 @@ class ChainCosts:
                    default=0)
 
 
-def chain_costs(chain: Chain) -> ChainCosts:
-    """The additive model of ``chain`` (see :class:`ChainCosts`)."""
+def chain_costs(chain: Chain, inputs_on_host: bool = False) -> ChainCosts:
+    """The additive model of ``chain`` (see :class:`ChainCosts`).
+
+    With ``inputs_on_host`` the checkpoints keep their inputs in host memory (single-level
+    plans, :func:`predict`): a checkpoint keeps on the device only what does not move, and
+    holds its inputs again while backward passes it (the inputs of the checkpoint before it,
+    on their way back then too, are left to the exact prediction).
+    """
     saved_before: list[frozenset[int]] = [frozenset()]
     for item in chain.items:
         saved_before.append(saved_before[-1] | item.saves)
     keep = [chain.bytes_of(item.saves - saved_before[i]) for i, item in enumerate(chain.items)]
     keep_after_cut = [chain.bytes_of(item.saves) for item in chain.items]
     transient = _transients(chain, _grad_bytes(chain, largest=True))
-    held = [frozenset({*segment.inputs, *segment.cached}) for segment in chain.segments]
+    moved = [frozenset(segment.movable) - saved_before[segment.start] if inputs_on_host
+             else frozenset() for segment in chain.segments]
+    held = [frozenset({*segment.inputs, *segment.cached}) - moved[k]
+            for k, segment in enumerate(chain.segments)]
     inputs = [chain.bytes_of(kept - saved_before[segment.start])
               for segment, kept in zip(chain.segments, held)]
     starting: dict[int, list[int]] = {}
@@ -320,7 +329,7 @@ def chain_costs(chain: Chain) -> ChainCosts:
 
     def segment_cost(k: int, segment: Segment) -> SegmentCost:
         outside = saved_before[segment.start] | held[k]
-        inside: set[int] = set()
+        inside: set[int] = set(moved[k])  # back on the device while it is recomputed
         recompute = 0
         for j in range(segment.start, segment.stop):
             inside |= chain.items[j].saves

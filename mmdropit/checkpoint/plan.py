@@ -244,24 +244,31 @@ class AppliedPlan(Applied):
 
 class _SearchSpace:
     """Segments to choose from, their additive costs, the least-memory plan among them, and
-    every plan solved so far (a later search on the same chain starts from them)."""
+    every plan solved so far (a later search on the same chain starts from them), with the
+    checkpoints' inputs in host memory or not (``inputs_on_host``, :func:`~.cost.predict`)."""
 
-    def __init__(self, chain: Chain, segments: list[Segment], costs: ChainCosts) -> None:
+    def __init__(self, chain: Chain, segments: list[Segment], costs: ChainCosts,
+                 inputs_on_host: bool = False) -> None:
         self.chain, self.segments, self.costs = chain, segments, costs
+        self.inputs_on_host = inputs_on_host
         self._index = {id(cost): i for i, cost in enumerate(costs.segments)}
         self.floor = least_peak(costs)
         self.least = self.segments_of(least_time(costs, self.floor))
-        self.lowest = predict(chain, self.least)
+        self.lowest = self.predict(self.least)
         self._solved = {self.floor: (self.least, self.lowest.activation_peak)}
 
     def segments_of(self, chosen: list[SegmentCost] | None) -> list[Segment]:
         return [self.segments[self._index[id(cost)]] for cost in chosen or []]
 
+    def predict(self, segments: list[Segment]) -> Prediction:
+        """The exact prediction of a plan of ``segments`` in this space."""
+        return predict(self.chain, segments, self.inputs_on_host)
+
     def _solve(self, limit: int) -> tuple[list[Segment], int]:
         """The fastest plan within the additive ``limit``, and its exact activation peak."""
         if limit not in self._solved:
             plan = self.segments_of(least_time(self.costs, limit))
-            self._solved[limit] = (plan, predict(self.chain, plan).activation_peak)
+            self._solved[limit] = (plan, self.predict(plan).activation_peak)
         return self._solved[limit]
 
     def fastest_fitting(self, target: int) -> list[Segment]:
@@ -289,47 +296,56 @@ class _SearchSpace:
         return best
 
 
-def _search_space(chain: Chain, nested: bool) -> _SearchSpace:
-    """The search space of ``chain``'s single-level segments, or with nested ones too, built
-    once per chain."""
-    key = ('space', nested)
+def _search_space(chain: Chain, nested: bool, inputs_on_host: bool = False) -> _SearchSpace:
+    """The search space of ``chain``'s single-level segments, or with nested ones too (not
+    with ``inputs_on_host``), built once per chain."""
+    key = ('space', nested, inputs_on_host)
     if key not in chain.searches:
-        costs = _costs(chain)
+        costs = _costs(chain, inputs_on_host)
         chain.searches[key] = (_SearchSpace(chain, *with_nested(chain.segments, costs,
                                                                  chain.record.nesting_seconds))
-                               if nested else _SearchSpace(chain, chain.segments, costs))
+                               if nested else
+                               _SearchSpace(chain, chain.segments, costs, inputs_on_host))
     return chain.searches[key]
 
 
-def _costs(chain: Chain) -> ChainCosts:
-    """The additive costs of ``chain``'s single-level segments, computed once per chain."""
-    if 'costs' not in chain.searches:
-        chain.searches['costs'] = chain_costs(chain)
-    return chain.searches['costs']
+def _costs(chain: Chain, inputs_on_host: bool = False) -> ChainCosts:
+    """The additive costs of ``chain``'s single-level segments (:func:`~.cost.chain_costs`),
+    computed once per chain."""
+    key = ('costs', inputs_on_host)
+    if key not in chain.searches:
+        chain.searches[key] = chain_costs(chain, inputs_on_host)
+    return chain.searches[key]
 
 
 def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
-                   nested: bool = True) -> CheckpointPlan:
+                   nested: bool = True, inputs_on_host: bool = False) -> CheckpointPlan:
     """Search the plan for a recorded chain (see :func:`plan_checkpoints`).
 
     Budgeted plans are searched among single-level checkpoints (plain and selective) when one
     of those fits, and among nested ones too only when none does (and ``nested`` allows them):
-    nested variants multiply the search, and they pay off only where memory is tightest."""
+    nested variants multiply the search, and they pay off only where memory is tightest. With
+    ``inputs_on_host`` the plan keeps its checkpoints' inputs in host memory and is searched
+    among single-level checkpoints, on the device bytes that leaves."""
     budget = parse_budget(budget, BUDGET_HELP)
     if objective not in OBJECTIVES:
         raise ConfigError(f'unknown checkpoint objective {objective!r}: use one of {OBJECTIVES}')
+    if objective == 'ogc' and inputs_on_host:
+        raise ConfigError("the 'ogc' objective plans checkpoints on the device: leave "
+                          'inputs_on_host False with it')
+    nested = nested and not inputs_on_host
     baseline = predict(chain, [])
     plan = CheckpointPlan(budget=budget, baseline=baseline, planned=baseline,
-                          forward_seconds=chain.record.calls[0].seconds)
+                          forward_seconds=chain.record.calls[0].seconds,
+                          inputs_on_host=inputs_on_host)
     if not chain.segments:
         warnings.warn('no module of this model can be checkpointed (no module call that is '
                       'called once, needs a gradient and is not the last one); training runs '
                       'without a checkpoint plan', stacklevel=3)
         return plan
-    flat_costs = _costs(chain)
     if objective == 'ogc':
-        ogc = {id(cost) for cost in least_ogc_cost(flat_costs)}
-        chosen = [segment for segment, cost in zip(chain.segments, flat_costs.segments)
+        ogc = {id(cost) for cost in least_ogc_cost(_costs(chain))}
+        chosen = [segment for segment, cost in zip(chain.segments, _costs(chain).segments)
                   if id(cost) in ogc]
         return replace(plan, targets=[segment.plan_target for segment in chosen],
                        planned=predict(chain, chosen))
@@ -337,9 +353,9 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     if target is not None and baseline.activation_peak <= target:
         chosen = []
     else:
-        space = _search_space(chain, nested=False)
+        space = _search_space(chain, False, inputs_on_host)
         if target is None or space.lowest.activation_peak > target:
-            deepest = _search_space(chain, nested)
+            deepest = _search_space(chain, nested, inputs_on_host)
             lowest = deepest.lowest.activation_peak
             if target is None:  # the fastest plan near the least peak
                 target = lowest + lowest // LEAST_MEMORY_TOLERANCE
@@ -354,13 +370,33 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
             if space.lowest.activation_peak > target:
                 space = deepest
         chosen = space.fastest_fitting(target)
+        if inputs_on_host:
+            chosen = _faster_of_the_device_plan(chain, chosen, target)
     return replace(plan, targets=[segment.plan_target for segment in chosen],
-                   planned=predict(chain, chosen))
+                   planned=predict(chain, chosen, inputs_on_host))
+
+
+def _faster_of_the_device_plan(chain: Chain, chosen: list[Segment],
+                               target: int) -> list[Segment]:
+    """``chosen`` (searched with its inputs in host memory), or the single-level plan searched
+    for ``target`` on the device alone where that one, its inputs in host memory too (which
+    only lowers its peak), recomputes less: the additive model of inputs on the host counts
+    each checkpoint's way back whether or not it overlaps, so its search can miss the faster
+    plan."""
+    device = _search_space(chain, False)
+    if device.lowest.activation_peak > target:
+        return chosen
+    other = device.fastest_fitting(target)
+    hosted = predict(chain, other, inputs_on_host=True)
+    if (hosted.activation_peak <= target and hosted.recompute_seconds
+            < predict(chain, chosen, inputs_on_host=True).recompute_seconds):
+        return other
+    return chosen
 
 
 def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budget | str = None,
                      granularity: int = DEFAULT_GRANULARITY, objective: str = 'peak',
-                     nested: bool = True) -> CheckpointPlan:
+                     nested: bool = True, inputs_on_host: bool = False) -> CheckpointPlan:
     """Record one forward pass of ``step`` and find the checkpoint plan for ``budget``.
 
     Args:
@@ -381,6 +417,10 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
             so a nested plan keeps no less there than its outer checkpoints alone (DeiT-S,
             batch 16: 383 MiB above the step's start compiled, 175 MiB eager; the single-level
             least-memory plan 205 MiB compiled).
+        inputs_on_host: Whether the plan keeps its checkpoints' inputs in pinned host memory
+            (:attr:`CheckpointPlan.inputs_on_host`; a model on a GPU, not compiled): it is
+            then searched among single-level checkpoints on the device bytes that leaves, so
+            that a budget takes fewer checkpoints than on the device alone.
 
     Returns:
         The plan (not yet applied: call ``plan.apply(model)``).
@@ -395,5 +435,5 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
         raise ConfigError('the model already has checkpoints from a plan; call '
                           'plan.remove(model) before planning again')
     chain = build_chain(record_step(model, step), model, granularity)
-    plan = plan_for_chain(chain, budget, objective, nested)
+    plan = plan_for_chain(chain, budget, objective, nested, inputs_on_host)
     return replace(plan, planning_seconds=time.perf_counter() - started)

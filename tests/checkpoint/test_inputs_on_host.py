@@ -3,12 +3,15 @@ model's device bytes, the plan file, and every kind of checkpoint training the s
 CPU nothing moves; tests/cuda/test_offload_cuda.py measures the GPU)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
 
 from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, SiblingsTarget,
-                                 build_chain, per_block_plan, predict, record_step)
+                                 build_chain, per_block_plan, plan_for_chain, predict,
+                                 record_step)
 from mmdropit.errors import ConfigError
 
 BLOCKS, BATCH, WIDTH = 6, 32, 64
@@ -138,3 +141,52 @@ def test_only_positional_inputs_autograd_made_move_to_the_host():
     on_host = predict(chain, segments, inputs_on_host=True)
     assert on_host.host_bytes == block_input
     assert predict(chain, segments).kept_bytes - on_host.kept_bytes == block_input
+
+
+def _items_as_seconds(chain) -> None:
+    """Each segment's recompute time set to its number of items (recorded times of a model this
+    small are noise)."""
+    chain.segments[:] = [replace(segment, seconds=float(segment.stop - segment.start))
+                         for segment in chain.segments]
+
+
+def test_a_budget_searched_with_the_inputs_on_the_host_recomputes_less_and_goes_lower():
+    """Searched with its inputs in host memory, a plan for a budget keeps fewer bytes per
+    checkpoint, so it needs no more recomputation than the plan searched on the device (whose
+    inputs on the host would fit too), here less at every budget, and the least peak is lower."""
+    net, x = _blocks_net(), torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    _items_as_seconds(chain)
+    less = 0
+    for budget in (0.9, 0.8, 0.7, 0.6, 0.5, 0.4):
+        device = plan_for_chain(chain, budget, nested=False)
+        host = plan_for_chain(chain, budget, inputs_on_host=True)
+        assert host.inputs_on_host and not any(target.inner for target in host.targets)
+        assert host.planned.activation_peak <= budget * host.baseline.activation_peak
+        assert host.planned.host_bytes > 0
+        assert host.planned.recompute_seconds <= device.planned.recompute_seconds
+        less += host.planned.recompute_seconds < device.planned.recompute_seconds
+    assert less == 6
+    least_host = plan_for_chain(chain, None, inputs_on_host=True)
+    least_device = plan_for_chain(chain, None, nested=False)
+    assert least_host.planned.activation_peak < least_device.planned.activation_peak
+    with pytest.raises(ConfigError, match="'ogc' objective plans checkpoints on the device"):
+        plan_for_chain(chain, objective='ogc', inputs_on_host=True)
+
+
+def test_the_host_search_falls_back_on_the_device_plan_where_that_recomputes_less():
+    """The additive model of inputs on the host is rough, so its search can miss a plan that
+    the device's search finds: the faster of the two is kept."""
+    from mmdropit.checkpoint.plan import _faster_of_the_device_plan
+
+    net, x = _blocks_net(), torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    _items_as_seconds(chain)
+    target = int(0.9 * predict(chain, []).activation_peak)
+    device = plan_for_chain(chain, 0.9, nested=False)
+    every_block = [segment for segment in chain.segments if not segment.selective
+                   and isinstance(segment.target, ModuleTarget)
+                   and segment.target.module.count('.') == 1]
+    assert len(every_block) == BLOCKS
+    kept = _faster_of_the_device_plan(chain, every_block, target)
+    assert [segment.plan_target for segment in kept] == device.targets
