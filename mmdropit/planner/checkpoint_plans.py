@@ -1,7 +1,7 @@
 """The checkpoint plans a memory budget offers (:class:`CheckpointPlans`): for what the techniques
 before it leave, the fastest searched plan that fits, and per-block checkpointing of the model's
-repeated blocks beside it; on a GPU, where asked for, each of them (single-level) also with its
-checkpoints' inputs kept in host memory.
+repeated blocks beside it; on a GPU, where asked for, also the fastest plan that fits with its
+checkpoints' inputs kept in host memory, and per-block checkpointing so.
 """
 from __future__ import annotations
 
@@ -49,9 +49,11 @@ class CheckpointPlans(Technique):
     recompute time adds ``recompute_seconds / step_seconds`` to the time ratio, times the lossy
     settings' time ratio (the recomputed forward runs under them: bf16 halves it on this CPU).
 
-    With ``host_link``, a single-level plan is also offered with its checkpoints' inputs in host
-    memory (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`): its activations as the
-    cost model predicts the device's, its time that of the same plan plus the copies' time
+    With ``host_link``, plans are also offered with their checkpoints' inputs in host memory
+    (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`): the fastest one searched so
+    (single-level; :func:`~mmdropit.checkpoint.plan_for_chain`), and the per-block plan. Their
+    activations as the cost model predicts the device's, their time that of the plan plus the
+    copies' time
     beyond :data:`FORWARD_SHARE` of the step's (a step's copies each way: the inputs' share of
     the activations, of every micro-batch, at ``host_link`` bytes a second).
 
@@ -86,12 +88,12 @@ class CheckpointPlans(Technique):
             raise ValueError('CheckpointPlans: a host_link needs the whole_seconds it is weighed '
                              'against')
         self.host_link, self.whole_seconds = host_link, whole_seconds
-        self._on_host: dict[int, CheckpointPlan | None] = {}
         self._per_block: CheckpointPlan | None = None
+        self._per_block_on_host: CheckpointPlan | None = None
         self._per_block_searched = False
         self._chain: Chain | None = None
-        self._plans: list[_SearchedPlan] = []
-        self._least_plan: CheckpointPlan | None = None
+        self._plans: dict[bool, list[_SearchedPlan]] = {False: [], True: []}
+        self._least_plans: dict[bool, CheckpointPlan] = {}
 
     @property
     def chain(self) -> Chain:
@@ -100,31 +102,33 @@ class CheckpointPlans(Technique):
             self._chain = self._record()
         return self._chain
 
-    def _plan(self, share: float) -> CheckpointPlan:
-        """The fastest plan within ``share`` of the unplanned activations, or the least-memory
-        plan when no plan reaches that share. Shares are rounded down to 1/256, and a plan
-        searched for a larger share that also fits this one is that share's plan too (the
-        fastest among more plans is the fastest among fewer that hold it), so near-equal
-        searches are made once."""
+    def _plan(self, share: float, inputs_on_host: bool = False) -> CheckpointPlan:
+        """The fastest plan within ``share`` of the unplanned activations (its inputs in host
+        memory or not), or the least-memory plan when no plan reaches that share. Shares are
+        rounded down to 1/256, and a plan searched for a larger share that also fits this one
+        is that share's plan too (the fastest among more plans is the fastest among fewer that
+        hold it), so near-equal searches are made once."""
         share = math.floor(share * 256) / 256
-        for searched in self._plans:
+        plans = self._plans[inputs_on_host]
+        for searched in plans:
             if searched.low <= share <= searched.high:
                 return searched.plan
         try:
-            plan = (plan_for_chain(self.chain, budget=share, nested=self.nested) if share > 0
-                    else None)
+            plan = (plan_for_chain(self.chain, budget=share, nested=self.nested,
+                                   inputs_on_host=inputs_on_host) if share > 0 else None)
         except ConfigError:  # below what any plan reaches
             plan = None
         if plan is None:  # so is every smaller share
-            self._plans.append(_SearchedPlan(0.0, share, self._least()))
-            return self._least()
-        self._plans.append(_SearchedPlan(plan.activation_share, share, plan))
+            plans.append(_SearchedPlan(0.0, share, self._least(inputs_on_host)))
+            return self._least(inputs_on_host)
+        plans.append(_SearchedPlan(plan.activation_share, share, plan))
         return plan
 
-    def _least(self) -> CheckpointPlan:
-        if self._least_plan is None:
-            self._least_plan = plan_for_chain(self.chain, budget=None, nested=self.nested)
-        return self._least_plan
+    def _least(self, inputs_on_host: bool) -> CheckpointPlan:
+        if inputs_on_host not in self._least_plans:
+            self._least_plans[inputs_on_host] = plan_for_chain(
+                self.chain, budget=None, nested=self.nested, inputs_on_host=inputs_on_host)
+        return self._least_plans[inputs_on_host]
 
     @property
     def per_block(self) -> CheckpointPlan | None:
@@ -136,6 +140,8 @@ class CheckpointPlans(Technique):
         if not self._per_block_searched:
             self._per_block, self._per_block_searched = per_block_plan(self.chain,
                                                                        self._model), True
+            if self._per_block is not None:
+                self._per_block_on_host = self._per_block.with_inputs_on_host(self.chain)
         return self._per_block
 
     def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
@@ -143,22 +149,28 @@ class CheckpointPlans(Technique):
         if estimate.peak_bytes <= budget_bytes or not estimate.activation_bytes:
             return
         exact = estimate.activation_bytes / estimate.lossy.activation_ratio
-        plan = self._plan((budget_bytes - estimate.fixed_bytes) / exact)
+        share = (budget_bytes - estimate.fixed_bytes) / exact
+        for on_host in (False, True) if self.host_link is not None else (False,):
+            for offer, text in self._offered(share, on_host):
+                where = ', inputs in host memory' if on_host else ''
+                text = f'{text}{where}, {offer.activation_share:.2f} of the activations)'
+                yield (self._hosted(estimate, offer, text) if on_host
+                       else self._planned(estimate, offer, text))
+
+    def _offered(self, share: float,
+                 inputs_on_host: bool) -> Iterator[tuple[CheckpointPlan, str]]:
+        """The searched plan for ``share`` and the per-block plan (once where they are the
+        same), their inputs in host memory or not, each with the start of its text."""
+        plan = self._plan(share, inputs_on_host)
         block = self.per_block
-        offered = []
+        if inputs_on_host:
+            block = self._per_block_on_host
         if plan.targets and (block is None or set(plan.targets) != set(block.targets)):
             count = len(plan.targets)
-            offered.append((plan, f'checkpoint plan ({count} top-level checkpoint'
-                                  f'{"" if count == 1 else "s"}'))
+            yield plan, f'checkpoint plan ({count} top-level checkpoint' \
+                        f'{"" if count == 1 else "s"}'
         if block is not None:
-            offered.append((block, f'per-block checkpointing ({len(block.targets)} blocks'))
-        for offer, text in offered:
-            yield self._planned(estimate, offer, f'{text}, {offer.activation_share:.2f} of the '
-                                'activations)')
-            hosted = self._with_inputs_on_host(offer)
-            if hosted is not None:
-                yield self._hosted(estimate, hosted, f'{text}, inputs in host memory, '
-                                   f'{hosted.activation_share:.2f} of the activations)')
+            yield block, f'per-block checkpointing ({len(block.targets)} blocks'
 
     def _planned(self, estimate: Estimate, plan: CheckpointPlan, text: str) -> Estimate:
         """``estimate`` with ``plan``: its share of the exact activations kept, its recompute
@@ -170,15 +182,6 @@ class CheckpointPlans(Technique):
                                           exact * plan.activation_share)),
                                   estimate.time_ratio + recompute * estimate.lossy.time_ratio)
         return replace(planned, freeable_bytes=estimate.lossy.constant_bytes)
-
-    def _with_inputs_on_host(self, plan: CheckpointPlan) -> CheckpointPlan | None:
-        """``plan`` with its inputs in host memory, predicted so (``None``: not offered, or
-        ``plan`` nests checkpoints, whose inner plans the cost model walks on the device)."""
-        if self.host_link is None:
-            return None
-        if id(plan) not in self._on_host:
-            self._on_host[id(plan)] = plan.with_inputs_on_host(self.chain)
-        return self._on_host[id(plan)]
 
     def _hosted(self, estimate: Estimate, plan: CheckpointPlan, text: str) -> Estimate:
         """:meth:`_planned` for a plan with its inputs in host memory, the copies' time beyond

@@ -108,3 +108,24 @@ def test_quantized_activations_are_offered_on_a_gpu_when_their_codecs_have_kerne
     with eager_only():
         assert "without their codecs' Triton kernels" in quantize_unavailable(model)
     assert quantize_unavailable(nn.Linear(2, 2)) is None
+
+
+def test_the_plan_hook_keeps_the_checkpoints_inputs_in_host_memory(tmp_path):
+    """``CheckpointPlanHook(inputs_on_host=True)`` on a GPU: the least-memory plan is searched
+    with the inputs on the host (single-level), written so, and trains with them there."""
+    from mmengine.runner import Runner
+
+    from mmdropit.checkpoint import CheckpointPlan
+    from mmdropit.engine.hooks import CheckpointPlanHook
+    from tests.conftest import TINY_VIT, log_text, two_iteration_cfg
+
+    cfg = two_iteration_cfg(TINY_VIT, tmp_path,
+                            dict(type='CheckpointPlanHook', budget=None, inputs_on_host=True))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    plan = CheckpointPlan.load(tmp_path / 'checkpoint_plan_32x1x128x128.json')
+    assert plan.inputs_on_host and plan.planned.host_bytes > 0
+    assert not any(target.inner for target in plan.targets)
+    hook = next(h for h in runner.hooks if isinstance(h, CheckpointPlanHook))
+    assert hook._applied.host.stats.tensors_moved > 0
+    assert 'its inputs in host memory for the least memory' in log_text(tmp_path)

@@ -92,10 +92,22 @@ def test_a_step_that_runs_out_of_memory_while_recorded_is_one_line_through_train
     (dict(budget='half'), 'checkpoint budget is None'),
     (dict(budget=2.0), r'a fraction must lie in \(0, 1\]'),
     (dict(granularity=0), 'granularity must be an int'),
+    (dict(inputs_on_host='yes'), 'inputs_on_host is True or False'),
 ])
 def test_bad_hook_arguments_are_clear_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         CheckpointPlanHook(**kwargs)
+
+
+def test_inputs_on_host_on_a_cpu_model_warns_and_plans_them_on_the_device(tmp_path):
+    cfg = two_iteration_cfg(TINY_VIT, tmp_path,
+                            dict(type='CheckpointPlanHook', budget=0.5, inputs_on_host=True))
+    Runner.from_cfg(cfg).train()
+    log = log_text(tmp_path)
+    assert ('CheckpointPlanHook: inputs_on_host=True keeps the inputs where they are on a model '
+            'that is not on a GPU; the plan is searched with them there.') in log
+    plan = CheckpointPlan.load(tmp_path / 'checkpoint_plan_32x1x128x128.json')
+    assert plan.targets and not plan.inputs_on_host
 
 
 def test_impossible_budget_is_one_line_through_train_py(tmp_path):

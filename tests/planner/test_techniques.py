@@ -55,14 +55,14 @@ def test_a_searched_plan_with_the_per_block_checkpoints_is_offered_once_as_per_b
                             model=net)
     block = plans.per_block
     searched = replace(block, targets=block.targets[::-1])
-    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget, nested: searched)
+    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget, **_: searched)
     offered = [estimate.summary for estimate in plans.candidates(Estimate(100, 900), 600)]
     assert offered[1:] == [f'per-block checkpointing (4 blocks, '
                            f'{block.activation_share:.2f} of the activations)'], offered
 
     other = replace(block, targets=block.targets[:2])
-    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget, nested: other)
-    plans._plans.clear()
+    monkeypatch.setattr(checkpoint_plans, 'plan_for_chain', lambda chain, budget, **_: other)
+    plans._plans[False].clear()
     offered = [estimate.summary for estimate in plans.candidates(Estimate(100, 900), 600)]
     assert [summary.split(' (')[0] for summary in offered[1:]] == \
         ['checkpoint plan', 'per-block checkpointing'], offered
@@ -88,10 +88,11 @@ def test_plans_for_a_compiled_step_do_not_nest():
 
 
 def test_plans_with_their_inputs_on_the_host_are_offered_at_the_devices_bytes():
-    """Where the host may keep checkpoint inputs, each single-level plan is offered a second
-    time with its inputs there: fewer activations (the cost model's device bytes), the same
-    time where the link hides the copies behind a third of the step, more by the rest where
-    it does not. A nested plan is not (its inner plans are walked on the device)."""
+    """Where the host may keep checkpoint inputs, the per-block plan is offered a second time
+    with its inputs there, and a plan searched so: fewer activations (the cost model's device
+    bytes), the same time where the link hides the copies behind a third of the step, more by
+    the rest where it does not. Plans searched so are single-level (the cost model walks inner
+    plans on the device)."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(16, 32), nn.Sequential(*[
         nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)) for _ in range(6)]),
@@ -118,8 +119,11 @@ def test_plans_with_their_inputs_on_the_host_are_offered_at_the_devices_bytes():
     assert moved > 0
     assert slow['per-block checkpointing (6 blocks host'].time_ratio == \
         device.time_ratio + (moved / 100.0 - 2.0 / 3) / 2.0
+    searched = [e.setting('checkpoint-plan') for summary, e in fast.items()
+                if summary.startswith('checkpoint plan') and summary.endswith('host')]
+    assert len(searched) == 1 and searched[0].inputs_on_host
+    assert not any(target.inner for target in searched[0].targets)
     nested = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0,
                              model=net, host_link=math.inf, whole_seconds=lambda: 2.0)
-    least = nested._least()
-    assert any(target.inner for target in least.targets)
-    assert nested._with_inputs_on_host(least) is None
+    assert any(target.inner for target in nested._least(False).targets)
+    assert not any(target.inner for target in nested._least(True).targets)

@@ -7,6 +7,7 @@ Example config::
         dict(type='DropITHook', gamma=0.9),             # optional; planned with its bytes
         dict(type='CheckpointPlanHook', budget=0.5),    # or None (least memory), or '4GB'
     ]
+    # on a GPU: dict(type='CheckpointPlanHook', budget=None, inputs_on_host=True)
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from mmengine.registry import HOOKS
 from ...checkpoint import (BUDGET_HELP, DEFAULT_GRANULARITY, CheckpointPlan,
                            plan_checkpoints)
 from ...common.budget import Budget, parse_budget
+from ...common.parameters import model_device
 from ...common.technique import Applied
 from ...common.units import mib
 from ...errors import ConfigError
@@ -51,6 +53,13 @@ class CheckpointPlanHook(ShapeBucketHook):
     DDP every rank records (collectives such as SyncBN stay matched) and rank 0's plan is used
     by all. Works under Runner and FlexibleRunner.
 
+    With ``inputs_on_host`` and a model on a GPU, the plan keeps its checkpoints' inputs in
+    pinned host memory, copied off the device as the forward pass goes on and back one
+    checkpoint ahead of backward (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`),
+    and is searched on the device bytes that leaves (single-level): a ViT's residual stream
+    leaves the device, so a budget takes fewer checkpoints and the least memory goes lower. On
+    a CPU, or under ``torch.compile``, the inputs stay where they are (a warning says so).
+
     Under ``torch.compile`` (``compile=True`` in the config) plans are single-level: the
     compiled backward recomputes a checkpoint nested in another together with the outer one, so
     nesting would cost time and keep no less (docs/checkpoint.md, "Under torch.compile").
@@ -65,18 +74,24 @@ class CheckpointPlanHook(ShapeBucketHook):
         granularity: Module calls that save more than ``1 / granularity`` of the step's bytes
             are split into their children.
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
+        inputs_on_host: Keep the checkpoints' inputs in pinned host memory (see above).
     """
 
     priority = 'HIGH'  # after DropITHook (VERY_HIGH): plans the converted model
 
     def __init__(self, budget: float | int | str | None = None,
-                 granularity: int = DEFAULT_GRANULARITY, bucket: int = 128) -> None:
+                 granularity: int = DEFAULT_GRANULARITY, bucket: int = 128,
+                 inputs_on_host: bool = False) -> None:
         self.budget = parse_budget(budget, BUDGET_HELP)
         if not isinstance(granularity, int) or granularity < 1:
             raise ConfigError(f'CheckpointPlanHook granularity must be an int >= 1, '
                               f'got {granularity!r}')
+        if not isinstance(inputs_on_host, bool):
+            raise ConfigError(f'CheckpointPlanHook inputs_on_host is True or False, got '
+                              f'{inputs_on_host!r}')
         super().__init__(bucket)
         self.granularity = granularity
+        self.inputs_on_host = inputs_on_host
         self._applied: Applied | None = None
 
     @property
@@ -114,9 +129,16 @@ class CheckpointPlanHook(ShapeBucketHook):
         step = batch_loss(model, data_batch, lambda: runner.optim_wrapper.optim_context(model))
         where = self.described[key]
         out_of_memory = False
+        compiled = compiles_model(runner)
+        on_host = self.inputs_on_host and model_device(model).type == 'cuda' and not compiled
+        if self.inputs_on_host and not on_host:
+            runner.logger.warning(
+                'CheckpointPlanHook: inputs_on_host=True keeps the inputs where they are '
+                f'{"under torch.compile" if compiled else "on a model that is not on a GPU"}; '
+                'the plan is searched with them there.')
         try:
             plan = plan_checkpoints(model, step, self.budget, self.granularity,
-                                    nested=not compiles_model(runner))
+                                    nested=not compiled, inputs_on_host=on_host)
         except ConfigError:
             raise
         except torch.OutOfMemoryError:  # the step it records is the step training runs

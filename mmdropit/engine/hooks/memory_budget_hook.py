@@ -160,9 +160,9 @@ class MemoryBudgetHook(ShapeBucketHook):
     blocks holding half or all of the saved bytes (:mod:`mmdropit.offload`; exact, each share
     measured like a lossy setting), and checkpoint plans keeping their checkpoints' inputs in
     host memory (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`: per-block
-    checkpointing's residual stream); with ``rebuild``, rebuilt activations
-    (:mod:`mmdropit.codecs.rebuilt_activations`; exact, measured like a lossy setting; inside
-    the plan's checkpoints they step aside). ``DropITHook``, ``CompressActivationsHook`` and mixed
+    checkpointing's residual stream; the fastest plan searched so); with ``rebuild``, rebuilt
+    activations (:mod:`mmdropit.codecs.rebuilt_activations`; exact, measured like a lossy
+    setting; inside the plan's checkpoints they step aside). ``DropITHook``, ``CompressActivationsHook`` and mixed
     precision set in the config are kept and planned around (then not offered again);
     ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` / ``memory_budget`` are
     errors, as this hook chooses those; a model that checkpoints its own blocks is measured as
