@@ -36,7 +36,7 @@ from ..reporting import provenance
 from .harness import benchmark_workload
 from .ogc_models import OGC_ROWS, OGCRow, ogc_workload
 from .report import Measurement, compare
-from .techniques import checkpoint_plan
+from .techniques import checkpoint_plan, plan_key
 from .variants import BASELINE, Variant
 
 LEAST_MEMORY = 'ckpt-plan-min'
@@ -138,8 +138,8 @@ def run_ogc_table(names: Sequence[str], scale: int, steps: int, device: torch.de
                 print(f'  skipped {line}', flush=True)
             static = 2 * sum(param.numel() * param.element_size()
                              for param in work.model.parameters())
-            keys = {LEAST_MEMORY: 'None--peak', AT_PAPER_CUT: f'{1 - row.memory_cut}--peak',
-                    PAPER_OBJECTIVE: 'None--ogc'}
+            keys = {LEAST_MEMORY: plan_key(None), AT_PAPER_CUT: plan_key(1 - row.memory_cut),
+                    PAPER_OBJECTIVE: plan_key(None, 'ogc')}
             planning = {variant: work.plans[key].planning_seconds
                         for variant, key in keys.items() if key in work.plans}
             measured[key] = (tuple(measurements), _points(measurements, static, planning))

@@ -160,24 +160,44 @@ def rebuilt_activations(work: Workload) -> contextlib.AbstractContextManager:
     return RebuiltActivationsConfig().apply(work.model)
 
 
+def plan_key(budget: float | None, objective: str = 'peak', inner_name: str = '',
+             inputs_on_host: bool = False) -> str:
+    """Where :func:`checkpoint_plan` keeps its plan in ``Workload.plans``."""
+    return f'{budget}-{inner_name}-{objective}{"-host" if inputs_on_host else ""}'
+
+
 def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepare | None = None,
-                    inner_name: str = '') -> Prepare:
+                    inner_name: str = '', inputs_on_host: bool = False) -> Prepare:
     """The planner's plan for ``budget`` (``None``: least memory), searched once per workload
-    on the model as ``inner`` (named ``inner_name``) prepares it, and printed."""
+    on the model as ``inner`` (named ``inner_name``) prepares it, and printed;
+    ``inputs_on_host``: searched with the checkpoints' inputs in host memory, on a GPU (a CPU
+    keeps them where they are, and the plan is searched so), the copies' statistics printed."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
-        key = f'{budget}-{inner_name}-{objective}'
+        on_host = inputs_on_host and model_device(work.model).type == 'cuda'
+        key = plan_key(budget, objective, inner_name, inputs_on_host)
         with inner(work) if inner else contextlib.nullcontext():
             if key not in work.plans:
                 try:
                     work.plans[key] = plan_checkpoints(work.model, work.loss, budget,
-                                                       objective=objective)
+                                                       objective=objective,
+                                                       inputs_on_host=on_host)
                 except ConfigError as error:  # a budget below the least reachable peak
                     raise RuntimeError(str(error)) from error
                 print(f'  {work.name}: {work.plans[key]}'.replace('\n', '\n  '), flush=True)
-            with work.plans[key].apply(work.model):
+            with _in_effect(work, work.plans[key]):
                 yield
     return prepare
+
+
+@contextlib.contextmanager
+def _in_effect(work: Workload, plan: CheckpointPlan) -> Iterator[None]:
+    """``plan`` applied to the workload's model; the statistics of the copies to host memory
+    printed afterwards, where it keeps its inputs there."""
+    with plan.apply(work.model) as applied:
+        yield
+    if applied.host is not None:
+        print(f'  {work.name}: {applied.host.stats}', flush=True)
 
 
 def per_block_checkpoints(inputs_on_host: bool = False) -> Prepare:
@@ -197,10 +217,8 @@ def per_block_checkpoints(inputs_on_host: bool = False) -> Prepare:
                 plan = plan.with_inputs_on_host(chain)
             work.plans[key] = plan
             print(f'  {work.name}: {plan}'.replace('\n', '\n  '), flush=True)
-        with work.plans[key].apply(work.model) as applied:
+        with _in_effect(work, work.plans[key]):
             yield
-        if applied.host is not None:
-            print(f'  {work.name}: {applied.host.stats}', flush=True)
     return prepare
 
 

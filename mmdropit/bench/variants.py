@@ -85,10 +85,10 @@ checkpoints (the simple recipe with DropIT's layers)."""
 FRONTIER_GPU = ('compile', 'compile+bf16', 'compile+grad-ckpt+bf16', f'offload-{OFFLOAD_SHARE}',
                 f'offload-{OFFLOAD_SHARE}+bf16', f'budget-{OFFLOAD_SHARE}-offload+bf16',
                 'budget-0.25-offload+bf16', 'budget-least-offload+bf16', 'ckpt-per-block+bf16',
-                'ckpt-per-block-host+bf16')
-"""On a GPU only: ``torch.compile`` (simple), activation offload and our per-block plan with
-the blocks' inputs in host memory beside the same plan on the device (ours; on a CPU nothing
-moves)."""
+                'ckpt-per-block-host+bf16', 'ckpt-plan-min-host+bf16')
+"""On a GPU only: ``torch.compile`` (simple), activation offload, our per-block plan with the
+blocks' inputs in host memory beside the same plan on the device, and the least-memory plan
+searched with its inputs in host memory (ours; on a CPU nothing moves)."""
 
 
 def frontier_run(device_type: str) -> list[str]:
@@ -223,6 +223,8 @@ def catalogue() -> dict[str, Variant]:
         _simple('grad-ckpt+bf16', checkpointed=True, bf16=True),
         Variant('ckpt-plan-min+bf16', prepare=checkpoint_plan(None), forward=bf16_autocast,
                 precision='bf16'),
+        Variant('ckpt-plan-min-host+bf16', prepare=checkpoint_plan(None, inputs_on_host=True),
+                forward=bf16_autocast, precision='bf16'),
         Variant('ckpt-plan-0.5+bf16', prepare=checkpoint_plan(0.5), forward=bf16_autocast,
                 precision='bf16'),
         Variant('dropit+ckpt-plan-min', prepare=checkpoint_plan(None, inner=dropit('mink'),

@@ -89,7 +89,7 @@ export PIP_CONFIG_FILE=/dev/null PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COMPILED_VARIANTS=${COMPILED_VARIANTS:-bf16-autocast,dropit-mink+bf16}  # inductor: ~2 compiles each
 FRONTIER_STEPS=${FRONTIER_STEPS:-5}  # the frontier's searches and compile take the stage's time
 # the frontier on a GPU, in bf16 (the fp32 plain step runs too: the peaks' reference)
-FRONTIER_VARIANTS=${FRONTIER_VARIANTS:-bf16-autocast,grad-ckpt+bf16,micro-2+bf16,grad-ckpt+micro-2+bf16,dropit-mink+bf16,compile+bf16,ckpt-plan-0.5+bf16,ckpt-plan-min+bf16,budget-0.5+bf16,budget-0.5-rebuilt+bf16,budget-0.25+bf16,budget-least+bf16,offload-0.5+bf16,int8-acts+bf16,ckpt-per-block+bf16,ckpt-per-block-host+bf16,budget-0.25-offload+bf16,budget-least-offload+bf16}
+FRONTIER_VARIANTS=${FRONTIER_VARIANTS:-bf16-autocast,grad-ckpt+bf16,micro-2+bf16,grad-ckpt+micro-2+bf16,dropit-mink+bf16,compile+bf16,ckpt-plan-0.5+bf16,ckpt-plan-min+bf16,budget-0.5+bf16,budget-0.5-rebuilt+bf16,budget-0.25+bf16,budget-least+bf16,offload-0.5+bf16,int8-acts+bf16,ckpt-per-block+bf16,ckpt-per-block-host+bf16,ckpt-plan-min-host+bf16,budget-0.25-offload+bf16,budget-least-offload+bf16}
 VARIANTS=${VARIANTS:-grad-ckpt,dropit-mink,dropit-mink-eager,dropit-approx,dropit-approx-eager,dropit-mink+bf16,dropit-mink-eager+bf16,ckpt-plan-min,ckpt-plan-0.5,micro-4,bf16-autocast,fp16-autocast,budget-0.5,budget-0.5-offload,offload-0.5,save-on-cpu-0.5,grad-ckpt+bf16,ckpt-plan-min+bf16,ckpt-plan-0.5+bf16,offload-0.5+bf16,budget-0.5+bf16,budget-0.5-offload+bf16}
 
 BENCH_MODELS=(deit_small resnet50)
