@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import nn
 
+from ..common.blocks import block_sequences
 from .apply import has_forward_hooks
 from .step_record import ModuleCall, StepRecord
 from .targets import ModuleTarget, RunTarget, SiblingsTarget, Target
@@ -126,12 +127,15 @@ class Chain:
             call inside an item is not in it).
         searches: What plan searches on this chain built and solved (their costs and search
             spaces), kept for the next search on it.
+        blocks: The names of the recorded model's block sequences
+            (:func:`~mmdropit.common.blocks.block_sequences`).
     """
 
     items: list[Item]
     segments: list[Segment]
     record: StepRecord
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)
+    blocks: tuple[str, ...] = ()
     searches: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
     def position(self, call: int, at: int) -> int:
@@ -227,7 +231,8 @@ def build_chain(record: StepRecord, model: nn.Module,
     segments += [variant for variant in (_selective(s, items, record) for s in list(segments))
                  if variant is not None]
     segments.sort(key=lambda s: (s.start, s.stop, s.selective))
-    return Chain(items, segments, record, ranges)
+    return Chain(items, segments, record, ranges,
+                 blocks=tuple(name for name, _ in block_sequences(model)))
 
 
 def _ops_run(calls: Sequence[ModuleCall]) -> int:

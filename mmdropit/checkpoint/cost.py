@@ -287,9 +287,10 @@ def chain_costs(chain: Chain, inputs_on_host: bool = False) -> ChainCosts:
     """The additive model of ``chain`` (see :class:`ChainCosts`).
 
     With ``inputs_on_host`` the checkpoints keep their inputs in host memory (single-level
-    plans, :func:`predict`): a checkpoint keeps on the device only what does not move, and
-    holds its inputs again while backward passes it (the inputs of the checkpoint before it,
-    on their way back then too, are left to the exact prediction).
+    plans, :func:`predict`): right after another checkpoint, a checkpoint keeps on the device
+    only what does not move (after an item left as it is, an input that item saves stays
+    kept by it), and it holds its inputs again while backward passes it (the inputs of the
+    checkpoint before it, on their way back then too, are left to the exact prediction).
     """
     saved_before: list[frozenset[int]] = [frozenset()]
     for item in chain.items:
@@ -297,8 +298,7 @@ def chain_costs(chain: Chain, inputs_on_host: bool = False) -> ChainCosts:
     keep = [chain.bytes_of(item.saves - saved_before[i]) for i, item in enumerate(chain.items)]
     keep_after_cut = [chain.bytes_of(item.saves) for item in chain.items]
     transient = _transients(chain, _grad_bytes(chain, largest=True))
-    moved = [frozenset(segment.movable) - saved_before[segment.start] if inputs_on_host
-             else frozenset() for segment in chain.segments]
+    moved = [frozenset(segment.movable if inputs_on_host else ()) for segment in chain.segments]
     held = [frozenset({*segment.inputs, *segment.cached}) - moved[k]
             for k, segment in enumerate(chain.segments)]
     inputs = [chain.bytes_of(kept - saved_before[segment.start])

@@ -297,16 +297,37 @@ class _SearchSpace:
 
 
 def _search_space(chain: Chain, nested: bool, inputs_on_host: bool = False) -> _SearchSpace:
-    """The search space of ``chain``'s single-level segments, or with nested ones too (not
-    with ``inputs_on_host``), built once per chain."""
+    """The search space of ``chain``'s single-level segments, or with nested ones too, or with
+    ``inputs_on_host`` its blocks and runs of blocks (:func:`_over_blocks`), built once per
+    chain."""
     key = ('space', nested, inputs_on_host)
     if key not in chain.searches:
         costs = _costs(chain, inputs_on_host)
-        chain.searches[key] = (_SearchSpace(chain, *with_nested(chain.segments, costs,
-                                                                 chain.record.nesting_seconds))
-                               if nested else
-                               _SearchSpace(chain, chain.segments, costs, inputs_on_host))
+        if inputs_on_host:
+            kept = [k for k, segment in enumerate(chain.segments)
+                    if _over_blocks(segment, chain.blocks)]
+            space = _SearchSpace(chain, [chain.segments[k] for k in kept],
+                                 replace(costs, segments=[costs.segments[k] for k in kept]),
+                                 inputs_on_host)
+        elif nested:
+            space = _SearchSpace(chain, *with_nested(chain.segments, costs,
+                                                     chain.record.nesting_seconds))
+        else:
+            space = _SearchSpace(chain, chain.segments, costs)
+        chain.searches[key] = space
     return chain.searches[key]
+
+
+def _over_blocks(segment: Segment, blocks: tuple[str, ...]) -> bool:
+    """Whether ``segment`` checkpoints a block of one of the ``blocks`` sequences, or a run of
+    them: the checkpoints that keep their inputs in host memory. Their inputs are the stream
+    between blocks (a ViT's fp32 residual stream), a few large copies that the forward pass
+    can hide; the inputs of checkpoints inside a block would move most of the activations,
+    one small copy each, more than the link moves while the forward pass runs."""
+    target = segment.target
+    if isinstance(target, RunTarget):
+        return target.module in blocks
+    return isinstance(target, ModuleTarget) and target.module.rpartition('.')[0] in blocks
 
 
 def _costs(chain: Chain, inputs_on_host: bool = False) -> ChainCosts:
@@ -326,7 +347,14 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     of those fits, and among nested ones too only when none does (and ``nested`` allows them):
     nested variants multiply the search, and they pay off only where memory is tightest. With
     ``inputs_on_host`` the plan keeps its checkpoints' inputs in host memory and is searched
-    among single-level checkpoints, on the device bytes that leaves."""
+    among the model's blocks and runs of blocks (:func:`_over_blocks`), single-level, on the
+    device bytes that leaves.
+
+    Raises:
+        ConfigError: A budget below what any plan reaches, an unknown objective, or
+            ``inputs_on_host`` for a model without repeated blocks or with the ``'ogc'``
+            objective.
+    """
     budget = parse_budget(budget, BUDGET_HELP)
     if objective not in OBJECTIVES:
         raise ConfigError(f'unknown checkpoint objective {objective!r}: use one of {OBJECTIVES}')
@@ -334,6 +362,10 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
         raise ConfigError("the 'ogc' objective plans checkpoints on the device: leave "
                           'inputs_on_host False with it')
     nested = nested and not inputs_on_host
+    if inputs_on_host and not chain.blocks:
+        raise ConfigError('inputs_on_host=True keeps the inputs of checkpointed blocks in host '
+                          'memory, and this model has no repeated blocks (an nn.Sequential of '
+                          'two or more modules of one class); plan with inputs_on_host=False')
     baseline = predict(chain, [])
     plan = CheckpointPlan(budget=budget, baseline=baseline, planned=baseline,
                           forward_seconds=chain.record.calls[0].seconds,
@@ -378,11 +410,10 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
 
 def _faster_of_the_device_plan(chain: Chain, chosen: list[Segment],
                                target: int) -> list[Segment]:
-    """``chosen`` (searched with its inputs in host memory), or the single-level plan searched
-    for ``target`` on the device alone where that one, its inputs in host memory too (which
-    only lowers its peak), recomputes less: the additive model of inputs on the host counts
-    each checkpoint's way back whether or not it overlaps, so its search can miss the faster
-    plan."""
+    """``chosen`` (searched among blocks with their inputs in host memory), or the
+    single-level plan searched for ``target`` on the device alone where that one, its inputs
+    in host memory too (which only lowers its peak), recomputes less: the device's search
+    may cut inside blocks, where a budget needs only a few checkpoints (a few copies)."""
     device = _search_space(chain, False)
     if device.lowest.activation_peak > target:
         return chosen
@@ -419,15 +450,16 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
             least-memory plan 205 MiB compiled).
         inputs_on_host: Whether the plan keeps its checkpoints' inputs in pinned host memory
             (:attr:`CheckpointPlan.inputs_on_host`; a model on a GPU, not compiled): it is
-            then searched among single-level checkpoints on the device bytes that leaves, so
-            that a budget takes fewer checkpoints than on the device alone.
+            then searched among the model's blocks and runs of blocks on the device bytes
+            that leaves, so that a budget takes fewer checkpoints than on the device alone.
 
     Returns:
         The plan (not yet applied: call ``plan.apply(model)``).
 
     Raises:
         ConfigError: If the budget is malformed or below what any plan reaches (the message
-            gives the least reachable peak).
+            gives the least reachable peak), or ``inputs_on_host`` is asked for a model without
+            repeated blocks.
     """
     budget = parse_budget(budget, BUDGET_HELP)
     started = time.perf_counter()

@@ -127,3 +127,15 @@ def test_plans_with_their_inputs_on_the_host_are_offered_at_the_devices_bytes():
                              model=net, host_link=math.inf, whole_seconds=lambda: 2.0)
     assert any(target.inner for target in nested._least(False).targets)
     assert not any(target.inner for target in nested._least(True).targets)
+
+
+def test_a_model_without_repeated_blocks_is_offered_no_plan_with_inputs_on_the_host():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(),
+                        nn.Linear(64, 1))
+    x = torch.randn(64, 16)
+    record = record_step(net, lambda: net(x).sum())
+    plans = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0,
+                            model=net, host_link=math.inf, whole_seconds=lambda: 2.0)
+    offered = [estimate.summary for estimate in plans.candidates(Estimate(100, 900), 600)]
+    assert len(offered) == 2 and offered[1].startswith('checkpoint plan'), offered

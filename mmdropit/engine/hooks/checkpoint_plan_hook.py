@@ -56,9 +56,11 @@ class CheckpointPlanHook(ShapeBucketHook):
     With ``inputs_on_host`` and a model on a GPU, the plan keeps its checkpoints' inputs in
     pinned host memory, copied off the device as the forward pass goes on and back one
     checkpoint ahead of backward (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`),
-    and is searched on the device bytes that leaves (single-level): a ViT's residual stream
-    leaves the device, so a budget takes fewer checkpoints and the least memory goes lower. On
-    a CPU, or under ``torch.compile``, the inputs stay where they are (a warning says so).
+    and is searched among the model's blocks and runs of blocks on the device bytes that leaves
+    (single-level; :func:`~mmdropit.checkpoint.plan_checkpoints`): a ViT's residual stream
+    leaves the device, so the least memory goes lower. On a CPU, or under ``torch.compile``,
+    the inputs stay where they are (a warning says so); a model without repeated blocks is an
+    error.
 
     Under ``torch.compile`` (``compile=True`` in the config) plans are single-level: the
     compiled backward recomputes a checkpoint nested in another together with the outer one, so
