@@ -451,7 +451,8 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
         inputs_on_host: Whether the plan keeps its checkpoints' inputs in pinned host memory
             (:attr:`CheckpointPlan.inputs_on_host`; a model on a GPU, not compiled): it is
             then searched among the model's blocks and runs of blocks on the device bytes
-            that leaves, so that a budget takes fewer checkpoints than on the device alone.
+            that leaves, so that a budget takes fewer checkpoints than on the device alone (on
+            a CPU nothing moves: the prediction is not what the plan keeps there).
 
     Returns:
         The plan (not yet applied: call ``plan.apply(model)``).

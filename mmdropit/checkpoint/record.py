@@ -54,6 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ..common.backward_workspace import observe_workspace
+from ..common.host_copies import MIN_BYTES
 from ..common.parameters import local_part, model_device
 from ..common.recompute_region import recomputed_region
 from ..common.training_state import preserved_training_state
@@ -129,8 +130,8 @@ class _Recorder:
         parent = self.stack[-1]
         tensors, inputs, grad_inputs = self.tensor_ids((args, kwargs))
         needs_grad = bool(grad_inputs) or any(p.requires_grad for p in module.parameters())
-        movable = (self.storage_id(t) for t in args
-                   if isinstance(t, torch.Tensor) and t.grad_fn is not None)
+        movable = (self.storage_id(t) for t in args if isinstance(t, torch.Tensor)
+                   and t.grad_fn is not None and t.nbytes >= MIN_BYTES)
         self.calls.append(ModuleCall(
             index, name, type(module).__name__, parent, inputs=inputs, grad_inputs=grad_inputs,
             movable_inputs=tuple(dict.fromkeys(i for i in movable if i is not None)),

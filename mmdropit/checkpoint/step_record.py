@@ -47,8 +47,9 @@ class ModuleCall:
         inputs: Storage ids of the tensor arguments.
         grad_inputs: Those of them that require grad (backward makes a gradient of each).
         movable_inputs: Those of the positional tensor arguments that autograd made (with a
-            ``grad_fn``): what a checkpoint of the call moves to host memory when it keeps its
-            inputs there (:mod:`.apply`; keyword arguments and tensors in containers stay).
+            ``grad_fn``) of at least :data:`~mmdropit.common.host_copies.MIN_BYTES`: what a
+            checkpoint of the call moves to host memory when it keeps its inputs there
+            (:mod:`.apply`; keyword arguments, tensors in containers and smaller ones stay).
         outputs: Storage ids of the tensors returned.
         seconds: Inclusive forward wall time (the recorder's own time taken off, see the module
             doc).

@@ -26,10 +26,10 @@ tensor autograd did not make (no ``grad_fn``: the data batch, which its caller h
 Failure modes: a tensor saved by an offloaded module and also held elsewhere (a module output
 the next, not offloaded, layer saves too) stays on the GPU as well, so the copy frees nothing;
 compare the step peak, not only the bytes moved. Saved-tensor hooks take autograd's check of a
-saved tensor changed in place off it; the copies make it themselves (the same error when
-backward asks for the tensor), while the tensor is alive: one changed and then freed before
-backward goes unseen. Pinned host memory is page-locked: offloading more than the host can lock
-slows the whole machine.
+saved tensor changed in place off everything saved inside them; the copies make it themselves
+(the same error when backward asks for the tensor), for a tensor that moved while it is alive
+(one changed and then freed before backward goes unseen). Pinned host memory is page-locked:
+offloading more than the host can lock slows the whole machine.
 
 Example:
     >>> copies = HostCopies()
@@ -79,14 +79,36 @@ class OffloadStats:
     waits: int = 0
 
 
+def _check_unchanged(tensor: torch.Tensor | None, version: int) -> None:
+    """Raise autograd's error for a saved ``tensor`` (``None``: freed since) whose version
+    counter is no longer the ``version`` it was saved at: saved-tensor hooks take autograd's
+    own check off what they keep.
+
+    Raises:
+        RuntimeError: It was changed in place (a copy of it may hold either value).
+    """
+    if tensor is not None and tensor._version != version:
+        raise RuntimeError(
+            f'one of the variables needed for gradient computation has been modified by an '
+            f'inplace operation: a saved tensor of shape {tuple(tensor.shape)} is at version '
+            f'{tensor._version}, saved at version {version}; change it out of place')
+
+
+@dataclass(eq=False)
+class _Kept:
+    """A saved tensor that stays where it is, and its version counter when saved."""
+
+    tensor: torch.Tensor
+    version: int
+
+
 @dataclass(eq=False)
 class _HostCopy:
     """One saved tensor in host memory, and its way back once started.
 
     Attributes:
-        source: The saved tensor, weakly held, and ``version``, its version counter when saved:
-            changed in place afterwards (while it is alive), the copy is refused as autograd
-            refuses a saved tensor changed in place.
+        source: The saved tensor, weakly held, and ``version``, its version counter when saved
+            (checked while it is alive: one changed and then freed goes unseen).
     """
 
     host: torch.Tensor
@@ -96,20 +118,6 @@ class _HostCopy:
     version: int
     on_device: torch.Tensor | None = None
     arrived: torch.cuda.Event | None = None
-
-    def check_unchanged(self) -> None:
-        """Raise autograd's error for a saved tensor changed in place since it was saved.
-
-        Raises:
-            RuntimeError: It was (its copy may hold either value).
-        """
-        source = self.source()
-        if source is not None and source._version != self.version:
-            raise RuntimeError(
-                f'one of the variables needed for gradient computation has been modified by '
-                f'an inplace operation: a tensor of shape {tuple(source.shape)} kept in host '
-                f'memory is at version {source._version}, saved at version {self.version}; '
-                f'change it out of place (or do not keep it in host memory)')
 
 
 @dataclass
@@ -171,12 +179,12 @@ class HostCopies:
             self._streams[device] = torch.cuda.Stream(device)
         return self._streams[device]
 
-    def pack(self, tensor: torch.Tensor) -> torch.Tensor | _HostCopy:
+    def pack(self, tensor: torch.Tensor) -> _Kept | _HostCopy:
         """Start copying ``tensor`` to pinned host memory (or keep it, see the module doc)."""
         if (not tensor.is_cuda or tensor.nbytes < MIN_BYTES
                 or tensor.is_leaf and (tensor.requires_grad or not self.move_leaves)):
             report_kept(tensor)
-            return tensor
+            return _Kept(tensor, tensor._version)
         stream = self._stream(tensor.device)
         stream.wait_stream(torch.cuda.current_stream(tensor.device))
         host = torch.empty_like(tensor, device='cpu', pin_memory=True)  # its layout kept
@@ -213,11 +221,12 @@ class HostCopies:
             if copy.on_device is None:
                 self._fetch(copy)
 
-    def unpack(self, saved: torch.Tensor | _HostCopy) -> torch.Tensor:
+    def unpack(self, saved: _Kept | _HostCopy) -> torch.Tensor:
         """The saved tensor on its device; starts the way back of the group before it."""
-        if isinstance(saved, torch.Tensor):
-            return saved
-        saved.check_unchanged()
+        if isinstance(saved, _Kept):
+            _check_unchanged(saved.tensor, saved.version)
+            return saved.tensor
+        _check_unchanged(saved.source(), saved.version)
         if saved.on_device is None:  # the first of its group, or its prefetch never started
             self.stats.fetched_on_demand += 1
             self._fetch(saved)
