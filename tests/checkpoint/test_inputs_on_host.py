@@ -229,3 +229,35 @@ def test_an_input_changed_in_place_after_its_checkpoint_is_refused_wherever_it_i
         loss = net(torch.randn(BATCH, WIDTH)).square().mean()
         with pytest.raises(RuntimeError, match='modified by an inplace operation'):
             loss.backward()
+
+
+class _ReluBlock(nn.Module):
+    """A residual block ending in a ReLU, which saves its output, the next block's input (as a
+    ResNet's blocks do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(),
+                                 nn.Linear(4 * WIDTH, WIDTH))
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x + self.mlp(x))
+
+
+def test_an_input_the_block_before_saves_moves_once_that_block_is_checkpointed():
+    """The search counts a block's input as moved after a checkpointed block (whose ReLU no
+    longer keeps it): its least peak is per-block checkpointing's with the inputs on the host,
+    and budgets just above that are met."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(WIDTH, WIDTH),
+                        nn.Sequential(*[_ReluBlock() for _ in range(BLOCKS)]),
+                        nn.Linear(WIDTH, 4))
+    x = torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    _items_as_seconds(chain)
+    per_block = per_block_plan(chain, net).with_inputs_on_host(chain)
+    least = plan_for_chain(chain, None, inputs_on_host=True)
+    assert least.planned.activation_peak <= per_block.planned.activation_peak
+    budget = per_block.activation_share * 1.05
+    assert plan_for_chain(chain, budget, inputs_on_host=True).activation_share <= budget
