@@ -97,7 +97,7 @@ def test_plans_with_their_inputs_on_the_host_are_offered_at_the_devices_bytes():
     net = nn.Sequential(nn.Linear(16, 32), nn.Sequential(*[
         nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)) for _ in range(6)]),
         nn.Linear(32, 1))
-    x = torch.randn(64, 16)
+    x = torch.randn(1024, 16)  # block inputs of 128 KiB: copies of less stay on the device
     record = record_step(net, lambda: net(x).sum())
     start = Estimate(100, 900)
 
