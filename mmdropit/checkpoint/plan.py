@@ -318,6 +318,16 @@ def _search_space(chain: Chain, nested: bool, inputs_on_host: bool = False) -> _
     return chain.searches[key]
 
 
+def _device_space_on_host(chain: Chain) -> _SearchSpace:
+    """The single-level search space on the device's additive model, its plans predicted with
+    their inputs in host memory, built once per chain."""
+    key = ('space', False, 'device costs, inputs on the host')
+    if key not in chain.searches:
+        chain.searches[key] = _SearchSpace(chain, chain.segments, _costs(chain),
+                                           inputs_on_host=True)
+    return chain.searches[key]
+
+
 def _over_blocks(segment: Segment, blocks: tuple[str, ...]) -> bool:
     """Whether ``segment`` checkpoints a block of one of the ``blocks`` sequences, or a run of
     them: the checkpoints that keep their inputs in host memory. Their inputs are the stream
@@ -346,9 +356,8 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     Budgeted plans are searched among single-level checkpoints (plain and selective) when one
     of those fits, and among nested ones too only when none does (and ``nested`` allows them):
     nested variants multiply the search, and they pay off only where memory is tightest. With
-    ``inputs_on_host`` the plan keeps its checkpoints' inputs in host memory and is searched
-    among the model's blocks and runs of blocks (:func:`_over_blocks`), single-level, on the
-    device bytes that leaves.
+    ``inputs_on_host`` the plan keeps its checkpoints' inputs in host memory and is searched,
+    single-level, on the device bytes that leaves (:func:`_fastest_on_host`).
 
     Raises:
         ConfigError: A budget below what any plan reaches, an unknown objective, or
@@ -384,45 +393,57 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     target = resolve_budget(budget, baseline.activation_peak)
     if target is not None and baseline.activation_peak <= target:
         chosen = []
+    elif inputs_on_host:
+        chosen = _fastest_on_host(chain, target, budget, baseline)
     else:
-        space = _search_space(chain, False, inputs_on_host)
+        space = _search_space(chain, False)
         if target is None or space.lowest.activation_peak > target:
-            deepest = _search_space(chain, nested, inputs_on_host)
+            deepest = _search_space(chain, nested)
             lowest = deepest.lowest.activation_peak
             if target is None:  # the fastest plan near the least peak
                 target = lowest + lowest // LEAST_MEMORY_TOLERANCE
             if lowest > target:
-                raise ConfigError(
-                    f'checkpoint budget {budget!r} is below what any '
-                    f'{"" if nested else "single-level "}plan reaches: the least '
-                    f'activation peak is about {mib(lowest)} '
-                    f'({lowest / max(baseline.activation_peak, 1):.2f} of the unplanned '
-                    f'{mib(baseline.activation_peak)}); use a budget of at least that, or '
-                    'budget=None for the least memory')
+                raise _below_reach(budget, lowest, baseline, nested)
             if space.lowest.activation_peak > target:
                 space = deepest
         chosen = space.fastest_fitting(target)
-        if inputs_on_host:
-            chosen = _faster_of_the_device_plan(chain, chosen, target)
     return replace(plan, targets=[segment.plan_target for segment in chosen],
                    planned=predict(chain, chosen, inputs_on_host))
 
 
-def _faster_of_the_device_plan(chain: Chain, chosen: list[Segment],
-                               target: int) -> list[Segment]:
-    """``chosen`` (searched among blocks with their inputs in host memory), or the
-    single-level plan searched for ``target`` on the device alone where that one, its inputs
-    in host memory too (which only lowers its peak), recomputes less: the device's search
-    may cut inside blocks, where a budget needs only a few checkpoints (a few copies)."""
-    device = _search_space(chain, False)
-    if device.lowest.activation_peak > target:
-        return chosen
-    other = device.fastest_fitting(target)
-    hosted = predict(chain, other, inputs_on_host=True)
-    if (hosted.activation_peak <= target and hosted.recompute_seconds
-            < predict(chain, chosen, inputs_on_host=True).recompute_seconds):
-        return other
-    return chosen
+def _fastest_on_host(chain: Chain, target: int | None, budget: Budget,
+                     baseline: Prediction) -> list[Segment]:
+    """The plan with the least recompute, its inputs in host memory, whose predicted peak fits
+    ``target`` (``None``: within :data:`LEAST_MEMORY_TOLERANCE` of the least peak), from two
+    searches: the blocks and runs of blocks on the additive model of inputs on the host
+    (:func:`_search_space`), and every single-level checkpoint on the device's additive model,
+    its plans predicted with their inputs on the host. The second finds what the first cannot
+    reach where the blocks' inputs are a small part of what a plan keeps (a ResNet's), and
+    where a budget needs a checkpoint or two inside a block.
+
+    Raises:
+        ConfigError: Neither reaches ``target``.
+    """
+    spaces = [_search_space(chain, False, inputs_on_host=True), _device_space_on_host(chain)]
+    lowest = min(space.lowest.activation_peak for space in spaces)
+    if target is None:
+        target = lowest + lowest // LEAST_MEMORY_TOLERANCE
+    if lowest > target:
+        raise _below_reach(budget, lowest, baseline, nested=False)
+    plans = [space.fastest_fitting(target) for space in spaces
+             if space.lowest.activation_peak <= target]
+    return min(plans, key=lambda plan: predict(chain, plan, True).recompute_seconds)
+
+
+def _below_reach(budget: Budget, lowest: int, baseline: Prediction,
+                 nested: bool) -> ConfigError:
+    """The error for a budget below ``lowest``, the least peak any plan reaches."""
+    return ConfigError(
+        f'checkpoint budget {budget!r} is below what any '
+        f'{"" if nested else "single-level "}plan reaches: the least activation peak is about '
+        f'{mib(lowest)} ({lowest / max(baseline.activation_peak, 1):.2f} of the unplanned '
+        f'{mib(baseline.activation_peak)}); use a budget of at least that, or budget=None for '
+        'the least memory')
 
 
 def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budget | str = None,
@@ -450,9 +471,9 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
             least-memory plan 205 MiB compiled).
         inputs_on_host: Whether the plan keeps its checkpoints' inputs in pinned host memory
             (:attr:`CheckpointPlan.inputs_on_host`; a model on a GPU, not compiled): it is
-            then searched among the model's blocks and runs of blocks on the device bytes
-            that leaves, so that a budget takes fewer checkpoints than on the device alone (on
-            a CPU nothing moves: the prediction is not what the plan keeps there).
+            then searched, single-level, on the device bytes that leaves, so that a budget
+            takes fewer checkpoints than on the device alone (on a CPU nothing moves: the
+            prediction is not what the plan keeps there).
 
     Returns:
         The plan (not yet applied: call ``plan.apply(model)``).

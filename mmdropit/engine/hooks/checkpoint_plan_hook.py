@@ -56,9 +56,9 @@ class CheckpointPlanHook(ShapeBucketHook):
     With ``inputs_on_host`` and a model on a GPU, the plan keeps its checkpoints' inputs in
     pinned host memory, copied off the device as the forward pass goes on and back one
     checkpoint ahead of backward (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`),
-    and is searched among the model's blocks and runs of blocks on the device bytes that leaves
-    (single-level; :func:`~mmdropit.checkpoint.plan_checkpoints`): a ViT's residual stream
-    leaves the device, so the least memory goes lower. On a CPU, or under ``torch.compile``,
+    and is searched, single-level, on the device bytes that leaves
+    (:func:`~mmdropit.checkpoint.plan_checkpoints`): a ViT's residual stream leaves the
+    device, so the least memory goes lower. On a CPU, or under ``torch.compile``,
     the inputs stay where they are (a warning says so); a model without repeated blocks is an
     error.
 
