@@ -138,6 +138,13 @@ class Chain:
     blocks: tuple[str, ...] = ()
     searches: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
+    def segments_of(self, targets: Sequence[Target]) -> list[Segment] | None:
+        """The segments checkpointed as ``targets`` (:attr:`Segment.plan_target`), in their
+        order; ``None`` where one of them is not a segment of this chain."""
+        by_target = {segment.plan_target: segment for segment in self.segments}
+        found = [by_target.get(target) for target in targets]
+        return None if None in found else found
+
     def position(self, call: int, at: int) -> int:
         """Where in the chain an ATen op that ``call``'s own code ran as op number ``at``
         happened: the index of the item it ran in, or for a call split into items, of the

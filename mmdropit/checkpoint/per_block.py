@@ -47,9 +47,8 @@ def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
     frozen = called - {call.name for call in calls if call.needs_grad}
     targets = [ModuleTarget(f'{name}.{index}') for name, blocks in block_sequences(model)
                for index in range(len(blocks)) if f'{name}.{index}' not in frozen]
-    by_target = {segment.plan_target: segment for segment in chain.segments}
-    segments = [by_target.get(target) for target in targets]
-    if not targets or None in segments:
+    segments = chain.segments_of(targets)
+    if not targets or segments is None:
         return None
     return CheckpointPlan(targets, baseline=predict(chain, []), planned=predict(chain, segments),
                           forward_seconds=calls[0].seconds)

@@ -159,9 +159,8 @@ class CheckpointPlan:
         ``chain``'s segments."""
         if any(target.inner for target in self.targets):
             return None
-        by_target = {segment.plan_target: segment for segment in chain.segments}
-        segments = [by_target.get(target) for target in self.targets]
-        if None in segments:
+        segments = chain.segments_of(self.targets)
+        if segments is None:
             return None
         return replace(self, inputs_on_host=True,
                        planned=predict(chain, segments, inputs_on_host=True))
@@ -296,35 +295,33 @@ class _SearchSpace:
         return best
 
 
-def _search_space(chain: Chain, nested: bool, inputs_on_host: bool = False) -> _SearchSpace:
-    """The search space of ``chain``'s single-level segments, or with nested ones too, or with
-    ``inputs_on_host`` its blocks and runs of blocks (:func:`_over_blocks`), built once per
-    chain."""
-    key = ('space', nested, inputs_on_host)
+def _search_space(chain: Chain, nested: bool) -> _SearchSpace:
+    """The search space of ``chain``'s single-level segments, or with nested ones too, built
+    once per chain."""
+    key = ('space', nested)
     if key not in chain.searches:
-        costs = _costs(chain, inputs_on_host)
-        if inputs_on_host:
-            kept = [k for k, segment in enumerate(chain.segments)
-                    if _over_blocks(segment, chain.blocks)]
-            space = _SearchSpace(chain, [chain.segments[k] for k in kept],
-                                 replace(costs, segments=[costs.segments[k] for k in kept]),
-                                 inputs_on_host)
-        elif nested:
-            space = _SearchSpace(chain, *with_nested(chain.segments, costs,
-                                                     chain.record.nesting_seconds))
-        else:
-            space = _SearchSpace(chain, chain.segments, costs)
-        chain.searches[key] = space
+        costs = _costs(chain)
+        chain.searches[key] = (_SearchSpace(chain, *with_nested(chain.segments, costs,
+                                                                 chain.record.nesting_seconds))
+                               if nested else _SearchSpace(chain, chain.segments, costs))
     return chain.searches[key]
 
 
-def _device_space_on_host(chain: Chain) -> _SearchSpace:
-    """The single-level search space on the device's additive model, its plans predicted with
-    their inputs in host memory, built once per chain."""
-    key = ('space', False, 'device costs, inputs on the host')
+def _spaces_on_host(chain: Chain) -> tuple[_SearchSpace, _SearchSpace]:
+    """The two single-level search spaces of plans keeping their inputs in host memory, built
+    once per chain: ``chain``'s blocks and runs of blocks (:func:`_over_blocks`) on the
+    additive model of inputs on the host, and every segment on the device's additive model;
+    both predicted with the inputs on the host."""
+    key = ('spaces on the host',)
     if key not in chain.searches:
-        chain.searches[key] = _SearchSpace(chain, chain.segments, _costs(chain),
-                                           inputs_on_host=True)
+        costs = _costs(chain, inputs_on_host=True)
+        kept = [k for k, segment in enumerate(chain.segments)
+                if _over_blocks(segment, chain.blocks)]
+        blocks = _SearchSpace(chain, [chain.segments[k] for k in kept],
+                              replace(costs, segments=[costs.segments[k] for k in kept]),
+                              inputs_on_host=True)
+        chain.searches[key] = (blocks, _SearchSpace(chain, chain.segments, _costs(chain),
+                                                    inputs_on_host=True))
     return chain.searches[key]
 
 
@@ -370,7 +367,6 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     if objective == 'ogc' and inputs_on_host:
         raise ConfigError("the 'ogc' objective plans checkpoints on the device: leave "
                           'inputs_on_host False with it')
-    nested = nested and not inputs_on_host
     if inputs_on_host and not chain.blocks:
         raise ConfigError('inputs_on_host=True keeps the inputs of checkpointed blocks in host '
                           'memory, and this model has no repeated blocks (an nn.Sequential of '
@@ -415,16 +411,16 @@ def _fastest_on_host(chain: Chain, target: int | None, budget: Budget,
                      baseline: Prediction) -> list[Segment]:
     """The plan with the least recompute, its inputs in host memory, whose predicted peak fits
     ``target`` (``None``: within :data:`LEAST_MEMORY_TOLERANCE` of the least peak), from two
-    searches: the blocks and runs of blocks on the additive model of inputs on the host
-    (:func:`_search_space`), and every single-level checkpoint on the device's additive model,
-    its plans predicted with their inputs on the host. The second finds what the first cannot
+    searches (:func:`_spaces_on_host`): the blocks and runs of blocks on the additive model of
+    inputs on the host, and every single-level checkpoint on the device's additive model, its
+    plans predicted with their inputs on the host. The second finds what the first cannot
     reach where the blocks' inputs are a small part of what a plan keeps (a ResNet's), and
     where a budget needs a checkpoint or two inside a block.
 
     Raises:
         ConfigError: Neither reaches ``target``.
     """
-    spaces = [_search_space(chain, False, inputs_on_host=True), _device_space_on_host(chain)]
+    spaces = _spaces_on_host(chain)
     lowest = min(space.lowest.activation_peak for space in spaces)
     if target is None:
         target = lowest + lowest // LEAST_MEMORY_TOLERANCE

@@ -53,9 +53,8 @@ class CheckpointPlans(Technique):
     (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`): the fastest one searched so
     (single-level; :func:`~mmdropit.checkpoint.plan_for_chain`), and the per-block plan. Their
     activations as the cost model predicts the device's, their time that of the plan plus the
-    copies' time
-    beyond :data:`FORWARD_SHARE` of the step's (a step's copies each way: the inputs' share of
-    the activations, of every micro-batch, at ``host_link`` bytes a second).
+    copies' time beyond :data:`FORWARD_SHARE` of the step's (a step's copies each way: the
+    inputs' share of the activations, of every micro-batch, at ``host_link`` bytes a second).
 
     Args:
         record: Records the step, or a part of its batch
@@ -89,7 +88,7 @@ class CheckpointPlans(Technique):
                              'against')
         self.host_link, self.whole_seconds = host_link, whole_seconds
         self._per_block: CheckpointPlan | None = None
-        self._per_block_on_host: CheckpointPlan | None = None
+        self._per_block_hosted: CheckpointPlan | None = None
         self._per_block_searched = False
         self._chain: Chain | None = None
         self._plans: dict[bool, list[_SearchedPlan]] = {False: [], True: []}
@@ -140,9 +139,13 @@ class CheckpointPlans(Technique):
         if not self._per_block_searched:
             self._per_block, self._per_block_searched = per_block_plan(self.chain,
                                                                        self._model), True
-            if self._per_block is not None:
-                self._per_block_on_host = self._per_block.with_inputs_on_host(self.chain)
         return self._per_block
+
+    def _per_block_on_host(self) -> CheckpointPlan | None:
+        """:attr:`per_block` with its inputs in host memory, predicted once."""
+        if self._per_block_hosted is None and self.per_block is not None:
+            self._per_block_hosted = self.per_block.with_inputs_on_host(self.chain)
+        return self._per_block_hosted
 
     def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
         yield estimate
@@ -165,9 +168,7 @@ class CheckpointPlans(Technique):
         if inputs_on_host and not self.chain.blocks:
             return
         plan = self._plan(share, inputs_on_host)
-        block = self.per_block
-        if inputs_on_host:
-            block = self._per_block_on_host
+        block = self._per_block_on_host() if inputs_on_host else self.per_block
         if plan.targets and (block is None or set(plan.targets) != set(block.targets)):
             count = len(plan.targets)
             yield plan, f'checkpoint plan ({count} top-level checkpoint' \

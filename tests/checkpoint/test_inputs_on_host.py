@@ -31,8 +31,7 @@ def test_the_device_holds_the_inputs_of_two_checkpoints_and_the_host_all_of_them
     net, x = _blocks_net(), torch.randn(BATCH, WIDTH)
     chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
     plan = per_block_plan(chain, net)
-    by_target = {segment.plan_target: segment for segment in chain.segments}
-    segments = [by_target[target] for target in plan.targets]
+    segments = chain.segments_of(plan.targets)
     on_device, on_host = predict(chain, segments), predict(chain, segments, inputs_on_host=True)
     block_input = BATCH * WIDTH * 4
     assert on_device.activation_peak - on_host.activation_peak == (BLOCKS - 2) * block_input
@@ -143,11 +142,14 @@ def test_only_positional_inputs_autograd_made_move_to_the_host():
     assert predict(chain, segments).kept_bytes - on_host.kept_bytes == block_input
 
 
-def _items_as_seconds(chain) -> None:
-    """Each segment's recompute time set to its number of items (recorded times of a model this
-    small are noise)."""
+def _timed_by_items(net: nn.Module):
+    """The chain of ``net``'s step on a batch, each segment's recompute time set to its number
+    of items (recorded times of a model this small are noise)."""
+    x = torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
     chain.segments[:] = [replace(segment, seconds=float(segment.stop - segment.start))
                          for segment in chain.segments]
+    return chain
 
 
 def test_a_budget_searched_with_the_inputs_on_the_host_recomputes_no_more_and_goes_lower():
@@ -155,9 +157,8 @@ def test_a_budget_searched_with_the_inputs_on_the_host_recomputes_no_more_and_go
     device's plan where that recomputes less), a plan for a budget needs no more recomputation
     than the plan searched on the device, meets budgets no single-level plan on the device
     meets, and its least peak is lower and recomputes less."""
-    net, x = _blocks_net(), torch.randn(BATCH, WIDTH)
-    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
-    _items_as_seconds(chain)
+    net = _blocks_net()
+    chain = _timed_by_items(net)
     assert chain.blocks == ('1',)
     for budget in (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3):
         host = plan_for_chain(chain, budget, inputs_on_host=True)
@@ -215,9 +216,7 @@ def test_the_search_on_the_host_reaches_what_the_devices_plans_reach_with_it():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(_WideBlock(), _WideBlock()),
                         nn.Linear(WIDTH, 4))
-    x = torch.randn(BATCH, WIDTH)
-    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
-    _items_as_seconds(chain)
+    chain = _timed_by_items(net)
     device = plan_for_chain(chain, None, nested=False).with_inputs_on_host(chain)
     per_block = per_block_plan(chain, net).with_inputs_on_host(chain)
     assert device.planned.activation_peak < per_block.planned.activation_peak
@@ -268,9 +267,7 @@ def test_an_input_the_block_before_saves_moves_once_that_block_is_checkpointed()
     net = nn.Sequential(nn.Linear(WIDTH, WIDTH),
                         nn.Sequential(*[_ReluBlock() for _ in range(BLOCKS)]),
                         nn.Linear(WIDTH, 4))
-    x = torch.randn(BATCH, WIDTH)
-    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
-    _items_as_seconds(chain)
+    chain = _timed_by_items(net)
     per_block = per_block_plan(chain, net).with_inputs_on_host(chain)
     least = plan_for_chain(chain, None, inputs_on_host=True)
     assert least.planned.activation_peak <= per_block.planned.activation_peak

@@ -130,9 +130,8 @@ the_gradients_and_lowers_the_peak`), each input but the data batch (the first bl
     model, x = _mlp(), torch.randn(2048, 1024, device='cuda')
     targets = [ModuleTarget(str(index)) for index in range(11)]
     chain = build_chain(record_step(model, lambda: model(x).square().mean()), model)
-    by_target = {segment.plan_target: segment for segment in chain.segments}
-    assert all(target in by_target for target in targets), list(by_target)
-    segments = [by_target[target] for target in targets]
+    segments = chain.segments_of(targets)
+    assert segments is not None, [segment.plan_target for segment in chain.segments]
     predicted = (predict(chain, segments).activation_peak
                  - predict(chain, segments, inputs_on_host=True).activation_peak)
     peaks, gradients = [], []

@@ -162,8 +162,9 @@ class MemoryBudgetHook(ShapeBucketHook):
     host memory (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`: per-block
     checkpointing's residual stream; the fastest plan searched so); with ``rebuild``, rebuilt
     activations (:mod:`mmdropit.codecs.rebuilt_activations`; exact, measured like a lossy
-    setting; inside the plan's checkpoints they step aside). ``DropITHook``, ``CompressActivationsHook`` and mixed
-    precision set in the config are kept and planned around (then not offered again);
+    setting; inside the plan's checkpoints they step aside). ``DropITHook``,
+    ``CompressActivationsHook`` and mixed precision set in the config are kept and planned
+    around (then not offered again);
     ``CheckpointPlanHook`` and an optim wrapper's own ``micro_batches`` / ``memory_budget`` are
     errors, as this hook chooses those; a model that checkpoints its own blocks is measured as
     it is, with a warning. Under DDP every rank measures, the largest peak and the longest time
