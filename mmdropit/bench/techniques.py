@@ -24,8 +24,8 @@ from typing import ContextManager
 
 import torch
 
-from ..checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, build_chain, per_block_plan,
-                          plan_checkpoints, record_step)
+from ..checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, build_chain,
+                          forward_link_bytes, per_block_plan, plan_checkpoints, record_step)
 from ..common.blocks import block_sequences
 from ..common.parameters import model_device
 from ..codecs import CompressionConfig, RebuiltActivationsConfig, rebuildable_activations
@@ -34,7 +34,7 @@ from ..dropit import DropITConfig
 from ..kernels.switch import eager_only
 from ..errors import ConfigError
 from ..microbatch import MicroBatchConfig, SplitDecision, search_split
-from ..offload import OffloadConfig
+from ..offload import OffloadConfig, host_link
 from ..precision import MixedPrecisionConfig
 from ..planner import (PART_SAMPLES, StepProbe, bf16_switch, dropit_switch, offload_switch,
                        plan_within_budget, put_in_effect, quantize_switch, quantize_unavailable,
@@ -179,9 +179,10 @@ def checkpoint_plan(budget: float | None, objective: str = 'peak', inner: Prepar
         with inner(work) if inner else contextlib.nullcontext():
             if key not in work.plans:
                 try:
-                    work.plans[key] = plan_checkpoints(work.model, work.loss, budget,
-                                                       objective=objective,
-                                                       inputs_on_host=on_host)
+                    work.plans[key] = plan_checkpoints(
+                        work.model, work.loss, budget, objective=objective,
+                        inputs_on_host=on_host,
+                        host_link=host_link(model_device(work.model)) if on_host else None)
                 except ConfigError as error:  # a budget below the least reachable peak
                     raise RuntimeError(str(error)) from error
                 print(f'  {work.name}: {work.plans[key]}'.replace('\n', '\n  '), flush=True)
@@ -214,7 +215,8 @@ def per_block_checkpoints(inputs_on_host: bool = False) -> Prepare:
             if plan is None:
                 raise RuntimeError('no repeated blocks to checkpoint one by one')
             if inputs_on_host:  # a per-block plan is single-level, its blocks segments
-                plan = plan.with_inputs_on_host(chain)
+                link = forward_link_bytes(chain, host_link(model_device(work.model)))
+                plan = plan.with_inputs_on_host(chain, link) or plan
             work.plans[key] = plan
             print(f'  {work.name}: {plan}'.replace('\n', '\n  '), flush=True)
         with _in_effect(work, work.plans[key]):

@@ -26,7 +26,8 @@ from .chain import DEFAULT_GRANULARITY, Chain, Item, Segment, build_chain
 from .cost import ChainCosts, Prediction, SegmentCost, chain_costs, predict
 from .nested import with_nested
 from .per_block import per_block_plan
-from .plan import BUDGET_HELP, CheckpointPlan, plan_checkpoints, plan_for_chain
+from .plan import (BUDGET_HELP, CheckpointPlan, forward_link_bytes, plan_checkpoints,
+                   plan_for_chain)
 from .record import record_step
 from .step_record import ModuleCall, StepRecord
 from .selective import COSTLY_OPS, selective_contexts
@@ -38,7 +39,8 @@ __all__ = [
     'BUDGET_HELP', 'COSTLY_OPS', 'Chain', 'ChainCosts', 'CheckpointPlan', 'DEFAULT_GRANULARITY',
     'Item', 'ModuleCall', 'ModuleTarget', 'Prediction', 'RunTarget', 'Segment', 'SegmentCost',
     'SiblingsTarget', 'StepRecord', 'Target', 'build_chain', 'chain_costs', 'checkpoint_module',
-    'checkpoint_run', 'checkpoint_siblings', 'fits', 'is_checkpointed', 'least_peak',
+    'checkpoint_run', 'checkpoint_siblings', 'fits', 'forward_link_bytes', 'is_checkpointed',
+    'least_peak',
     'least_time', 'per_block_plan', 'plan_checkpoints', 'plan_for_chain', 'predict',
     'record_step', 'selective_contexts', 'targets_from_json', 'targets_to_json', 'uncheckpoint',
     'uncheckpoint_all', 'with_nested',

@@ -29,6 +29,7 @@ keep twice (a dense layer's input list, which the next dense layer's checkpoint 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -47,6 +48,9 @@ class Prediction:
         recompute_seconds: Forward time spent again in backward.
         host_bytes: Bytes kept in host memory instead (the top-level checkpoints' inputs of a
             plan that keeps them there).
+        host_checkpoints: How many top-level checkpoints, from the first, keep their inputs
+            in host memory (those after them keep theirs on the device: the link would not
+            carry them while the forward pass runs).
     """
 
     activation_peak: int
@@ -54,6 +58,7 @@ class Prediction:
     kept_bytes: int
     recompute_seconds: float
     host_bytes: int = 0
+    host_checkpoints: int = 0
 
 
 def _transients(chain: Chain, grads: list[int]) -> list[int]:
@@ -123,14 +128,18 @@ def _grad_bytes(chain: Chain, largest: bool = False) -> list[int]:
     return [max(sizes, default=0) if largest else sum(sizes) for sizes in made]
 
 
-def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False) -> Prediction:
-    """Predict the step under a plan that checkpoints ``segments`` (disjoint; each may hold a
-    plan of inner segments), exactly by storage.
+def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
+            host_capacity: float | None = None) -> Prediction:
+    """Predict the step under a plan that checkpoints ``segments`` (disjoint, in chain order;
+    each may hold a plan of inner segments), exactly by storage.
 
     With ``inputs_on_host`` the top-level checkpoints keep their inputs in host memory
     (:mod:`.apply`): an input that moves (:attr:`~.chain.Segment.movable`) and no other item
     keeps is on the device only while backward passes its checkpoint, and while it passes the
-    checkpoint after it (its way back starts there).
+    checkpoint after it (its way back starts there). With ``host_capacity``, the bytes the link
+    carries while the forward pass runs, only the first checkpoints whose inputs add up to no
+    more than that move them (copies queue on one stream: the later a copy starts, the less of
+    the forward pass is left to hide it); the checkpoints after them keep theirs on the device.
 
     tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker,
     tests/checkpoint/test_inputs_on_host.py those with inputs on the host on a GPU.
@@ -143,12 +152,15 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False)
     moments: list[tuple[int, int]] = []  # (activation bytes, parameter-gradient bytes) alive
 
     hosted: set[int] = set()  # with inputs_on_host, the inputs kept in host memory
+    host_checkpoints = 0  # how many top-level checkpoints, from the first, moved them
+    room = math.inf if host_capacity is None else host_capacity  # what the link carries still
 
     def walk(start: int, stop: int, plan: list[Segment] | tuple[Segment, ...],
              kept: set[int], host: bool = False) -> float:
         """Go through items ``start..stop`` under ``plan``, adding to ``kept`` what they keep
         (to ``hosted`` what its checkpoints keep on the host, with ``host``) and to
         ``moments`` each backward figure; returns the recompute seconds."""
+        nonlocal host_checkpoints, room
         by_start = {s.start: s for s in plan}
         last_start = max(by_start, default=start)
         seconds = 0.0
@@ -163,6 +175,11 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False)
                 i += 1
                 continue
             inputs = set(segment.movable) - kept if host else set()
+            if host and chain.bytes_of(inputs) > room:  # the link is full: this checkpoint
+                host, inputs = False, set()              # and every later one keep them
+            elif host:
+                room -= chain.bytes_of(inputs)
+                host_checkpoints += 1
             hosted.update(inputs)
             kept |= {*segment.inputs, *segment.cached} - inputs
             back = kept | inputs | ahead
@@ -184,7 +201,7 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False)
     activation_peak = max((active for active, _ in moments), default=0)
     step_peak = max((active + grad for active, grad in moments), default=0)
     return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds,
-                      chain.bytes_of(hosted - kept))
+                      chain.bytes_of(hosted - kept), host_checkpoints)
 
 
 Cut = int | None

@@ -76,10 +76,15 @@ class CheckpointPlan:
             memory (:mod:`.apply`; on a GPU, where the plan's kept bytes are mostly those
             inputs, as per-block checkpointing's residual stream); ``planned`` then predicts
             the device's bytes (:func:`~.cost.predict`).
+        host_checkpoints: With ``inputs_on_host``, how many of the top-level ``targets``, from
+            the first, keep their inputs in host memory (``None``: all); the later ones keep
+            theirs on the device, where the host link would not carry them while the forward
+            pass runs (:func:`~.cost.predict`'s ``host_capacity``).
 
     Raises:
         ConfigError: A target that is not a ``ModuleTarget`` / ``RunTarget`` /
-            ``SiblingsTarget``, or a malformed budget.
+            ``SiblingsTarget``, a malformed budget, or ``host_checkpoints`` that is not a
+            count of top-level targets of a plan with ``inputs_on_host``.
 
     Example:
         >>> from torch import nn
@@ -90,6 +95,9 @@ class CheckpointPlan:
         >>> with CheckpointPlan([RunTarget('', 0, 1)], inputs_on_host=True).apply(net) as applied:
         ...     applied.summary, applied.host.stats.bytes_moved  # a CPU model: nothing moves
         ('checkpoint plan of 1 checkpoint, its inputs in host memory', 0)
+        >>> CheckpointPlan([ModuleTarget('0'), ModuleTarget('2')], inputs_on_host=True,
+        ...                host_checkpoints=1).host_summary
+        'the inputs of its first 1 in host memory'
         >>> CheckpointPlan(['0'])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -106,11 +114,19 @@ class CheckpointPlan:
     forward_seconds: float = 0.0
     planning_seconds: float = 0.0
     inputs_on_host: bool = False
+    host_checkpoints: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.inputs_on_host, bool):
             raise ConfigError('a checkpoint plan\'s inputs_on_host is True or False, got '
                               f'{self.inputs_on_host!r}')
+        count = self.host_checkpoints
+        if count is not None and (not self.inputs_on_host or type(count) is not int
+                                  or not 0 < count <= len(self.targets)):
+            raise ConfigError(
+                "a checkpoint plan's host_checkpoints counts its first top-level checkpoints "
+                f'that keep their inputs in host memory: 1 to {len(self.targets)} with '
+                f'inputs_on_host True, or None for all; got {count!r}')
         for target in self.targets:
             if not isinstance(target, (ModuleTarget, RunTarget, SiblingsTarget)):
                 raise ConfigError("a checkpoint plan's targets are ModuleTarget, RunTarget or "
@@ -137,8 +153,9 @@ class CheckpointPlan:
             raise ConfigError(f'this checkpoint plan names modules the model does not have: '
                               f'{", ".join(missing)}; plan again for this model')
         host = HostCopies(move_leaves=False) if self.inputs_on_host else None
-        for depth, target in targets:
-            where = None if depth else host
+        hosted = {id(target) for target in self.targets[:self.host_checkpoints]}
+        for _, target in targets:
+            where = host if id(target) in hosted else None
             if isinstance(target, ModuleTarget):
                 checkpoint_module(modules[target.module], target.selective, where)
             elif isinstance(target, RunTarget):
@@ -150,20 +167,35 @@ class CheckpointPlan:
         count = len(targets)
         return AppliedPlan(lambda: self.remove(model),
                            f'checkpoint plan of {count} checkpoint{"" if count == 1 else "s"}'
-                           f'{", its inputs in host memory" if host else ""}', host)
+                           f'{", " + self.host_summary if host else ""}', host)
 
-    def with_inputs_on_host(self, chain: Chain) -> CheckpointPlan | None:
-        """This plan with its top-level checkpoints' inputs in host memory, ``planned``
+    @property
+    def host_summary(self) -> str:
+        """Which checkpoints keep their inputs in host memory, as plans print it (``''``:
+        none)."""
+        if not self.inputs_on_host:
+            return ''
+        if self.host_checkpoints is None:
+            return 'its inputs in host memory'
+        return f'the inputs of its first {self.host_checkpoints} in host memory'
+
+    def with_inputs_on_host(self, chain: Chain,
+                            host_capacity: float | None = None) -> CheckpointPlan | None:
+        """This plan with its top-level checkpoints' inputs in host memory, as many as
+        ``host_capacity`` bytes carry (:func:`~.cost.predict`; ``None``: all), ``planned``
         predicted so on ``chain`` (the step it was planned on); ``None`` where a checkpoint
-        nests others (the cost model walks inner plans on the device) or is not one of
-        ``chain``'s segments."""
+        nests others (the cost model walks inner plans on the device), is not one of
+        ``chain``'s segments, or where no input would move."""
         if any(target.inner for target in self.targets):
             return None
         segments = chain.segments_of(self.targets)
         if segments is None:
             return None
-        return replace(self, inputs_on_host=True,
-                       planned=predict(chain, segments, inputs_on_host=True))
+        segments.sort(key=lambda segment: segment.start)
+        hosted = _hosting(replace(self, targets=[segment.plan_target for segment in segments],
+                                  inputs_on_host=True,
+                                  planned=predict(chain, segments, True, host_capacity)))
+        return hosted if hosted.inputs_on_host else None
 
     def remove(self, model: nn.Module) -> nn.Module:
         """Undo :meth:`apply` (every checkpoint this package put on ``model``)."""
@@ -175,7 +207,7 @@ class CheckpointPlan:
         count = len(targets)
         lines = [f'Checkpoint plan ({count} checkpoint{"" if count == 1 else "s"}, budget '
                  f'{"least memory" if self.budget is None else self.budget}'
-                 f'{", inputs in host memory" if self.inputs_on_host else ""}):']
+                 f'{", " + self.host_summary if self.inputs_on_host else ""}):']
         for depth, target in targets:
             how = ' (selective: keeps matmul / conv / attention outputs)' \
                 if target.selective else ''
@@ -195,11 +227,13 @@ class CheckpointPlan:
         form of :func:`~.targets.targets_to_json`; the host memory's entries only where it is
         used (a plan that keeps none is written as earlier versions wrote it)."""
         data = {**asdict(self), 'targets': targets_to_json(self.targets)}
-        if not self.inputs_on_host:
-            del data['inputs_on_host']
+        for key in ('inputs_on_host', 'host_checkpoints'):
+            if data[key] in (False, None):
+                del data[key]
         for prediction in (data['baseline'], data['planned']):
-            if prediction is not None and not prediction['host_bytes']:
-                del prediction['host_bytes']
+            for key in ('host_bytes', 'host_checkpoints'):
+                if prediction is not None and not prediction[key]:
+                    del prediction[key]
         return data
 
     @classmethod
@@ -244,12 +278,13 @@ class AppliedPlan(Applied):
 class _SearchSpace:
     """Segments to choose from, their additive costs, the least-memory plan among them, and
     every plan solved so far (a later search on the same chain starts from them), with the
-    checkpoints' inputs in host memory or not (``inputs_on_host``, :func:`~.cost.predict`)."""
+    checkpoints' inputs in host memory or not (``inputs_on_host``, as many as
+    ``host_capacity`` bytes carry: :func:`~.cost.predict`)."""
 
     def __init__(self, chain: Chain, segments: list[Segment], costs: ChainCosts,
-                 inputs_on_host: bool = False) -> None:
+                 inputs_on_host: bool = False, host_capacity: float | None = None) -> None:
         self.chain, self.segments, self.costs = chain, segments, costs
-        self.inputs_on_host = inputs_on_host
+        self.inputs_on_host, self.host_capacity = inputs_on_host, host_capacity
         self._index = {id(cost): i for i, cost in enumerate(costs.segments)}
         self.floor = least_peak(costs)
         self.least = self.segments_of(least_time(costs, self.floor))
@@ -261,7 +296,7 @@ class _SearchSpace:
 
     def predict(self, segments: list[Segment]) -> Prediction:
         """The exact prediction of a plan of ``segments`` in this space."""
-        return predict(self.chain, segments, self.inputs_on_host)
+        return predict(self.chain, segments, self.inputs_on_host, self.host_capacity)
 
     def _solve(self, limit: int) -> tuple[list[Segment], int]:
         """The fastest plan within the additive ``limit``, and its exact activation peak."""
@@ -307,21 +342,25 @@ def _search_space(chain: Chain, nested: bool) -> _SearchSpace:
     return chain.searches[key]
 
 
-def _spaces_on_host(chain: Chain) -> tuple[_SearchSpace, _SearchSpace]:
+def _spaces_on_host(chain: Chain,
+                    host_capacity: float | None) -> tuple[_SearchSpace, _SearchSpace]:
     """The two single-level search spaces of plans keeping their inputs in host memory, built
-    once per chain: ``chain``'s blocks and runs of blocks (:func:`_over_blocks`) on the
-    additive model of inputs on the host, and every segment on the device's additive model;
-    both predicted with the inputs on the host."""
-    key = ('spaces on the host',)
+    once per chain and ``host_capacity``: ``chain``'s blocks and runs of blocks
+    (:func:`_over_blocks`) on the additive model of inputs on the host, and every segment on
+    the device's additive model; both predicted with the inputs on the host, as many as
+    ``host_capacity`` bytes carry (the additive model moves them all: where the link carries
+    fewer, the exact prediction's peak is higher, and the bisection of
+    :meth:`_SearchSpace.fastest_fitting` goes on to a plan that fits)."""
+    key = ('spaces on the host', host_capacity)
     if key not in chain.searches:
         costs = _costs(chain, inputs_on_host=True)
         kept = [k for k, segment in enumerate(chain.segments)
                 if _over_blocks(segment, chain.blocks)]
         blocks = _SearchSpace(chain, [chain.segments[k] for k in kept],
                               replace(costs, segments=[costs.segments[k] for k in kept]),
-                              inputs_on_host=True)
-        chain.searches[key] = (blocks, _SearchSpace(chain, chain.segments, _costs(chain),
-                                                    inputs_on_host=True))
+                              True, host_capacity)
+        chain.searches[key] = (blocks, _SearchSpace(chain, chain.segments, _costs(chain), True,
+                                                    host_capacity))
     return chain.searches[key]
 
 
@@ -347,14 +386,17 @@ def _costs(chain: Chain, inputs_on_host: bool = False) -> ChainCosts:
 
 
 def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
-                   nested: bool = True, inputs_on_host: bool = False) -> CheckpointPlan:
+                   nested: bool = True, inputs_on_host: bool = False,
+                   host_capacity: float | None = None) -> CheckpointPlan:
     """Search the plan for a recorded chain (see :func:`plan_checkpoints`).
 
     Budgeted plans are searched among single-level checkpoints (plain and selective) when one
     of those fits, and among nested ones too only when none does (and ``nested`` allows them):
     nested variants multiply the search, and they pay off only where memory is tightest. With
-    ``inputs_on_host`` the plan keeps its checkpoints' inputs in host memory and is searched,
-    single-level, on the device bytes that leaves (:func:`_fastest_on_host`).
+    ``inputs_on_host`` the plan keeps its checkpoints' inputs in host memory, as many as
+    ``host_capacity`` bytes carry (``None``: all), and is searched, single-level, on the device
+    bytes that leaves (:func:`_fastest_on_host`); a plan whose inputs all stay is a plan on the
+    device (``inputs_on_host`` false).
 
     Raises:
         ConfigError: A budget below what any plan reaches, an unknown objective, or
@@ -390,7 +432,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     if target is not None and baseline.activation_peak <= target:
         chosen = []
     elif inputs_on_host:
-        chosen = _fastest_on_host(chain, target, budget, baseline)
+        chosen = _fastest_on_host(chain, target, budget, baseline, host_capacity)
     else:
         space = _search_space(chain, False)
         if target is None or space.lowest.activation_peak > target:
@@ -403,24 +445,41 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
             if space.lowest.activation_peak > target:
                 space = deepest
         chosen = space.fastest_fitting(target)
-    return replace(plan, targets=[segment.plan_target for segment in chosen],
-                   planned=predict(chain, chosen, inputs_on_host))
+    chosen = sorted(chosen, key=lambda segment: segment.start)
+    return _hosting(replace(plan, targets=[segment.plan_target for segment in chosen],
+                            planned=predict(chain, chosen, inputs_on_host, host_capacity)))
+
+
+def forward_link_bytes(chain: Chain, host_link: float | None) -> float | None:
+    """The bytes a host link of ``host_link`` bytes a second carries while ``chain``'s recorded
+    forward pass runs (``None``: no limit), the ``host_capacity`` of a plan with its inputs in
+    host memory."""
+    return None if host_link is None else host_link * chain.record.calls[0].seconds
+
+
+def _hosting(plan: CheckpointPlan) -> CheckpointPlan:
+    """``plan`` keeping in host memory the inputs of the checkpoints its prediction moves
+    (:attr:`~.cost.Prediction.host_checkpoints`): all, the first ones, or none (then a plan on
+    the device)."""
+    count = plan.planned.host_checkpoints if plan.inputs_on_host else 0
+    return replace(plan, inputs_on_host=count > 0,
+                   host_checkpoints=count if 0 < count < len(plan.targets) else None)
 
 
 def _fastest_on_host(chain: Chain, target: int | None, budget: Budget,
-                     baseline: Prediction) -> list[Segment]:
+                     baseline: Prediction, host_capacity: float | None) -> list[Segment]:
     """The plan with the least recompute, its inputs in host memory, whose predicted peak fits
     ``target`` (``None``: within :data:`LEAST_MEMORY_TOLERANCE` of the least peak), from two
     searches (:func:`_spaces_on_host`): the blocks and runs of blocks on the additive model of
     inputs on the host, and every single-level checkpoint on the device's additive model, its
-    plans predicted with their inputs on the host. The second finds what the first cannot
-    reach where the blocks' inputs are a small part of what a plan keeps (a ResNet's), and
-    where a budget needs a checkpoint or two inside a block.
+    plans predicted with their inputs on the host (as many as ``host_capacity`` bytes carry).
+    The second finds what the first cannot reach where the blocks' inputs are a small part of
+    what a plan keeps (a ResNet's), and where a budget needs a checkpoint or two inside a block.
 
     Raises:
         ConfigError: Neither reaches ``target``.
     """
-    spaces = _spaces_on_host(chain)
+    spaces = _spaces_on_host(chain, host_capacity)
     lowest = min(space.lowest.activation_peak for space in spaces)
     if target is None:
         target = lowest + lowest // LEAST_MEMORY_TOLERANCE
@@ -428,7 +487,7 @@ def _fastest_on_host(chain: Chain, target: int | None, budget: Budget,
         raise _below_reach(budget, lowest, baseline, nested=False)
     plans = [space.fastest_fitting(target) for space in spaces
              if space.lowest.activation_peak <= target]
-    return min(plans, key=lambda plan: predict(chain, plan, True).recompute_seconds)
+    return min(plans, key=lambda plan: predict(chain, plan).recompute_seconds)
 
 
 def _below_reach(budget: Budget, lowest: int, baseline: Prediction,
@@ -444,7 +503,8 @@ def _below_reach(budget: Budget, lowest: int, baseline: Prediction,
 
 def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budget | str = None,
                      granularity: int = DEFAULT_GRANULARITY, objective: str = 'peak',
-                     nested: bool = True, inputs_on_host: bool = False) -> CheckpointPlan:
+                     nested: bool = True, inputs_on_host: bool = False,
+                     host_link: float | None = None) -> CheckpointPlan:
     """Record one forward pass of ``step`` and find the checkpoint plan for ``budget``.
 
     Args:
@@ -470,6 +530,10 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
             then searched, single-level, on the device bytes that leaves, so that a budget
             takes fewer checkpoints than on the device alone (on a CPU nothing moves: the
             prediction is not what the plan keeps there).
+        host_link: With ``inputs_on_host``, bytes a second between the device and pinned host
+            memory (:func:`mmdropit.offload.link_bytes_per_second`): only the inputs it
+            carries while the recorded forward pass runs move, those of the first checkpoints
+            (:attr:`CheckpointPlan.host_checkpoints`); ``None``: every checkpoint's.
 
     Returns:
         The plan (not yet applied: call ``plan.apply(model)``).
@@ -485,5 +549,6 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
         raise ConfigError('the model already has checkpoints from a plan; call '
                           'plan.remove(model) before planning again')
     chain = build_chain(record_step(model, step), model, granularity)
-    plan = plan_for_chain(chain, budget, objective, nested, inputs_on_host)
+    plan = plan_for_chain(chain, budget, objective, nested, inputs_on_host,
+                          forward_link_bytes(chain, host_link))
     return replace(plan, planning_seconds=time.perf_counter() - started)

@@ -23,10 +23,10 @@ import torch  # noqa: F401  (the doctest's namespace)
 
 from ..common.host_copies import MIN_BYTES, HostCopies, OffloadStats
 from .config import OffloadConfig
-from .link import link_bytes_per_second
+from .link import host_link, link_bytes_per_second
 from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
                       offload_activations, restore_offload)
 
 __all__ = ['METHODS', 'MIN_BYTES', 'HostCopies', 'Offload', 'OffloadConfig', 'OffloadStats',
-           'block_patterns', 'link_bytes_per_second', 'modules_holding_share',
+           'block_patterns', 'host_link', 'link_bytes_per_second', 'modules_holding_share',
            'offload_activations', 'restore_offload']

@@ -7,8 +7,8 @@ come out of the step's time. :func:`link_bytes_per_second` measures the link onc
 than that hides.
 
 Example:
-    >>> link_bytes_per_second(torch.device('cpu'))   # nothing moves on a CPU
-    inf
+    >>> link_bytes_per_second(torch.device('cpu')), host_link(torch.device('cpu'))  # no copies
+    (inf, None)
 """
 from __future__ import annotations
 
@@ -46,3 +46,11 @@ def link_bytes_per_second(device: torch.device) -> float:
                 if round_:
                     fastest[index] = min(fastest[index], start.elapsed_time(end) / 1000)
     return COPY_BYTES / max(fastest)
+
+
+def host_link(device: torch.device) -> float | None:
+    """:func:`link_bytes_per_second` where tensors on ``device`` move to host memory (a GPU),
+    ``None`` where they stay (the arguments that limit copies to the link take ``None`` for no
+    limit)."""
+    link = link_bytes_per_second(device)
+    return link if math.isfinite(link) else None

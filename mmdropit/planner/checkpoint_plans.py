@@ -5,6 +5,7 @@ checkpoints' inputs kept in host memory, and per-block checkpointing so.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -51,10 +52,13 @@ class CheckpointPlans(Technique):
 
     With ``host_link``, plans are also offered with their checkpoints' inputs in host memory
     (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`): the fastest one searched so
-    (single-level; :func:`~mmdropit.checkpoint.plan_for_chain`), and the per-block plan. Their
-    activations as the cost model predicts the device's, their time that of the plan plus the
-    copies' time beyond :data:`FORWARD_SHARE` of the step's (a step's copies each way: the
-    inputs' share of the activations, of every micro-batch, at ``host_link`` bytes a second).
+    (single-level; :func:`~mmdropit.checkpoint.plan_for_chain`), and the per-block plan, each
+    moving the inputs of as many of its first checkpoints as the link carries in
+    :data:`FORWARD_SHARE` of the step with nothing applied (the others keep theirs on the
+    device). Their activations as the cost model predicts the device's, their time that of the
+    plan plus the copies' time beyond :data:`FORWARD_SHARE` of the step's (a step's copies each
+    way: the inputs' share of the activations, of every micro-batch, at ``host_link`` bytes a
+    second).
 
     Args:
         record: Records the step, or a part of its batch
@@ -71,6 +75,8 @@ class CheckpointPlans(Technique):
         whole_seconds: The measured time of the whole batch's pass with nothing applied (the
             unit of the time ratios; called when a plan with inputs in host memory is
             offered).
+        recorded_share: The share of the whole batch that ``record`` records (the bytes the
+            link carries in the whole batch's forward pass, scaled to the recorded step's).
     """
 
     name = 'checkpoint-plan'
@@ -78,7 +84,8 @@ class CheckpointPlans(Technique):
 
     def __init__(self, record: Callable[[], Chain], step_seconds: Callable[[], float],
                  model: nn.Module, nested: bool = True, host_link: float | None = None,
-                 whole_seconds: Callable[[], float] | None = None) -> None:
+                 whole_seconds: Callable[[], float] | None = None,
+                 recorded_share: float = 1.0) -> None:
         self._record = record
         self.step_seconds = step_seconds
         self._model = model
@@ -87,12 +94,23 @@ class CheckpointPlans(Technique):
             raise ValueError('CheckpointPlans: a host_link needs the whole_seconds it is weighed '
                              'against')
         self.host_link, self.whole_seconds = host_link, whole_seconds
+        self.recorded_share = recorded_share
         self._per_block: CheckpointPlan | None = None
         self._per_block_hosted: CheckpointPlan | None = None
+        self._per_block_hosted_searched = False
         self._per_block_searched = False
         self._chain: Chain | None = None
         self._plans: dict[bool, list[_SearchedPlan]] = {False: [], True: []}
         self._least_plans: dict[bool, CheckpointPlan] = {}
+
+    @functools.cached_property
+    def host_capacity(self) -> float | None:
+        """The bytes of the recorded step whose copies the link carries in
+        :data:`FORWARD_SHARE` of the whole batch's step (``None`` where nothing moves; worked
+        out once, so that every search weighs the same)."""
+        if self.host_link is None:
+            return None
+        return self.host_link * FORWARD_SHARE * self.whole_seconds() * self.recorded_share
 
     @property
     def chain(self) -> Chain:
@@ -114,7 +132,9 @@ class CheckpointPlans(Technique):
                 return searched.plan
         try:
             plan = (plan_for_chain(self.chain, budget=share, nested=self.nested,
-                                   inputs_on_host=inputs_on_host) if share > 0 else None)
+                                   inputs_on_host=inputs_on_host,
+                                   host_capacity=self._capacity(inputs_on_host))
+                    if share > 0 else None)
         except ConfigError:  # below what any plan reaches
             plan = None
         if plan is None:  # so is every smaller share
@@ -126,8 +146,12 @@ class CheckpointPlans(Technique):
     def _least(self, inputs_on_host: bool) -> CheckpointPlan:
         if inputs_on_host not in self._least_plans:
             self._least_plans[inputs_on_host] = plan_for_chain(
-                self.chain, budget=None, nested=self.nested, inputs_on_host=inputs_on_host)
+                self.chain, budget=None, nested=self.nested, inputs_on_host=inputs_on_host,
+                host_capacity=self._capacity(inputs_on_host))
         return self._least_plans[inputs_on_host]
+
+    def _capacity(self, inputs_on_host: bool) -> float | None:
+        return self.host_capacity if inputs_on_host else None
 
     @property
     def per_block(self) -> CheckpointPlan | None:
@@ -142,9 +166,12 @@ class CheckpointPlans(Technique):
         return self._per_block
 
     def _per_block_on_host(self) -> CheckpointPlan | None:
-        """:attr:`per_block` with its inputs in host memory, predicted once."""
-        if self._per_block_hosted is None and self.per_block is not None:
-            self._per_block_hosted = self.per_block.with_inputs_on_host(self.chain)
+        """:attr:`per_block` with its inputs in host memory (those :attr:`host_capacity`
+        carries), predicted once (``None``: none would move)."""
+        if not self._per_block_hosted_searched and self.per_block is not None:
+            self._per_block_hosted = self.per_block.with_inputs_on_host(self.chain,
+                                                                        self.host_capacity)
+        self._per_block_hosted_searched = True
         return self._per_block_hosted
 
     def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
@@ -155,7 +182,7 @@ class CheckpointPlans(Technique):
         share = (budget_bytes - estimate.fixed_bytes) / exact
         for on_host in (False, True) if self.host_link is not None else (False,):
             for offer, text in self._offered(share, on_host):
-                where = ', inputs in host memory' if on_host else ''
+                where = f', {offer.host_summary}' if on_host else ''
                 text = f'{text}{where}, {offer.activation_share:.2f} of the activations)'
                 yield (self._hosted(estimate, offer, text) if on_host
                        else self._planned(estimate, offer, text))
@@ -169,7 +196,8 @@ class CheckpointPlans(Technique):
             return
         plan = self._plan(share, inputs_on_host)
         block = self._per_block_on_host() if inputs_on_host else self.per_block
-        if plan.targets and (block is None or set(plan.targets) != set(block.targets)):
+        if plan.targets and plan.inputs_on_host == inputs_on_host and (
+                block is None or set(plan.targets) != set(block.targets)):
             count = len(plan.targets)
             yield plan, f'checkpoint plan ({count} top-level checkpoint' \
                         f'{"" if count == 1 else "s"}'

@@ -8,13 +8,12 @@ measures its peak and its time, and takes every technique away again.
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 
 from ..checkpoint.chain import Chain
 from ..common.parameters import model_device
-from ..offload import link_bytes_per_second
+from ..offload import host_link
 from ..microbatch import micro_batch_sizes
 from .combinations import put_in_effect, remove_all
 from .estimate import Estimate
@@ -51,11 +50,11 @@ class Trials:
         self.measurements, self.target = measurements, target
         probe = measurements.probe
         self.micro_batches = MicroBatches(probe.batch_size, measurements.seconds_of)
-        link = link_bytes_per_second(model_device(probe.model)) if inputs_on_host else math.inf
-        self.plans = CheckpointPlans(  # (a CPU's link is infinite: nothing would move)
+        self.plans = CheckpointPlans(
             self.record_plain_step, measurements.part_seconds, probe.model, nested,
-            link if math.isfinite(link) else None,
-            lambda: measurements.seconds_of(probe.batch_size))
+            host_link(model_device(probe.model)) if inputs_on_host else None,
+            lambda: measurements.seconds_of(probe.batch_size),
+            measurements.part / probe.batch_size)
         self.techniques: list[Technique] = [
             *(measurements.technique(switch) for switch in switches), self.micro_batches,
             self.plans]

@@ -273,3 +273,70 @@ def test_an_input_the_block_before_saves_moves_once_that_block_is_checkpointed()
     assert least.planned.activation_peak <= per_block.planned.activation_peak
     budget = per_block.activation_share * 1.05
     assert plan_for_chain(chain, budget, inputs_on_host=True).activation_share <= budget
+
+
+def test_only_the_first_checkpoints_whose_inputs_the_link_carries_move_them():
+    """With room on the link for 3.5 block inputs while the forward pass runs, the first three
+    blocks' inputs move and the later ones stay on the device: the device keeps three inputs
+    fewer than with none moved, and its peak lies between that and all of them moving."""
+    net, x = _blocks_net(), torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    plan = per_block_plan(chain, net)
+    segments = chain.segments_of(plan.targets)
+    block_input = BATCH * WIDTH * 4
+    device, every = predict(chain, segments), predict(chain, segments, True)
+    first = predict(chain, segments, True, 3.5 * block_input)
+    assert (first.host_checkpoints, every.host_checkpoints, device.host_checkpoints) == \
+        (3, BLOCKS, 0)
+    assert first.host_bytes == 3 * block_input
+    assert device.kept_bytes - first.kept_bytes == 3 * block_input
+    assert every.activation_peak < first.activation_peak < device.activation_peak
+    assert predict(chain, segments, True, block_input / 2) == device
+    hosted = plan.with_inputs_on_host(chain, 3.5 * block_input)
+    assert hosted.host_checkpoints == 3 and hosted.planned == first
+    assert plan.with_inputs_on_host(chain).host_checkpoints is None
+    assert plan.with_inputs_on_host(chain, block_input / 2) is None  # nothing would move
+
+
+def test_a_plan_searched_for_a_link_moves_what_it_carries_and_still_fits():
+    """Plans searched with their inputs on the host for a link that carries a few block inputs
+    move no more than that, from their first checkpoint on, and still fit their budget; a link
+    that carries none gives a plan on the device."""
+    net = _blocks_net()
+    chain = _timed_by_items(net)
+    block_input = BATCH * WIDTH * 4
+    baseline = predict(chain, []).activation_peak
+    unlimited = plan_for_chain(chain, None, inputs_on_host=True)
+    for capacity in (2.5 * block_input, 4.5 * block_input):
+        for budget in (None, 0.6, 0.4):
+            plan = plan_for_chain(chain, budget, inputs_on_host=True, host_capacity=capacity)
+            assert 0 < plan.planned.host_bytes <= capacity
+            assert plan.inputs_on_host
+            assert (plan.host_checkpoints or len(plan.targets)) == plan.planned.host_checkpoints
+            starts = [segment.start for segment in chain.segments_of(plan.targets)]
+            assert starts == sorted(starts)
+            if budget is not None:
+                assert plan.planned.activation_peak <= budget * baseline
+            else:
+                assert plan.planned.activation_peak >= unlimited.planned.activation_peak
+    on_device = plan_for_chain(chain, 0.6, inputs_on_host=True, host_capacity=block_input / 2)
+    assert not on_device.inputs_on_host and on_device.planned.host_bytes == 0
+    assert on_device.planned.activation_peak <= 0.6 * baseline
+
+
+def test_a_plan_moving_its_first_checkpoints_inputs_applies_so_and_reads_back():
+    targets = [ModuleTarget(f'1.{index}') for index in range(BLOCKS)]
+    plan = CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=2)
+    assert CheckpointPlan.from_json(plan.to_json()) == plan
+    assert 'the inputs of its first 2 in host memory' in str(plan)
+    assert 'host_checkpoints' not in CheckpointPlan(targets, inputs_on_host=True).to_json()
+    net = _blocks_net()
+    with plan.apply(net) as applied:
+        assert applied.summary.endswith('the inputs of its first 2 in host memory')
+        assert [net[1][index]._mmdropit_host is applied.host for index in range(BLOCKS)] == \
+            [True] * 2 + [False] * (BLOCKS - 2)
+    for bad in (0, BLOCKS + 1, True, '2'):
+        with pytest.raises(ConfigError, match='host_checkpoints counts its first top-level'):
+            CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=bad)
+    with pytest.raises(ConfigError, match='with inputs_on_host True'):
+        CheckpointPlan(targets, host_checkpoints=2)

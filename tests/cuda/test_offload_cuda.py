@@ -149,6 +149,29 @@ the_gradients_and_lowers_the_peak`), each input but the data batch (the first bl
     assert abs((peaks[0] - peaks[1]) - predicted) <= predicted / 4, (peaks, predicted)
 
 
+def test_a_plan_for_a_link_that_carries_six_inputs_moves_the_first_six():
+    """The same 11 checkpoints, their inputs on the host as far as a link with room for 6.5
+    block inputs carries them: the first seven checkpoints keep theirs on the host (the first
+    one's, the data batch, does not move), six inputs move a step, and the gradients are the
+    device plan's."""
+    from mmdropit.checkpoint import CheckpointPlan, ModuleTarget, build_chain, record_step
+
+    model, x = _mlp(), torch.randn(2048, 1024, device='cuda')
+    block_input = 2048 * 1024 * 4
+    chain = build_chain(record_step(model, lambda: model(x).square().mean()), model)
+    plan = CheckpointPlan([ModuleTarget(str(index)) for index in range(11)])
+    hosted = plan.with_inputs_on_host(chain, 6.5 * block_input)
+    assert hosted.host_checkpoints == 7 and hosted.planned.host_bytes == 6 * block_input
+    gradients = []
+    for applied_plan in (plan, hosted):
+        with applied_plan.apply(model) as applied:
+            got, _ = _step(model, x)
+        gradients.append(got)
+    assert applied.host.stats.tensors_moved == 6
+    assert applied.host.stats.bytes_moved == 6 * block_input
+    assert _largest_difference(gradients[1], gradients[0]) <= REORDERING
+
+
 def test_a_tensor_kept_in_host_memory_and_changed_in_place_is_refused_as_autograd_refuses_it():
     """Saved-tensor hooks take autograd's version check off what they keep: the copies make it
     themselves, with the same message, and a tensor changed out of place trains."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import pytest
 import torch
 from torch import nn
 
@@ -91,38 +92,50 @@ def test_plans_with_their_inputs_on_the_host_are_offered_at_the_devices_bytes():
     """Where the host may keep checkpoint inputs, the per-block plan is offered a second time
     with its inputs there, and a plan searched so: fewer activations (the cost model's device
     bytes), the same time where the link hides the copies behind a third of the step, more by
-    the rest where it does not. Plans searched so are single-level (the cost model walks inner
-    plans on the device)."""
+    the rest where it does not. A link that carries some of the inputs in a third of the step
+    moves the first blocks' only, one that carries none gets no such plan. Plans searched so
+    are single-level (the cost model walks inner plans on the device)."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(16, 32), nn.Sequential(*[
         nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)) for _ in range(6)]),
         nn.Linear(32, 1))
     x = torch.randn(1024, 16)  # block inputs of 128 KiB: copies of less stay on the device
+    block_input = 1024 * 32 * 4
     record = record_step(net, lambda: net(x).sum())
-    start = Estimate(100, 900)
 
-    def offered(link: float | None) -> dict[str, Estimate]:
+    def offered(link: float | None, start: Estimate = Estimate(100, 900),
+                budget: int = 300) -> dict[str, Estimate]:
         plans = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0,
                                 model=net, host_link=link, whole_seconds=lambda: 2.0)
         return {e.summary.split(',')[0] + (' host' if 'host' in e.summary else ''): e
-                for e in plans.candidates(start, 300)}
+                for e in plans.candidates(start, budget)}
 
     assert all('host' not in summary for summary in offered(None))
-    fast, slow = offered(math.inf), offered(100.0)
+    fast = offered(math.inf)
     device, hosted = fast['per-block checkpointing (6 blocks'], \
         fast['per-block checkpointing (6 blocks host']
     plan = hosted.setting('checkpoint-plan')
     assert plan.inputs_on_host and not device.setting('checkpoint-plan').inputs_on_host
     assert hosted.activation_bytes == int(900 * plan.activation_share) < device.activation_bytes
     assert hosted.time_ratio == device.time_ratio
-    moved = 900 * plan.planned.host_bytes / plan.baseline.activation_peak
-    assert moved > 0
-    assert slow['per-block checkpointing (6 blocks host'].time_ratio == \
-        device.time_ratio + (moved / 100.0 - 2.0 / 3) / 2.0
     searched = [e.setting('checkpoint-plan') for summary, e in fast.items()
                 if summary.startswith('checkpoint plan') and summary.endswith('host')]
     assert len(searched) == 1 and searched[0].inputs_on_host
     assert not any(target.inner for target in searched[0].targets)
+
+    link = 2.5 * block_input * 3 / 2.0  # 2.5 inputs in a third of the 2-second step
+    first = offered(link)['per-block checkpointing (6 blocks host']
+    assert first.setting('checkpoint-plan').host_checkpoints == 2
+    assert 'the inputs of its first 2 in host memory' in first.summary
+    assert hosted.activation_bytes < first.activation_bytes < device.activation_bytes
+    assert all('host' not in summary for summary in offered(block_input))
+
+    big = Estimate(100, 9 * 10**9)  # copies of the whole batch beyond a third of the step
+    slow = offered(link, big, 3 * 10**9)['per-block checkpointing (6 blocks host']
+    plan = slow.setting('checkpoint-plan')
+    moved = big.activation_bytes * plan.planned.host_bytes / plan.baseline.activation_peak
+    assert slow.time_ratio == pytest.approx(
+        device.time_ratio + (moved / link - 2.0 / 3) / 2.0)
     nested = CheckpointPlans(lambda: build_chain(record, net), step_seconds=lambda: 1.0,
                              model=net, host_link=math.inf, whole_seconds=lambda: 2.0)
     assert any(target.inner for target in nested._least(False).targets)

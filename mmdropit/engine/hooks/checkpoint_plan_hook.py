@@ -24,6 +24,7 @@ from ...common.parameters import model_device
 from ...common.technique import Applied
 from ...common.units import mib
 from ...errors import ConfigError
+from ...offload import host_link
 from ..optim.micro_batching import max_over_ranks
 from ..runner_model import batch_loss, compiles_model, unwrap
 from .shape_buckets import ShapeBucketHook, ShapeKey, shape_text
@@ -55,8 +56,9 @@ class CheckpointPlanHook(ShapeBucketHook):
 
     With ``inputs_on_host`` and a model on a GPU, the plan keeps its checkpoints' inputs in
     pinned host memory, copied off the device as the forward pass goes on and back one
-    checkpoint ahead of backward (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`),
-    and is searched, single-level, on the device bytes that leaves
+    checkpoint ahead of backward (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`;
+    those of its first checkpoints, as many as the host link, measured once, carries while
+    the forward pass runs), and is searched, single-level, on the device bytes that leaves
     (:func:`~mmdropit.checkpoint.plan_checkpoints`): a ViT's residual stream leaves the
     device, so the least memory goes lower. On a CPU, or under ``torch.compile``,
     the inputs stay where they are (a warning says so); a model without repeated blocks is an
@@ -140,7 +142,9 @@ class CheckpointPlanHook(ShapeBucketHook):
                 'the plan is searched with them there.')
         try:
             plan = plan_checkpoints(model, step, self.budget, self.granularity,
-                                    nested=not compiled, inputs_on_host=on_host)
+                                    nested=not compiled, inputs_on_host=on_host,
+                                    host_link=host_link(model_device(model)) if on_host
+                                    else None)
         except ConfigError:
             raise
         except torch.OutOfMemoryError:  # the step it records is the step training runs
