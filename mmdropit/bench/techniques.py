@@ -205,7 +205,8 @@ def per_block_checkpoints(inputs_on_host: bool = False) -> Prepare:
     """Our per-block plan (:func:`~mmdropit.checkpoint.per_block_plan`: every block of the
     model's block sequences that runs with gradients, as timm's ``set_grad_checkpointing()``),
     made once per workload and printed; ``inputs_on_host``: the blocks' inputs kept in host
-    memory (on a GPU; a CPU keeps them where they are)."""
+    memory, those of the first blocks that the link carries while the forward pass runs (on a
+    GPU; a CPU keeps them where they are)."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         key = f'per-block-{inputs_on_host}'
@@ -214,9 +215,13 @@ def per_block_checkpoints(inputs_on_host: bool = False) -> Prepare:
             plan = per_block_plan(chain, work.model)
             if plan is None:
                 raise RuntimeError('no repeated blocks to checkpoint one by one')
-            if inputs_on_host:  # a per-block plan is single-level, its blocks segments
-                link = forward_link_bytes(chain, host_link(model_device(work.model)))
-                plan = plan.with_inputs_on_host(chain, link) or plan
+            hosted = (plan.with_inputs_on_host(  # (single-level: its blocks are segments)
+                chain, forward_link_bytes(chain, host_link(model_device(work.model))))
+                if inputs_on_host else plan)
+            if hosted is None:
+                print(f'  {work.name}: the link carries no block input in the forward pass: '
+                      'the per-block plan keeps them on the device', flush=True)
+            plan = hosted or plan
             work.plans[key] = plan
             print(f'  {work.name}: {plan}'.replace('\n', '\n  '), flush=True)
         with _in_effect(work, work.plans[key]):

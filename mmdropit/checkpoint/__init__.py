@@ -40,8 +40,7 @@ __all__ = [
     'Item', 'ModuleCall', 'ModuleTarget', 'Prediction', 'RunTarget', 'Segment', 'SegmentCost',
     'SiblingsTarget', 'StepRecord', 'Target', 'build_chain', 'chain_costs', 'checkpoint_module',
     'checkpoint_run', 'checkpoint_siblings', 'fits', 'forward_link_bytes', 'is_checkpointed',
-    'least_peak',
-    'least_time', 'per_block_plan', 'plan_checkpoints', 'plan_for_chain', 'predict',
+    'least_peak', 'least_time', 'per_block_plan', 'plan_checkpoints', 'plan_for_chain', 'predict',
     'record_step', 'selective_contexts', 'targets_from_json', 'targets_to_json', 'uncheckpoint',
     'uncheckpoint_all', 'with_nested',
 ]

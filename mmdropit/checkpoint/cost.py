@@ -130,16 +130,16 @@ def _grad_bytes(chain: Chain, largest: bool = False) -> list[int]:
 
 def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
             host_capacity: float | None = None) -> Prediction:
-    """Predict the step under a plan that checkpoints ``segments`` (disjoint, in chain order;
-    each may hold a plan of inner segments), exactly by storage.
+    """Predict the step under a plan that checkpoints ``segments`` (disjoint; each may hold a
+    plan of inner segments), exactly by storage.
 
     With ``inputs_on_host`` the top-level checkpoints keep their inputs in host memory
     (:mod:`.apply`): an input that moves (:attr:`~.chain.Segment.movable`) and no other item
     keeps is on the device only while backward passes its checkpoint, and while it passes the
-    checkpoint after it (its way back starts there). With ``host_capacity``, the bytes the link
-    carries while the forward pass runs, only the first checkpoints whose inputs add up to no
-    more than that move them (copies queue on one stream: the later a copy starts, the less of
-    the forward pass is left to hide it); the checkpoints after them keep theirs on the device.
+    checkpoint after it, if that one keeps its inputs on the host too (its way back starts
+    there). With ``host_capacity``, only the first checkpoints up to the last one whose copies
+    fit in that many bytes move them (:func:`hosted_checkpoints`); the ones after keep theirs
+    on the device.
 
     tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker,
     tests/checkpoint/test_inputs_on_host.py those with inputs on the host on a GPU.
@@ -152,15 +152,15 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
     moments: list[tuple[int, int]] = []  # (activation bytes, parameter-gradient bytes) alive
 
     hosted: set[int] = set()  # with inputs_on_host, the inputs kept in host memory
-    host_checkpoints = 0  # how many top-level checkpoints, from the first, moved them
-    room = math.inf if host_capacity is None else host_capacity  # what the link carries still
+    in_order = sorted(segments, key=lambda segment: segment.start)
+    count = hosted_checkpoints(chain, in_order, host_capacity) if inputs_on_host else 0
+    position = {id(segment): k for k, segment in enumerate(in_order)}  # hosted: below count
 
     def walk(start: int, stop: int, plan: list[Segment] | tuple[Segment, ...],
-             kept: set[int], host: bool = False) -> float:
-        """Go through items ``start..stop`` under ``plan``, adding to ``kept`` what they keep
-        (to ``hosted`` what its checkpoints keep on the host, with ``host``) and to
-        ``moments`` each backward figure; returns the recompute seconds."""
-        nonlocal host_checkpoints, room
+             kept: set[int], top: bool = False) -> float:
+        """Go through items ``start..stop`` under ``plan`` (the ``top``-level one or an inner
+        one), adding to ``kept`` what they keep (to ``hosted`` what its checkpoints keep on
+        the host) and to ``moments`` each backward figure; returns the recompute seconds."""
         by_start = {s.start: s for s in plan}
         last_start = max(by_start, default=start)
         seconds = 0.0
@@ -174,16 +174,12 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
                                 + transients[i], grad_after[i + 1]))
                 i += 1
                 continue
-            inputs = set(segment.movable) - kept if host else set()
-            if host and chain.bytes_of(inputs) > room:  # the link is full: this checkpoint
-                host, inputs = False, set()              # and every later one keep them
-            elif host:
-                room -= chain.bytes_of(inputs)
-                host_checkpoints += 1
+            at = position[id(segment)] if top else count
+            inputs = set(segment.movable) - kept if at < count else set()
             hosted.update(inputs)
             kept |= {*segment.inputs, *segment.cached} - inputs
             back = kept | inputs | ahead
-            ahead = inputs
+            ahead = inputs if at + 1 < count else set()  # (the next one's backward fetches it)
             seconds += segment.seconds
             if segment.inner:  # recomputed under its inner plan, on top of what is kept
                 walk(segment.start, segment.stop, segment.inner, set(back))
@@ -197,11 +193,33 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
         return seconds
 
     kept: set[int] = set()
-    seconds = walk(0, len(chain.items), segments, kept, inputs_on_host)
+    seconds = walk(0, len(chain.items), segments, kept, top=True)
     activation_peak = max((active for active, _ in moments), default=0)
     step_peak = max((active + grad for active, grad in moments), default=0)
     return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds,
-                      chain.bytes_of(hosted - kept), host_checkpoints)
+                      chain.bytes_of(hosted - kept), count)
+
+
+def hosted_checkpoints(chain: Chain, segments: list[Segment],
+                       host_capacity: float | None = None) -> int:
+    """How many of ``segments`` (top-level checkpoints in chain order), from the first, keep
+    their inputs in host memory: up to the last one whose copies, with those of the ones
+    before it, fit in ``host_capacity`` bytes (``None``: no limit), the bytes the link carries
+    while the forward pass runs. The copies queue on one stream, so the later a copy starts,
+    the less of the forward pass is left to hide it. A checkpoint's copies are its movable
+    inputs (:attr:`~.chain.Segment.movable`), also those another item keeps on the device
+    anyway; a checkpoint after the last one that copies anything gains nothing from the host.
+    """
+    room = math.inf if host_capacity is None else host_capacity
+    count = 0
+    for k, segment in enumerate(segments):
+        copied = chain.bytes_of(set(segment.movable))
+        if copied > room:
+            break
+        room -= copied
+        if copied:
+            count = k + 1
+    return count
 
 
 Cut = int | None

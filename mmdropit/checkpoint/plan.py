@@ -77,9 +77,10 @@ class CheckpointPlan:
             inputs, as per-block checkpointing's residual stream); ``planned`` then predicts
             the device's bytes (:func:`~.cost.predict`).
         host_checkpoints: With ``inputs_on_host``, how many of the top-level ``targets``, from
-            the first, keep their inputs in host memory (``None``: all); the later ones keep
-            theirs on the device, where the host link would not carry them while the forward
-            pass runs (:func:`~.cost.predict`'s ``host_capacity``).
+            the first (in the forward pass's order in every plan the search makes), keep their
+            inputs in host memory (``None``: all); the later ones keep theirs on the device,
+            where the host link would not carry them while the forward pass runs
+            (:func:`~.cost.hosted_checkpoints`).
 
     Raises:
         ConfigError: A target that is not a ``ModuleTarget`` / ``RunTarget`` /
@@ -125,8 +126,8 @@ class CheckpointPlan:
                                   or not 0 < count <= len(self.targets)):
             raise ConfigError(
                 "a checkpoint plan's host_checkpoints counts its first top-level checkpoints "
-                f'that keep their inputs in host memory: 1 to {len(self.targets)} with '
-                f'inputs_on_host True, or None for all; got {count!r}')
+                'that keep their inputs in host memory: from 1 to the number of its targets '
+                f'({len(self.targets)}) with inputs_on_host True, or None for all; got {count!r}')
         for target in self.targets:
             if not isinstance(target, (ModuleTarget, RunTarget, SiblingsTarget)):
                 raise ConfigError("a checkpoint plan's targets are ModuleTarget, RunTarget or "

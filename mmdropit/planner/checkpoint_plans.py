@@ -75,8 +75,10 @@ class CheckpointPlans(Technique):
         whole_seconds: The measured time of the whole batch's pass with nothing applied (the
             unit of the time ratios; called when a plan with inputs in host memory is
             offered).
-        recorded_share: The share of the whole batch that ``record`` records (the bytes the
-            link carries in the whole batch's forward pass, scaled to the recorded step's).
+        recorded_share: The share of the whole batch that ``record`` records (called when a
+            plan with inputs in host memory is first searched: the bytes the link carries in
+            the whole batch's forward pass, scaled to the recorded step's; ``None``: all of
+            it).
     """
 
     name = 'checkpoint-plan'
@@ -85,7 +87,7 @@ class CheckpointPlans(Technique):
     def __init__(self, record: Callable[[], Chain], step_seconds: Callable[[], float],
                  model: nn.Module, nested: bool = True, host_link: float | None = None,
                  whole_seconds: Callable[[], float] | None = None,
-                 recorded_share: float = 1.0) -> None:
+                 recorded_share: Callable[[], float] | None = None) -> None:
         self._record = record
         self.step_seconds = step_seconds
         self._model = model
@@ -106,11 +108,14 @@ class CheckpointPlans(Technique):
     @functools.cached_property
     def host_capacity(self) -> float | None:
         """The bytes of the recorded step whose copies the link carries in
-        :data:`FORWARD_SHARE` of the whole batch's step (``None`` where nothing moves; worked
-        out once, so that every search weighs the same)."""
+        :data:`FORWARD_SHARE` of the whole batch's step with nothing applied (``None`` where
+        nothing moves; worked out once, so that every search weighs the same). A faster
+        combination (bf16) hides less behind its shorter forward pass: :meth:`_hosted` charges
+        it the copies' time beyond that."""
         if self.host_link is None:
             return None
-        return self.host_link * FORWARD_SHARE * self.whole_seconds() * self.recorded_share
+        share = self.recorded_share() if self.recorded_share else 1.0
+        return self.host_link * FORWARD_SHARE * self.whole_seconds() * share
 
     @property
     def chain(self) -> Chain:

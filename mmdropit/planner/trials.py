@@ -54,7 +54,7 @@ class Trials:
             self.record_plain_step, measurements.part_seconds, probe.model, nested,
             host_link(model_device(probe.model)) if inputs_on_host else None,
             lambda: measurements.seconds_of(probe.batch_size),
-            measurements.part / probe.batch_size)
+            lambda: measurements.part / probe.batch_size)
         self.techniques: list[Technique] = [
             *(measurements.technique(switch) for switch in switches), self.micro_batches,
             self.plans]

@@ -340,3 +340,31 @@ def test_a_plan_moving_its_first_checkpoints_inputs_applies_so_and_reads_back():
             CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=bad)
     with pytest.raises(ConfigError, match='with inputs_on_host True'):
         CheckpointPlan(targets, host_checkpoints=2)
+
+
+def _mlp_blocks() -> list[nn.Module]:
+    return [nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH))
+            for _ in range(BLOCKS)]
+
+
+def test_the_link_carries_every_input_a_checkpoint_copies_and_none_of_one_that_copies_nothing():
+    """The host's copies take every movable input, also one the layer before keeps on the
+    device anyway (here the ReLU's output, the first block's input): the link is charged for
+    it. A first checkpoint that takes the data batch copies nothing: with room for less than
+    one input nothing moves, and the plan is one on the device."""
+    torch.manual_seed(0)
+    block_input = BATCH * WIDTH * 4
+    net = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Sequential(*_mlp_blocks()))
+    x = torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    plan = per_block_plan(chain, net).with_inputs_on_host(chain, 2.5 * block_input)
+    assert plan.host_checkpoints == 2 and plan.planned.host_bytes == block_input
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Sequential(*_mlp_blocks()), nn.Linear(WIDTH, 4))
+    chain = _timed_by_items(net)
+    block = per_block_plan(chain, net)
+    assert block.with_inputs_on_host(chain, block_input / 2) is None
+    assert block.with_inputs_on_host(chain, 1.5 * block_input).host_checkpoints == 2
+    plan = plan_for_chain(chain, None, inputs_on_host=True, host_capacity=block_input / 2)
+    assert not plan.inputs_on_host and plan.planned.host_checkpoints == 0

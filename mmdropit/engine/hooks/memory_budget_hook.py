@@ -410,9 +410,13 @@ class MemoryBudgetHook(ShapeBucketHook):
 
     def _fingerprint(self, model: nn.Module, wrapper: MicroBatching, key: ShapeKey) -> str:
         """What a saved decision is valid for: the budget (without one, ``max_slowdown``), the
-        allowed techniques, the batch shape, whether the step is compiled, the number of
-        processes, the model's parameters and the optimizer."""
+        allowed techniques (with offload, the GPU: its host link sizes what moves), the batch
+        shape, whether the step is compiled, the number of processes, the model's parameters
+        and the optimizer."""
+        device = model_device(model)
         described = [repr(self.budget), sorted(self.lossy), self.offload, list(key),
+                     *([torch.cuda.get_device_name(device)]
+                       if self.offload and device.type == 'cuda' else []),
                      *(['rebuild'] if self.rebuild else []),
                      *([self.max_slowdown] if self.budget is None else []),
                      *(['compiled'] if self._compiled_peaks else []),
