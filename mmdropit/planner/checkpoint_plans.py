@@ -97,11 +97,6 @@ class CheckpointPlans(Technique):
                              'against')
         self.host_link, self.whole_seconds = host_link, whole_seconds
         self.recorded_share = recorded_share
-        self._per_block: CheckpointPlan | None = None
-        self._per_block_hosted: CheckpointPlan | None = None
-        self._per_block_hosted_searched = False
-        self._per_block_searched = False
-        self._chain: Chain | None = None
         self._plans: dict[bool, list[_SearchedPlan]] = {False: [], True: []}
         self._least_plans: dict[bool, CheckpointPlan] = {}
 
@@ -117,12 +112,10 @@ class CheckpointPlans(Technique):
         share = self.recorded_share() if self.recorded_share else 1.0
         return self.host_link * FORWARD_SHARE * self.whole_seconds() * share
 
-    @property
+    @functools.cached_property
     def chain(self) -> Chain:
         """The recorded step (recorded on first use)."""
-        if self._chain is None:
-            self._chain = self._record()
-        return self._chain
+        return self._record()
 
     def _plan(self, share: float, inputs_on_host: bool = False) -> CheckpointPlan:
         """The fastest plan within ``share`` of the unplanned activations (its inputs in host
@@ -158,26 +151,21 @@ class CheckpointPlans(Technique):
     def _capacity(self, inputs_on_host: bool) -> float | None:
         return self.host_capacity if inputs_on_host else None
 
-    @property
+    @functools.cached_property
     def per_block(self) -> CheckpointPlan | None:
         """The per-block plan of the recorded model
         (:func:`~mmdropit.checkpoint.per_block_plan`; ``None`` when it has no repeated
         blocks), offered beside the searched plan so that the search's choice is measured
         against it; a searched plan with the same checkpoints (in any order) is offered as
         this one, under its name."""
-        if not self._per_block_searched:
-            self._per_block, self._per_block_searched = per_block_plan(self.chain,
-                                                                       self._model), True
-        return self._per_block
+        return per_block_plan(self.chain, self._model)
 
+    @functools.cached_property
     def _per_block_on_host(self) -> CheckpointPlan | None:
         """:attr:`per_block` with its inputs in host memory (those :attr:`host_capacity`
         carries), predicted once (``None``: none would move)."""
-        if not self._per_block_hosted_searched and self.per_block is not None:
-            self._per_block_hosted = self.per_block.with_inputs_on_host(self.chain,
-                                                                        self.host_capacity)
-        self._per_block_hosted_searched = True
-        return self._per_block_hosted
+        block = self.per_block
+        return block.with_inputs_on_host(self.chain, self.host_capacity) if block else None
 
     def candidates(self, estimate: Estimate, budget_bytes: int) -> Iterator[Estimate]:
         yield estimate
@@ -200,7 +188,7 @@ class CheckpointPlans(Technique):
         if inputs_on_host and not self.chain.blocks:
             return
         plan = self._plan(share, inputs_on_host)
-        block = self._per_block_on_host() if inputs_on_host else self.per_block
+        block = self._per_block_on_host if inputs_on_host else self.per_block
         if plan.targets and plan.inputs_on_host == inputs_on_host and (
                 block is None or set(plan.targets) != set(block.targets)):
             count = len(plan.targets)
