@@ -31,11 +31,14 @@ checkpoint regions (the selective policy passes as a module-level ``context_fn``
 dynamo takes), each pass on its own containers, and the compiled backward does the recomputation.
 
 A top-level checkpoint may keep its inputs in pinned host memory (``host``, a
-:class:`~mmdropit.common.host_copies.HostCopies`, one group per call): they travel off the GPU on a
-side stream during the forward pass, and back one checkpoint ahead of its recomputation, so the
-device holds the inputs of the checkpoint being recomputed and of the one recomputed next instead
-of all of them (the per-block plan of a ViT keeps its fp32 residual stream). What the checkpoint's
-region saves is the checkpoint's own. Inside another checkpoint's pass, in a backward pass and
+:class:`~mmdropit.common.host_copies.HostGroup`: a group of the plan's ``HostCopies`` per call):
+they travel off the GPU on a side stream during the forward pass, and back one checkpoint ahead
+of its recomputation, so the device holds the inputs of the checkpoint being recomputed and of
+the one recomputed next instead of all of them (the per-block plan of a ViT keeps its fp32
+residual stream). A checkpoint of the plan whose inputs stay on the device (its copy would free
+nothing, or the link would not carry it) opens a group that copies nothing, so that its
+recomputation still starts the way back of the inputs of the checkpoint before it. What the
+checkpoint's region saves is the checkpoint's own. Inside another checkpoint's pass, in a backward pass and
 under ``torch.compile`` the inputs stay where they are (on a CPU they always do).
 
 Example:
@@ -65,7 +68,7 @@ from .first_pass import FirstPass, Region, fresh_containers, has_containers
 from .selective import selective_contexts
 
 if TYPE_CHECKING:
-    from ..common.host_copies import HostCopies
+    from ..common.host_copies import HostGroup
 
 _SWAP = ClassSwap('Checkpointed')
 
@@ -94,7 +97,7 @@ def _contexts(first_pass: FirstPass, selective: bool) -> tuple:
             _both(checkpoint_pass(first=False), _both(first_pass.as_first_seen(), recompute)))
 
 
-def _checkpointed(region: Region, run: Callable, selective: bool, host: HostCopies | None,
+def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGroup | None,
                   *args, **kwargs):
     """``run(*args, **kwargs)`` as one checkpoint of ``region`` whose recomputation starts from
     what its first pass started from (:mod:`.first_pass`), its inputs kept in ``host`` (when
@@ -116,12 +119,12 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostCopi
     return output
 
 
-def _inputs_kept_in(host: HostCopies | None) -> contextlib.AbstractContextManager:
-    """Where a checkpoint entered now keeps its inputs: one group of ``host``, unless it is
+def _inputs_kept_in(host: HostGroup | None) -> contextlib.AbstractContextManager:
+    """Where a checkpoint entered now keeps its inputs: a group of ``host``, unless it is
     inside another checkpoint's pass or a backward pass (then it keeps them where they are)."""
     if host is None or not saved_until_backward():
         return contextlib.nullcontext()
-    return host.group()
+    return host.open()
 
 
 def _each_pass(run: Callable, copies: bool) -> Callable:
@@ -146,7 +149,7 @@ class _CheckpointedModule:
 
     _mmdropit_selective: bool
     _mmdropit_region: Region
-    _mmdropit_host: HostCopies | None
+    _mmdropit_host: HostGroup | None
 
     def forward(self, *args, **kwargs):
         forward = super().forward
@@ -162,7 +165,7 @@ class _CheckpointedRuns:
     of its children (``_mmdropit_parts``, by first child; made again if the children were
     replaced)."""
 
-    _mmdropit_runs: list[tuple[int, int, bool, HostCopies | None]]
+    _mmdropit_runs: list[tuple[int, int, bool, HostGroup | None]]
     _mmdropit_parts: dict[int, Region]
 
     def forward(self, x):
@@ -207,7 +210,7 @@ class _SiblingRun:
     members: tuple[nn.Module, ...]
     region: Region
     selective: bool
-    host: HostCopies | None = None
+    host: HostGroup | None = None
     output: torch.Tensor | None = None
     turn: int = 0
 
@@ -264,7 +267,7 @@ class _CheckpointedSiblingsFollower:
 
 
 def checkpoint_module(module: nn.Module, selective: bool = False,
-                      host: HostCopies | None = None) -> None:
+                      host: HostGroup | None = None) -> None:
     """Make every call of ``module`` one non-reentrant checkpoint (``selective``: keeping the
     outputs of its costly ops; ``host``: keeping its inputs in host memory, see the module)."""
     _SWAP.swap_in(module, _CheckpointedModule)
@@ -274,7 +277,7 @@ def checkpoint_module(module: nn.Module, selective: bool = False,
 
 
 def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
-                   selective: bool = False, host: HostCopies | None = None) -> None:
+                   selective: bool = False, host: HostGroup | None = None) -> None:
     """Checkpoint children ``first..last`` (inclusive) of ``sequential`` as one piece
     (``selective``: keeping the outputs of its costly ops; ``host``: its inputs in host
     memory)."""
@@ -294,7 +297,7 @@ def has_forward_hooks(module: nn.Module) -> bool:
 
 
 def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],
-                        selective: bool = False, host: HostCopies | None = None) -> None:
+                        selective: bool = False, host: HostGroup | None = None) -> None:
     """Checkpoint children of ``parent`` that it calls one after another, each on what the one
     before returned, as one piece (``selective``: keeping the outputs of its costly ops;
     ``host``: its inputs in host memory).

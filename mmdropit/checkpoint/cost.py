@@ -48,9 +48,9 @@ class Prediction:
         recompute_seconds: Forward time spent again in backward.
         host_bytes: Bytes kept in host memory instead (the top-level checkpoints' inputs of a
             plan that keeps them there).
-        host_checkpoints: How many top-level checkpoints, from the first, keep their inputs
-            in host memory (those after them keep theirs on the device: the link would not
-            carry them while the forward pass runs).
+        host_checkpoints: The positions, in forward order, of the top-level checkpoints that
+            keep their inputs in host memory (:func:`hosted_checkpoints`; the others keep theirs
+            on the device).
     """
 
     activation_peak: int
@@ -58,7 +58,7 @@ class Prediction:
     kept_bytes: int
     recompute_seconds: float
     host_bytes: int = 0
-    host_checkpoints: int = 0
+    host_checkpoints: tuple[int, ...] = ()
 
 
 def _transients(chain: Chain, grads: list[int]) -> list[int]:
@@ -134,12 +134,10 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
     plan of inner segments), exactly by storage.
 
     With ``inputs_on_host`` the top-level checkpoints keep their inputs in host memory
-    (:mod:`.apply`): an input that moves (:attr:`~.chain.Segment.movable`) and no other item
-    keeps is on the device only while backward passes its checkpoint, and while it passes the
-    checkpoint after it, if that one keeps its inputs on the host too (its way back starts
-    there). With ``host_capacity``, only the first checkpoints up to the last one whose copies
-    fit in that many bytes move them (:func:`hosted_checkpoints`); the ones after keep theirs
-    on the device.
+    (:mod:`.apply`), those :func:`hosted_checkpoints` chooses for ``host_capacity``: an input
+    that moves (:attr:`~.chain.Segment.movable`) and no other item keeps is on the device only
+    while backward passes its checkpoint, and the top-level checkpoint after it (its way back
+    starts there, also where that one keeps its own inputs on the device: :mod:`.apply`).
 
     tests/checkpoint/test_plan.py checks the predictions against peaks measured by MemTracker,
     tests/checkpoint/test_inputs_on_host.py those with inputs on the host on a GPU.
@@ -153,33 +151,32 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
 
     hosted: set[int] = set()  # with inputs_on_host, the inputs kept in host memory
     in_order = sorted(segments, key=lambda segment: segment.start)
-    count = hosted_checkpoints(chain, in_order, host_capacity) if inputs_on_host else 0
-    position = {id(segment): k for k, segment in enumerate(in_order)}  # hosted: below count
+    chosen = hosted_checkpoints(chain, in_order, host_capacity) if inputs_on_host else ()
+    on_host = {id(in_order[k]) for k in chosen}
+    last = in_order[-1] if in_order else None
 
     def walk(start: int, stop: int, plan: list[Segment] | tuple[Segment, ...],
-             kept: set[int], top: bool = False) -> float:
-        """Go through items ``start..stop`` under ``plan`` (the ``top``-level one or an inner
-        one), adding to ``kept`` what they keep (to ``hosted`` what its checkpoints keep on
-        the host) and to ``moments`` each backward figure; returns the recompute seconds."""
+             kept: set[int]) -> float:
+        """Go through items ``start..stop`` under ``plan`` (the top-level one or an inner one),
+        adding to ``kept`` what they keep (to ``hosted`` what its checkpoints keep on the host)
+        and to ``moments`` each backward figure; returns the recompute seconds."""
         by_start = {s.start: s for s in plan}
-        last_start = max(by_start, default=start)
         seconds = 0.0
         ahead: set[int] = set()  # the inputs of the checkpoint before, on their way back
         i = start
         while i < stop:
             segment = by_start.get(i)
-            if segment is None:  # (the inputs ahead come back once a checkpoint after it has)
+            if segment is None:
                 kept |= chain.items[i].saves
-                moments.append((chain.bytes_of(kept | ahead if i < last_start else kept)
-                                + transients[i], grad_after[i + 1]))
+                moments.append((chain.bytes_of(kept | ahead) + transients[i],
+                                grad_after[i + 1]))
                 i += 1
                 continue
-            at = position[id(segment)] if top else count
-            inputs = set(segment.movable) - kept if at < count else set()
+            inputs = set(segment.movable) - kept if id(segment) in on_host else set()
             hosted.update(inputs)
             kept |= {*segment.inputs, *segment.cached} - inputs
             back = kept | inputs | ahead
-            ahead = inputs if at + 1 < count else set()  # (the next one's backward fetches it)
+            ahead = inputs if segment is not last else set()  # the next one fetches them
             seconds += segment.seconds
             if segment.inner:  # recomputed under its inner plan, on top of what is kept
                 walk(segment.start, segment.stop, segment.inner, set(back))
@@ -193,33 +190,43 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
         return seconds
 
     kept: set[int] = set()
-    seconds = walk(0, len(chain.items), segments, kept, top=True)
+    seconds = walk(0, len(chain.items), segments, kept)
     activation_peak = max((active for active, _ in moments), default=0)
     step_peak = max((active + grad for active, grad in moments), default=0)
     return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds,
-                      chain.bytes_of(hosted - kept), count)
+                      chain.bytes_of(hosted - kept), chosen)
 
 
 def hosted_checkpoints(chain: Chain, segments: list[Segment],
-                       host_capacity: float | None = None) -> int:
-    """How many of ``segments`` (top-level checkpoints in chain order), from the first, keep
-    their inputs in host memory: up to the last one whose copies, with those of the ones
-    before it, fit in ``host_capacity`` bytes (``None``: no limit), the bytes the link carries
-    while the forward pass runs. The copies queue on one stream, so the later a copy starts,
-    the less of the forward pass is left to hide it. A checkpoint's copies are its movable
-    inputs (:attr:`~.chain.Segment.movable`), also those another item keeps on the device
-    anyway; a checkpoint after the last one that copies anything gains nothing from the host.
+                       host_capacity: float | None = None) -> tuple[int, ...]:
+    """The positions among ``segments`` (top-level checkpoints in chain order) of those that
+    keep their inputs in host memory: in forward order, each whose copy frees device memory,
+    as long as the copies so far fit in ``host_capacity`` bytes (``None``: no limit), the bytes
+    the link carries while the forward pass runs. The copies queue on one stream, so the later
+    a copy starts, the less of the forward pass is left to hide it: the first checkpoint whose
+    copies do not fit ends the choice. A checkpoint copies its movable inputs
+    (:attr:`~.chain.Segment.movable`); its copy frees nothing where every one of them is kept
+    on the device anyway by an item before it (as the ReLU before a ResNet block's
+    checkpointed convolutions keeps its output) or a checkpoint before it: that checkpoint
+    keeps its inputs on the device, and takes none of the link.
     """
     room = math.inf if host_capacity is None else host_capacity
-    count = 0
+    kept: set[int] = set()
+    chosen: list[int] = []
+    done = 0  # the items before it whose saves are in kept
     for k, segment in enumerate(segments):
-        copied = chain.bytes_of(set(segment.movable))
-        if copied > room:
+        for item in chain.items[done:segment.start]:
+            kept |= item.saves
+        done = segment.stop
+        moved = set(segment.movable)
+        frees = bool(moved - kept)
+        if frees and chain.bytes_of(moved) > room:
             break
-        room -= copied
-        if copied:
-            count = k + 1
-    return count
+        if frees:
+            room -= chain.bytes_of(moved)
+            chosen.append(k)
+        kept |= {*segment.inputs, *segment.cached} - (moved if frees else set())
+    return tuple(chosen)
 
 
 Cut = int | None

@@ -26,7 +26,7 @@ from pathlib import Path
 from torch import nn
 
 from ..common.budget import Budget, parse_budget, resolve_budget
-from ..common.host_copies import HostCopies
+from ..common.host_copies import HostCopies, HostGroup
 from ..common.technique import Applied
 from ..common.units import mib
 from ..errors import ConfigError
@@ -76,16 +76,16 @@ class CheckpointPlan:
             memory (:mod:`.apply`; on a GPU, where the plan's kept bytes are mostly those
             inputs, as per-block checkpointing's residual stream); ``planned`` then predicts
             the device's bytes (:func:`~.cost.predict`).
-        host_checkpoints: With ``inputs_on_host``, how many of the top-level ``targets``, from
-            the first (in the forward pass's order in every plan the search makes), keep their
-            inputs in host memory (``None``: all); the later ones keep theirs on the device,
-            where the host link would not carry them while the forward pass runs
-            (:func:`~.cost.hosted_checkpoints`).
+        host_checkpoints: With ``inputs_on_host``, the positions in ``targets`` (in the forward
+            pass's order in every plan the search makes) of the top-level checkpoints that keep
+            their inputs in host memory (``None``: all); the others keep theirs on the device,
+            where the host link would not carry them while the forward pass runs or where their
+            copy would free nothing (:func:`~.cost.hosted_checkpoints`).
 
     Raises:
         ConfigError: A target that is not a ``ModuleTarget`` / ``RunTarget`` /
-            ``SiblingsTarget``, a malformed budget, or ``host_checkpoints`` that is not a
-            count of top-level targets of a plan with ``inputs_on_host``.
+            ``SiblingsTarget``, a malformed budget, or ``host_checkpoints`` that is not an
+            increasing sequence of positions in ``targets`` of a plan with ``inputs_on_host``.
 
     Example:
         >>> from torch import nn
@@ -97,8 +97,8 @@ class CheckpointPlan:
         ...     applied.summary, applied.host.stats.bytes_moved  # a CPU model: nothing moves
         ('checkpoint plan of 1 checkpoint, its inputs in host memory', 0)
         >>> CheckpointPlan([ModuleTarget('0'), ModuleTarget('2')], inputs_on_host=True,
-        ...                host_checkpoints=1).host_summary
-        'the inputs of its first 1 in host memory'
+        ...                host_checkpoints=[1]).host_summary
+        'the inputs of 1 of its 2 in host memory'
         >>> CheckpointPlan(['0'])  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -115,19 +115,24 @@ class CheckpointPlan:
     forward_seconds: float = 0.0
     planning_seconds: float = 0.0
     inputs_on_host: bool = False
-    host_checkpoints: int | None = None
+    host_checkpoints: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.inputs_on_host, bool):
             raise ConfigError('a checkpoint plan\'s inputs_on_host is True or False, got '
                               f'{self.inputs_on_host!r}')
-        count = self.host_checkpoints
-        if count is not None and (not self.inputs_on_host or type(count) is not int
-                                  or not 0 < count <= len(self.targets)):
-            raise ConfigError(
-                "a checkpoint plan's host_checkpoints counts its first top-level checkpoints "
-                'that keep their inputs in host memory: from 1 to the number of its targets '
-                f'({len(self.targets)}) with inputs_on_host True, or None for all; got {count!r}')
+        chosen = self.host_checkpoints
+        if chosen is not None:
+            if (not self.inputs_on_host or not isinstance(chosen, (list, tuple)) or not chosen
+                    or any(type(k) is not int for k in chosen)
+                    or list(chosen) != sorted(set(chosen))
+                    or not 0 <= chosen[0] <= chosen[-1] < len(self.targets)):
+                raise ConfigError(
+                    "a checkpoint plan's host_checkpoints lists the positions in its targets of "
+                    'the top-level checkpoints that keep their inputs in host memory, '
+                    f'increasing, from 0 to {len(self.targets) - 1}, with inputs_on_host True '
+                    f'(or is None for all); got {chosen!r}')
+            object.__setattr__(self, 'host_checkpoints', tuple(chosen))
         for target in self.targets:
             if not isinstance(target, (ModuleTarget, RunTarget, SiblingsTarget)):
                 raise ConfigError("a checkpoint plan's targets are ModuleTarget, RunTarget or "
@@ -154,9 +159,13 @@ class CheckpointPlan:
             raise ConfigError(f'this checkpoint plan names modules the model does not have: '
                               f'{", ".join(missing)}; plan again for this model')
         host = HostCopies(move_leaves=False) if self.inputs_on_host else None
-        hosted = {id(target) for target in self.targets[:self.host_checkpoints]}
+        chosen = range(len(self.targets)) if self.host_checkpoints is None \
+            else self.host_checkpoints
+        copying = {id(self.targets[k]) for k in chosen}
+        top = {id(target) for target in self.targets}
         for _, target in targets:
-            where = host if id(target) in hosted else None
+            where = HostGroup(host, id(target) in copying) \
+                if host is not None and id(target) in top else None
             if isinstance(target, ModuleTarget):
                 checkpoint_module(modules[target.module], target.selective, where)
             elif isinstance(target, RunTarget):
@@ -178,12 +187,14 @@ class CheckpointPlan:
             return ''
         if self.host_checkpoints is None:
             return 'its inputs in host memory'
-        return f'the inputs of its first {self.host_checkpoints} in host memory'
+        return (f'the inputs of {len(self.host_checkpoints)} of its {len(self.targets)} in '
+                'host memory')
 
     def with_inputs_on_host(self, chain: Chain,
                             host_capacity: float | None = None) -> CheckpointPlan | None:
-        """This plan with its top-level checkpoints' inputs in host memory, as many as
-        ``host_capacity`` bytes carry (:func:`~.cost.predict`; ``None``: all), ``planned``
+        """This plan with its top-level checkpoints' inputs in host memory, those whose copies
+        ``host_capacity`` bytes carry and free memory (:func:`~.cost.hosted_checkpoints`;
+        ``None``: no limit), ``planned``
         predicted so on ``chain`` (the step it was planned on); ``None`` where a checkpoint
         nests others (the cost model walks inner plans on the device), is not one of
         ``chain``'s segments, or where no input would move."""
@@ -249,7 +260,9 @@ class CheckpointPlan:
             data['targets'] = targets_from_json(data['targets'])
         for key in ('baseline', 'planned'):
             if data.get(key) is not None:
-                data[key] = Prediction(**data[key])
+                prediction = dict(data[key])
+                prediction['host_checkpoints'] = tuple(prediction.get('host_checkpoints', ()))
+                data[key] = Prediction(**prediction)
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
@@ -460,11 +473,11 @@ def forward_link_bytes(chain: Chain, host_link: float | None) -> float | None:
 
 def _hosting(plan: CheckpointPlan) -> CheckpointPlan:
     """``plan`` keeping in host memory the inputs of the checkpoints its prediction moves
-    (:attr:`~.cost.Prediction.host_checkpoints`): all, the first ones, or none (then a plan on
-    the device)."""
-    count = plan.planned.host_checkpoints if plan.inputs_on_host else 0
-    return replace(plan, inputs_on_host=count > 0,
-                   host_checkpoints=count if 0 < count < len(plan.targets) else None)
+    (:attr:`~.cost.Prediction.host_checkpoints`): all, some, or none (then a plan on the
+    device)."""
+    chosen = plan.planned.host_checkpoints if plan.inputs_on_host else ()
+    return replace(plan, inputs_on_host=bool(chosen),
+                   host_checkpoints=chosen if 0 < len(chosen) < len(plan.targets) else None)
 
 
 def _fastest_on_host(chain: Chain, target: int | None, budget: Budget,
@@ -533,8 +546,9 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
             prediction is not what the plan keeps there).
         host_link: With ``inputs_on_host``, bytes a second between the device and pinned host
             memory (:func:`mmdropit.offload.link_bytes_per_second`): only the inputs it
-            carries while the recorded forward pass runs move, those of the first checkpoints
-            (:attr:`CheckpointPlan.host_checkpoints`); ``None``: every checkpoint's.
+            carries while the recorded forward pass runs move, those of the checkpoints in
+            forward order (:attr:`CheckpointPlan.host_checkpoints`); ``None``: every
+            checkpoint's (except where a copy would free nothing).
 
     Returns:
         The plan (not yet applied: call ``plan.apply(model)``).

@@ -3,7 +3,10 @@ forward pass and prefetched back, one group ahead, during the backward pass.
 
 A *group* is what one offloaded module saved in one call (:mod:`mmdropit.offload`), or the
 inputs of one call of a checkpoint that keeps them in host memory
-(:mod:`mmdropit.checkpoint.apply`). Its pack hook (:meth:`HostCopies.pack`) starts a device-to-
+(:mod:`mmdropit.checkpoint.apply`; :class:`HostGroup`). A group may also keep what it saves on
+the device and only mark a place in the backward pass: a checkpoint of a plan with its inputs on
+the host whose copy would free nothing starts the way back of the group before it, as one that
+copies does. Its pack hook (:meth:`HostCopies.pack`) starts a device-to-
 host copy of each saved CUDA tensor on a side stream and lets the caching allocator reuse the
 device memory once that copy is done (``Tensor.record_stream``); the forward pass does not wait
 for it, unless more than ``in_flight_bytes`` are still travelling: then the host waits for the
@@ -96,10 +99,11 @@ def _check_unchanged(tensor: torch.Tensor | None, version: int) -> None:
 
 @dataclass(eq=False)
 class _Kept:
-    """A saved tensor that stays where it is, and its version counter when saved."""
+    """A saved tensor that stays where it is, its version counter when saved, and its group."""
 
     tensor: torch.Tensor
     version: int
+    group: int
 
 
 @dataclass(eq=False)
@@ -163,16 +167,20 @@ class HostCopies:
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._in_flight: collections.deque[tuple[torch.cuda.Event, int]] = collections.deque()
         self._current = -1
+        self._copying = True
 
     @contextlib.contextmanager
-    def group(self) -> Iterator[None]:
-        """Offload what autograd saves inside the block, as one group."""
+    def group(self, copy: bool = True) -> Iterator[None]:
+        """Offload what autograd saves inside the block, as one group (``copy`` false: keep it
+        on the device; the group's first unpacked tensor still starts the way back of the group
+        before it)."""
         self._current, outer = self._groups.start(), self._current
+        self._copying, outer_copying = copy, self._copying
         try:
             with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack):
                 yield
         finally:
-            self._current = outer
+            self._current, self._copying = outer, outer_copying
 
     def _stream(self, device: torch.device) -> torch.cuda.Stream:
         if device not in self._streams:
@@ -181,10 +189,10 @@ class HostCopies:
 
     def pack(self, tensor: torch.Tensor) -> _Kept | _HostCopy:
         """Start copying ``tensor`` to pinned host memory (or keep it, see the module doc)."""
-        if (not tensor.is_cuda or tensor.nbytes < MIN_BYTES
+        if (not self._copying or not tensor.is_cuda or tensor.nbytes < MIN_BYTES
                 or tensor.is_leaf and (tensor.requires_grad or not self.move_leaves)):
             report_kept(tensor)
-            return _Kept(tensor, tensor._version)
+            return _Kept(tensor, tensor._version, self._current)
         stream = self._stream(tensor.device)
         stream.wait_stream(torch.cuda.current_stream(tensor.device))
         host = torch.empty_like(tensor, device='cpu', pin_memory=True)  # its layout kept
@@ -225,6 +233,7 @@ class HostCopies:
         """The saved tensor on its device; starts the way back of the group before it."""
         if isinstance(saved, _Kept):
             _check_unchanged(saved.tensor, saved.version)
+            self._prefetch_group(saved.group - 1)
             return saved.tensor
         _check_unchanged(saved.source(), saved.version)
         if saved.on_device is None:  # the first of its group, or its prefetch never started
@@ -239,3 +248,22 @@ class HostCopies:
         tensor = saved.on_device
         tensor.record_stream(compute)  # made on the side stream, used on this one
         return tensor
+
+
+@dataclass(frozen=True)
+class HostGroup:
+    """Where a checkpoint keeps its inputs: one group of ``copies`` per call (``copy`` false:
+    a group that keeps them on the device, see the module).
+
+    Example:
+        >>> copies = HostCopies()
+        >>> with HostGroup(copies, copy=False).open():
+        ...     pass
+    """
+
+    copies: HostCopies
+    copy: bool = True
+
+    def open(self) -> contextlib.AbstractContextManager:
+        """The group of this call (:meth:`HostCopies.group`)."""
+        return self.copies.group(self.copy)

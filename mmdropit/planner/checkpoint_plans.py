@@ -53,9 +53,10 @@ class CheckpointPlans(Technique):
     With ``host_link``, plans are also offered with their checkpoints' inputs in host memory
     (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`): the fastest one searched so
     (single-level; :func:`~mmdropit.checkpoint.plan_for_chain`), and the per-block plan, each
-    moving the inputs of as many of its first checkpoints as the link carries in
-    :data:`FORWARD_SHARE` of the step with nothing applied (the others keep theirs on the
-    device). Their activations as the cost model predicts the device's, their time that of the
+    moving the inputs of its checkpoints in forward order, as far as the link carries them in
+    :data:`FORWARD_SHARE` of the step with nothing applied, except where a copy would free
+    nothing (:func:`~mmdropit.checkpoint.cost.hosted_checkpoints`; the others keep theirs on
+    the device). Their activations as the cost model predicts the device's, their time that of the
     plan plus the copies' time beyond :data:`FORWARD_SHARE` of the step's (a step's copies each
     way: the inputs' share of the activations, of every micro-batch, at ``host_link`` bytes a
     second).

@@ -3,6 +3,7 @@ model's device bytes, the plan file, and every kind of checkpoint training the s
 CPU nothing moves; tests/cuda/test_offload_cuda.py measures the GPU)."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -287,20 +288,20 @@ def test_only_the_first_checkpoints_whose_inputs_the_link_carries_move_them():
     device, every = predict(chain, segments), predict(chain, segments, True)
     first = predict(chain, segments, True, 3.5 * block_input)
     assert (first.host_checkpoints, every.host_checkpoints, device.host_checkpoints) == \
-        (3, BLOCKS, 0)
+        ((0, 1, 2), tuple(range(BLOCKS)), ())
     assert first.host_bytes == 3 * block_input
     assert device.kept_bytes - first.kept_bytes == 3 * block_input
     assert every.activation_peak < first.activation_peak < device.activation_peak
     assert predict(chain, segments, True, block_input / 2) == device
     hosted = plan.with_inputs_on_host(chain, 3.5 * block_input)
-    assert hosted.host_checkpoints == 3 and hosted.planned == first
+    assert hosted.host_checkpoints == (0, 1, 2) and hosted.planned == first
     assert plan.with_inputs_on_host(chain).host_checkpoints is None
     assert plan.with_inputs_on_host(chain, block_input / 2) is None  # nothing would move
 
 
 def test_a_plan_searched_for_a_link_moves_what_it_carries_and_still_fits():
     """Plans searched with their inputs on the host for a link that carries a few block inputs
-    move no more than that, from their first checkpoint on, and still fit their budget; a link
+    move no more than that, in forward order, and still fit their budget; a link
     that carries none gives a plan on the device."""
     net = _blocks_net()
     chain = _timed_by_items(net)
@@ -312,7 +313,8 @@ def test_a_plan_searched_for_a_link_moves_what_it_carries_and_still_fits():
             plan = plan_for_chain(chain, budget, inputs_on_host=True, host_capacity=capacity)
             assert 0 < plan.planned.host_bytes <= capacity
             assert plan.inputs_on_host
-            assert (plan.host_checkpoints or len(plan.targets)) == plan.planned.host_checkpoints
+            assert (plan.host_checkpoints or tuple(range(len(plan.targets)))) == \
+                plan.planned.host_checkpoints
             starts = [segment.start for segment in chain.segments_of(plan.targets)]
             assert starts == sorted(starts)
             if budget is not None:
@@ -324,22 +326,24 @@ def test_a_plan_searched_for_a_link_moves_what_it_carries_and_still_fits():
     assert on_device.planned.activation_peak <= 0.6 * baseline
 
 
-def test_a_plan_moving_its_first_checkpoints_inputs_applies_so_and_reads_back():
+def test_a_plan_moving_some_checkpoints_inputs_applies_so_and_reads_back():
     targets = [ModuleTarget(f'1.{index}') for index in range(BLOCKS)]
-    plan = CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=2)
-    assert CheckpointPlan.from_json(plan.to_json()) == plan
-    assert 'the inputs of its first 2 in host memory' in str(plan)
+    plan = CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=[1, 2])
+    assert plan.host_checkpoints == (1, 2)
+    assert CheckpointPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    assert f'the inputs of 2 of its {BLOCKS} in host memory' in str(plan)
     assert 'host_checkpoints' not in CheckpointPlan(targets, inputs_on_host=True).to_json()
     net = _blocks_net()
     with plan.apply(net) as applied:
-        assert applied.summary.endswith('the inputs of its first 2 in host memory')
-        assert [net[1][index]._mmdropit_host is applied.host for index in range(BLOCKS)] == \
-            [True] * 2 + [False] * (BLOCKS - 2)
-    for bad in (0, BLOCKS + 1, True, '2'):
-        with pytest.raises(ConfigError, match='host_checkpoints counts its first top-level'):
+        assert applied.summary.endswith(f'the inputs of 2 of its {BLOCKS} in host memory')
+        groups = [net[1][index]._mmdropit_host for index in range(BLOCKS)]
+        assert all(group.copies is applied.host for group in groups)
+        assert [group.copy for group in groups] == [False, True, True] + [False] * (BLOCKS - 3)
+    for bad in ((), (BLOCKS,), (-1, 0), (2, 1), (1, 1), (True,), ('2',), 2):
+        with pytest.raises(ConfigError, match='host_checkpoints lists the positions'):
             CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=bad)
     with pytest.raises(ConfigError, match='with inputs_on_host True'):
-        CheckpointPlan(targets, host_checkpoints=2)
+        CheckpointPlan(targets, host_checkpoints=(2,))
 
 
 def _mlp_blocks() -> list[nn.Module]:
@@ -347,24 +351,30 @@ def _mlp_blocks() -> list[nn.Module]:
             for _ in range(BLOCKS)]
 
 
-def test_the_link_carries_every_input_a_checkpoint_copies_and_none_of_one_that_copies_nothing():
-    """The host's copies take every movable input, also one the layer before keeps on the
-    device anyway (here the ReLU's output, the first block's input): the link is charged for
-    it. A first checkpoint that takes the data batch copies nothing: with room for less than
-    one input nothing moves, and the plan is one on the device."""
+def test_a_checkpoint_whose_copy_frees_nothing_keeps_its_inputs_and_a_data_batch_moves_none():
+    """The host's copies take every movable input. The first block's input is the ReLU's
+    output, which the ReLU keeps on the device anyway: that checkpoint keeps its inputs there
+    and takes none of the link, which carries the next two blocks' inputs. A first checkpoint
+    that takes the data batch copies nothing: with room for less than one input nothing moves,
+    and the plan is one on the device."""
     torch.manual_seed(0)
     block_input = BATCH * WIDTH * 4
     net = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Sequential(*_mlp_blocks()))
     x = torch.randn(BATCH, WIDTH)
     chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
-    plan = per_block_plan(chain, net).with_inputs_on_host(chain, 2.5 * block_input)
-    assert plan.host_checkpoints == 2 and plan.planned.host_bytes == block_input
+    block = per_block_plan(chain, net)
+    plan = block.with_inputs_on_host(chain, 2.5 * block_input)
+    assert plan.host_checkpoints == (1, 2) and plan.planned.host_bytes == 2 * block_input
+    segments = chain.segments_of(plan.targets)
+    assert predict(chain, segments, True, 2.5 * block_input).kept_bytes == \
+        predict(chain, segments).kept_bytes - 2 * block_input
+    assert block.with_inputs_on_host(chain).host_checkpoints == tuple(range(1, BLOCKS))
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Sequential(*_mlp_blocks()), nn.Linear(WIDTH, 4))
     chain = _timed_by_items(net)
     block = per_block_plan(chain, net)
     assert block.with_inputs_on_host(chain, block_input / 2) is None
-    assert block.with_inputs_on_host(chain, 1.5 * block_input).host_checkpoints == 2
+    assert block.with_inputs_on_host(chain, 1.5 * block_input).host_checkpoints == (1,)
     plan = plan_for_chain(chain, None, inputs_on_host=True, host_capacity=block_input / 2)
-    assert not plan.inputs_on_host and plan.planned.host_checkpoints == 0
+    assert not plan.inputs_on_host and plan.planned.host_checkpoints == ()

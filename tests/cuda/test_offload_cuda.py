@@ -151,9 +151,9 @@ the_gradients_and_lowers_the_peak`), each input but the data batch (the first bl
 
 def test_a_plan_for_a_link_that_carries_six_inputs_moves_the_first_six():
     """The same 11 checkpoints, their inputs on the host as far as a link with room for 6.5
-    block inputs carries them: the first seven checkpoints keep theirs on the host (the first
-    one's, the data batch, does not move), six inputs move a step, and the gradients are the
-    device plan's."""
+    block inputs carries them: the second to the seventh checkpoints keep theirs on the host
+    (the first one's, the data batch, does not move), six inputs move a step and come back by
+    prefetches, and the gradients are the device plan's."""
     from mmdropit.checkpoint import CheckpointPlan, ModuleTarget, build_chain, record_step
 
     model, x = _mlp(), torch.randn(2048, 1024, device='cuda')
@@ -161,7 +161,8 @@ def test_a_plan_for_a_link_that_carries_six_inputs_moves_the_first_six():
     chain = build_chain(record_step(model, lambda: model(x).square().mean()), model)
     plan = CheckpointPlan([ModuleTarget(str(index)) for index in range(11)])
     hosted = plan.with_inputs_on_host(chain, 6.5 * block_input)
-    assert hosted.host_checkpoints == 7 and hosted.planned.host_bytes == 6 * block_input
+    assert hosted.host_checkpoints == (1, 2, 3, 4, 5, 6)
+    assert hosted.planned.host_bytes == 6 * block_input
     gradients = []
     for applied_plan in (plan, hosted):
         with applied_plan.apply(model) as applied:
@@ -169,7 +170,41 @@ def test_a_plan_for_a_link_that_carries_six_inputs_moves_the_first_six():
         gradients.append(got)
     assert applied.host.stats.tensors_moved == 6
     assert applied.host.stats.bytes_moved == 6 * block_input
+    # the eighth checkpoint, on the device, starts the way back of the seventh's input
+    assert applied.host.stats.fetched_on_demand == 0 and applied.host.stats.prefetched == 6
     assert _largest_difference(gradients[1], gradients[0]) <= REORDERING
+
+
+def test_a_checkpoint_whose_input_a_relu_keeps_stays_and_the_next_one_fetches_across_it():
+    """A ReLU between the sixth and seventh blocks keeps its output, the seventh block's
+    input: that checkpoint keeps its inputs on the device, and the nine others whose inputs
+    autograd made move theirs. The eighth block's backward fetches the sixth block's inputs
+    across the seventh (one fetch on demand a step, the rest prefetched), the gradients are the
+    device plan's, and the peak falls by what the cost model predicts, to within a quarter."""
+    from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, build_chain, predict,
+                                     record_step)
+
+    blocks = list(_mlp())
+    model = nn.Sequential(*blocks[:6], nn.ReLU(), *blocks[6:]).cuda()
+    x = torch.randn(2048, 1024, device='cuda')
+    chain = build_chain(record_step(model, lambda: model(x).square().mean()), model)
+    plan = CheckpointPlan([ModuleTarget(str(index)) for index in (*range(6), *range(7, 12))])
+    hosted = plan.with_inputs_on_host(chain)
+    assert hosted.host_checkpoints == (1, 2, 3, 4, 5, 7, 8, 9, 10)
+    predicted = (predict(chain, chain.segments_of(plan.targets)).activation_peak
+                 - hosted.planned.activation_peak)
+    peaks, gradients = [], []
+    for applied_plan in (plan, hosted):
+        with applied_plan.apply(model) as applied:
+            _step(model, x)
+            got, peak = _step(model, x, gradients_held=True)
+        peaks.append(peak)
+        gradients.append(got)
+    assert _largest_difference(gradients[1], gradients[0]) <= REORDERING
+    stats = applied.host.stats
+    assert stats.tensors_moved == 2 * 9 and stats.bytes_moved == 2 * 9 * 2048 * 1024 * 4
+    assert stats.fetched_on_demand == 2 and stats.prefetched == 2 * 8
+    assert abs((peaks[0] - peaks[1]) - predicted) <= predicted / 4, (peaks, predicted)
 
 
 def test_a_tensor_kept_in_host_memory_and_changed_in_place_is_refused_as_autograd_refuses_it():

@@ -125,8 +125,8 @@ def test_plans_with_their_inputs_on_the_host_are_offered_at_the_devices_bytes():
 
     link = 2.5 * block_input * 3 / 2.0  # 2.5 inputs in a third of the 2-second step
     first = offered(link)['per-block checkpointing (6 blocks host']
-    assert first.setting('checkpoint-plan').host_checkpoints == 2
-    assert 'the inputs of its first 2 in host memory' in first.summary
+    assert first.setting('checkpoint-plan').host_checkpoints == (0, 1)
+    assert 'the inputs of 2 of its 6 in host memory' in first.summary
     assert hosted.activation_bytes < first.activation_bytes < device.activation_bytes
     assert all('host' not in summary for summary in offered(block_input))
 

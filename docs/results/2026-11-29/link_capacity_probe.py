@@ -1,4 +1,4 @@
-"""Plans with their inputs in host memory for links that carry fewer of them (stop 59).
+"""Plans with their inputs in host memory for links that carry fewer of them (stops 59, 60).
 
 Records DeiT-S and ResNet-50 (timm, random weights, batch 2, fp32) on this CPU, and predicts
 per-block checkpointing and the least-memory plan searched with the inputs on the host, for a
@@ -26,7 +26,7 @@ def main() -> None:
         chain = build_chain(record_step(model, step), model)
         block = per_block_plan(chain, model)
         every = block.with_inputs_on_host(chain)
-        inputs = every.planned.host_bytes / max(every.planned.host_checkpoints, 1)
+        inputs = every.planned.host_bytes / max(len(every.planned.host_checkpoints), 1)
         print(f'{name}: {len(block.targets)} blocks, per-block on the device '
               f'{block.activation_share:.3f} of the activations')
         for carried in (None, 10, 8, 6):
@@ -36,8 +36,8 @@ def main() -> None:
             share = least.planned.recompute_seconds / max(least.forward_seconds, 1e-9)
             label = 'all' if carried is None else f'{carried} inputs'
             print(f'  link carries {label:>9}: per-block {hosted.activation_share:.3f} '
-                  f'({hosted.planned.host_checkpoints} move); least '
-                  f'{least.activation_share:.3f} ({least.planned.host_checkpoints} of '
+                  f'({len(hosted.planned.host_checkpoints)} move); least '
+                  f'{least.activation_share:.3f} ({len(least.planned.host_checkpoints)} of '
                   f'{len(least.targets)} move, recompute {share:.2f} of the forward pass)')
 
 

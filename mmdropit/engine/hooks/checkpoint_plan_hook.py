@@ -57,8 +57,8 @@ class CheckpointPlanHook(ShapeBucketHook):
     With ``inputs_on_host`` and a model on a GPU, the plan keeps its checkpoints' inputs in
     pinned host memory, copied off the device as the forward pass goes on and back one
     checkpoint ahead of backward (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`;
-    those of its first checkpoints, as many as the host link, measured once, carries while
-    the forward pass runs), and is searched, single-level, on the device bytes that leaves
+    those of its checkpoints in forward order, as far as the host link, measured once, carries
+    them while the forward pass runs, where a copy frees device memory), and is searched, single-level, on the device bytes that leaves
     (:func:`~mmdropit.checkpoint.plan_checkpoints`): a ViT's residual stream leaves the
     device, so the least memory goes lower. On a CPU, or under ``torch.compile``,
     the inputs stay where they are (a warning says so); a model without repeated blocks is an
