@@ -38,8 +38,9 @@ the one recomputed next instead of all of them (the per-block plan of a ViT keep
 residual stream). A checkpoint of the plan whose inputs stay on the device (its copy would free
 nothing, or the link would not carry it) opens a group that copies nothing, so that its
 recomputation still starts the way back of the inputs of the checkpoint before it. What the
-checkpoint's region saves is the checkpoint's own. Inside another checkpoint's pass, in a backward pass and
-under ``torch.compile`` the inputs stay where they are (on a CPU they always do).
+checkpoint's region saves is the checkpoint's own. Inside another checkpoint's pass, in a
+backward pass and under ``torch.compile`` the inputs stay where they are (on a CPU they always
+do).
 
 Example:
     >>> from torch import nn

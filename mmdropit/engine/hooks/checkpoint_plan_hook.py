@@ -58,7 +58,8 @@ class CheckpointPlanHook(ShapeBucketHook):
     pinned host memory, copied off the device as the forward pass goes on and back one
     checkpoint ahead of backward (:attr:`~mmdropit.checkpoint.CheckpointPlan.inputs_on_host`;
     those of its checkpoints in forward order, as far as the host link, measured once, carries
-    them while the forward pass runs, where a copy frees device memory), and is searched, single-level, on the device bytes that leaves
+    them while the forward pass runs, where a copy frees device memory), and is searched,
+    single-level, on the device bytes that leaves
     (:func:`~mmdropit.checkpoint.plan_checkpoints`): a ViT's residual stream leaves the
     device, so the least memory goes lower. On a CPU, or under ``torch.compile``,
     the inputs stay where they are (a warning says so); a model without repeated blocks is an
