@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import nn
 
-from ..common.blocks import block_sequences
+from ..common.blocks import block_lists, block_sequences
 from .apply import has_forward_hooks
 from .step_record import ModuleCall, StepRecord
 from .targets import ModuleTarget, RunTarget, SiblingsTarget, Target
@@ -128,7 +128,9 @@ class Chain:
         searches: What plan searches on this chain built and solved (their costs and search
             spaces), kept for the next search on it.
         blocks: The names of the recorded model's block sequences
-            (:func:`~mmdropit.common.blocks.block_sequences`).
+            (:func:`~mmdropit.common.blocks.block_sequences`) and of its lists of blocks that
+            the step called one after another, each on what the one before returned
+            (:func:`~mmdropit.common.blocks.block_lists`, :func:`chained_blocks`).
     """
 
     items: list[Item]
@@ -239,7 +241,21 @@ def build_chain(record: StepRecord, model: nn.Module,
                  if variant is not None]
     segments.sort(key=lambda s: (s.start, s.stop, s.selective))
     return Chain(items, segments, record, ranges,
-                 blocks=tuple(name for name, _ in block_sequences(model)))
+                 blocks=(*(name for name, _ in block_sequences(model)),
+                         *(name for name, blocks in block_lists(model)
+                           if chained_blocks(record, name, len(blocks)))))
+
+
+def chained_blocks(record: StepRecord, name: str, count: int) -> bool:
+    """Whether the ``count`` children of the module ``name`` ran in ``record`` as blocks: each
+    called once, in order, each on a tensor the one before returned (their other arguments, as
+    a Swin block's window shape, may be anything)."""
+    by_name = {call.name: call for call in record.calls[1:]}
+    calls = [by_name.get(f'{name}.{index}' if name else str(index)) for index in range(count)]
+    return (None not in calls
+            and all(record.times_called.get(call.name) == 1 for call in calls)
+            and all(after.index > before.index and set(after.inputs) & set(before.outputs)
+                    for before, after in zip(calls, calls[1:])))
 
 
 def _ops_run(calls: Sequence[ModuleCall]) -> int:

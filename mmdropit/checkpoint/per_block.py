@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..common.blocks import block_sequences
 from .chain import Chain
 from .cost import predict
 from .plan import CheckpointPlan
@@ -32,9 +31,9 @@ from .targets import ModuleTarget
 
 
 def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
-    """The plan that checkpoints each block of ``model``'s block sequences
-    (:func:`~mmdropit.common.blocks.block_sequences`) that runs with gradients, predicted on
-    ``chain`` (recorded on ``model``). A block of a frozen stage (no input or parameter that
+    """The plan that checkpoints each block of ``model``'s block sequences and lists
+    (:attr:`~.chain.Chain.blocks`) that runs with gradients, predicted on ``chain`` (recorded on
+    ``model``). A block of a frozen stage (no input or parameter that
     requires grad, as the first stage of MMDetection's detectors) is left out, as OpenMMLab's
     ``with_cp`` leaves it: there is nothing for backward to recompute.
 
@@ -45,8 +44,10 @@ def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
     calls = chain.record.calls
     called = {call.name for call in calls}
     frozen = called - {call.name for call in calls if call.needs_grad}
-    targets = [ModuleTarget(f'{name}.{index}') for name, blocks in block_sequences(model)
-               for index in range(len(blocks)) if f'{name}.{index}' not in frozen]
+    modules = dict(model.named_modules())
+    names = [f'{name}.{index}' if name else str(index)
+             for name in chain.blocks for index in range(len(modules[name]))]
+    targets = [ModuleTarget(name) for name in names if name not in frozen]
     segments = chain.segments_of(targets)
     if not targets or segments is None:
         return None

@@ -425,8 +425,9 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
                           'inputs_on_host False with it')
     if inputs_on_host and not chain.blocks:
         raise ConfigError('inputs_on_host=True keeps the inputs of checkpointed blocks in host '
-                          'memory, and this model has no repeated blocks (an nn.Sequential of '
-                          'two or more modules of one class); plan with inputs_on_host=False')
+                          'memory, and this model has no repeated blocks (an nn.Sequential, '
+                          'or an nn.ModuleList called in a loop, of two or more modules of one '
+                          'class); plan with inputs_on_host=False')
     baseline = predict(chain, [])
     plan = CheckpointPlan(budget=budget, baseline=baseline, planned=baseline,
                           forward_seconds=chain.record.calls[0].seconds,

@@ -5,6 +5,10 @@ Example:
     >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)))
     >>> [name for name, _ in block_sequences(net)]
     ['1']
+    >>> stage = nn.Module()
+    >>> stage.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.GELU()) for _ in range(3))
+    >>> [name for name, _ in block_lists(nn.ModuleList([stage, stage]))]
+    ['0.blocks']
 """
 from __future__ import annotations
 
@@ -23,3 +27,31 @@ def block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
                 and not any(name.startswith(f'{outer}.') for outer, _ in found)):
             found.append((name, module))
     return found
+
+
+def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
+    """The innermost ``nn.ModuleList`` modules made of two or more blocks of one class, each with
+    parameters and modules of its own, neither inside nor around a :func:`block_sequences` one
+    (mmdet's Swin ``stages.0.blocks``). They are blocks only where
+    the parent calls them one after another, each on what the one before returned, which a
+    recorded step tells (:func:`mmdropit.checkpoint.build_chain` checks it): an FPN's lateral
+    convolutions are such a list too, each called on a feature map of its own."""
+    sequences = [name for name, _ in block_sequences(model)]
+    lists = [(name, module) for name, module in model.named_modules()
+             if isinstance(module, nn.ModuleList) and _blocks(list(module.children()))]
+    return [(name, module) for name, module in lists
+            if not any(_inside(other, name) for other, _ in lists if other != name)
+            and not any(_inside(name, outer) or _inside(outer, name) for outer in sequences)]
+
+
+def _blocks(children: list[nn.Module]) -> bool:
+    """Whether ``children`` are two or more modules of one class, each with parameters and
+    modules of its own."""
+    return (len(children) >= 2 and len({type(child) for child in children}) == 1
+            and all(any(True for _ in child.parameters()) and any(True for _ in child.children())
+                    for child in children))
+
+
+def _inside(name: str, outer: str) -> bool:
+    """Whether the module ``name`` is inside the module ``outer`` (``''``: the model)."""
+    return name != outer and (not outer or name.startswith(f'{outer}.'))

@@ -12,6 +12,7 @@ from mmengine.registry import MODELS
 
 from mmdropit import plan_checkpoints
 from mmdropit.checkpoint import build_chain, per_block_plan, record_step
+from mmdropit.common.blocks import block_lists
 from tests.checkpoint.test_plan import _all_targets
 from tests.conftest import ROOT
 
@@ -79,6 +80,35 @@ def test_per_block_checkpointing_of_a_detector_leaves_its_frozen_stage_out():
     stages = {'backbone.layer2': 2, 'backbone.layer3': 2, 'backbone.layer4': 2}  # ResNet-18
     assert [t.module for t in _all_targets(plan)] == [
         f'{stage}.{index}' for stage, blocks in stages.items() for index in range(blocks)]
+    assert plan.planned.activation_peak < plan.baseline.activation_peak
+    plan.apply(model)
+    _assert_same_step(model, plain, data)
+
+
+def test_per_block_checkpointing_of_a_swin_detector_takes_the_blocks_of_its_module_lists():
+    """mmdet's Swin keeps its stages and each stage's blocks in ``ModuleList``s, called in a
+    loop: the per-block plan checkpoints every block of every stage (what its ``with_cp``
+    does), not the stages, and not the FPN's lateral or output convolutions (lists too, each
+    called on a feature map of its own). The planned step keeps the plain one's gradients."""
+    register_all_modules()
+    cfg = Config.fromfile(ROOT / 'configs' / 'tiny' / 'faster-rcnn_r18_fpn_digits.py')
+    cfg.model.backbone = dict(type='SwinTransformer', embed_dims=24, depths=(2, 2, 2, 2),
+                              num_heads=(1, 1, 2, 2), window_size=7, mlp_ratio=2,
+                              out_indices=(0, 1, 2, 3), convert_weights=False, init_cfg=None)
+    cfg.model.neck.in_channels = [24, 48, 96, 192]
+    torch.manual_seed(0)
+    model = MODELS.build(cfg.model)
+    model.train()
+    packed = demo_mm_inputs(batch_size=2, image_shapes=[(3, 160, 224)] * 2, num_items=[3, 2],
+                            num_classes=10)
+    data = model.data_preprocessor(packed, True)
+    plain = copy.deepcopy(model)
+    chain = build_chain(record_step(model, _loss_step(model, data)), model)
+    assert chain.blocks == tuple(f'backbone.stages.{stage}.blocks' for stage in range(4))
+    assert {'neck.lateral_convs', 'neck.fpn_convs'} <= {name for name, _ in block_lists(model)}
+    plan = per_block_plan(chain, model)
+    assert [t.module for t in _all_targets(plan)] == [
+        f'backbone.stages.{stage}.blocks.{index}' for stage in range(4) for index in range(2)]
     assert plan.planned.activation_peak < plan.baseline.activation_peak
     plan.apply(model)
     _assert_same_step(model, plain, data)
