@@ -113,11 +113,21 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGrou
         return checkpoint(_each_pass(run, copies), *args, use_reentrant=False, **policy,
                           **kwargs)
     first_pass = FirstPass(region, args, kwargs)
+    marked = host is not None and not host.copy
     with _inputs_kept_in(host):
-        output = checkpoint(_each_pass(run, copies), *args, use_reentrant=False,
+        output = checkpoint(_each_pass(run, copies, marked), *(_MARK,) * marked, *args,
+                            use_reentrant=False,
                             context_fn=lambda: _contexts(first_pass, selective), **kwargs)
     first_pass.finish()
     return output
+
+
+_MARK = torch.empty(0)
+"""Passed first to a checkpoint whose inputs stay on the device in a plan with its inputs on
+the host: torch's checkpoint saves its positional tensor arguments, and the recomputation's
+unpacking of this one starts the way back of the inputs of the checkpoint before
+(:class:`~mmdropit.common.host_copies.HostGroup`), also where every input is a keyword
+argument."""
 
 
 def _inputs_kept_in(host: HostGroup | None) -> contextlib.AbstractContextManager:
@@ -128,11 +138,13 @@ def _inputs_kept_in(host: HostGroup | None) -> contextlib.AbstractContextManager
     return host.open()
 
 
-def _each_pass(run: Callable, copies: bool) -> Callable:
+def _each_pass(run: Callable, copies: bool, marked: bool = False) -> Callable:
     """``run`` on new containers (``copies``) inside
     :func:`~mmdropit.common.recompute_region.recomputed_region`, in the first forward pass and
-    in the recomputation alike."""
+    in the recomputation alike (``marked``: without the :data:`_MARK` passed first)."""
     def each_pass(*args, **kwargs):
+        if marked:
+            args = args[1:]
         if copies:  # the region may change them (xs[i] = branch(xs[i])): each pass its own
             args, kwargs = fresh_containers(args, kwargs)
         with recomputed_region():

@@ -78,9 +78,11 @@ class CheckpointPlan:
             the device's bytes (:func:`~.cost.predict`).
         host_checkpoints: With ``inputs_on_host``, the positions in ``targets`` (in the forward
             pass's order in every plan the search makes) of the top-level checkpoints that keep
-            their inputs in host memory (``None``: all); the others keep theirs on the device,
-            where the host link would not carry them while the forward pass runs or where their
-            copy would free nothing (:func:`~.cost.hosted_checkpoints`).
+            their inputs in host memory (``None``: all, also those whose copies free nothing);
+            the others keep theirs on the device, where the host link would not carry them
+            while the forward pass runs or where their copy would free nothing
+            (:func:`~.cost.hosted_checkpoints`, which :meth:`with_inputs_on_host` and the search
+            use to choose them).
 
     Raises:
         ConfigError: A target that is not a ``ModuleTarget`` / ``RunTarget`` /
@@ -123,7 +125,8 @@ class CheckpointPlan:
                               f'{self.inputs_on_host!r}')
         chosen = self.host_checkpoints
         if chosen is not None:
-            if (not self.inputs_on_host or not isinstance(chosen, (list, tuple)) or not chosen
+            if (not self.inputs_on_host or not isinstance(chosen, (list, tuple, range))
+                    or not chosen
                     or any(type(k) is not int for k in chosen)
                     or list(chosen) != sorted(set(chosen))
                     or not 0 <= chosen[0] <= chosen[-1] < len(self.targets)):
@@ -194,8 +197,8 @@ class CheckpointPlan:
                             host_capacity: float | None = None) -> CheckpointPlan | None:
         """This plan with its top-level checkpoints' inputs in host memory, those whose copies
         ``host_capacity`` bytes carry and free memory (:func:`~.cost.hosted_checkpoints`;
-        ``None``: no limit), ``planned``
-        predicted so on ``chain`` (the step it was planned on); ``None`` where a checkpoint
+        ``None``: no limit), ``planned`` predicted so on ``chain`` (the step it was planned
+        on); ``None`` where a checkpoint
         nests others (the cost model walks inner plans on the device), is not one of
         ``chain``'s segments, or where no input would move."""
         if any(target.inner for target in self.targets):
@@ -252,16 +255,23 @@ class CheckpointPlan:
     def from_json(cls, data: dict) -> CheckpointPlan:
         """Read a dict written by :meth:`to_json` (or by an earlier version).
 
+        A ``host_checkpoints`` count ``n`` (the first ``n`` checkpoints, as versions of
+        2026-11-29 wrote it) is read as the positions ``0 .. n - 1``.
+
         Raises:
             ConfigError: If a target is not one this version reads.
         """
         data = dict(data)
         if 'targets' in data:
             data['targets'] = targets_from_json(data['targets'])
+        if isinstance(data.get('host_checkpoints'), int):
+            data['host_checkpoints'] = range(data['host_checkpoints'])
         for key in ('baseline', 'planned'):
             if data.get(key) is not None:
                 prediction = dict(data[key])
-                prediction['host_checkpoints'] = tuple(prediction.get('host_checkpoints', ()))
+                chosen = prediction.get('host_checkpoints', ())
+                prediction['host_checkpoints'] = tuple(
+                    range(chosen) if isinstance(chosen, int) else chosen)
                 data[key] = Prediction(**prediction)
         return cls(**data)
 
@@ -292,8 +302,8 @@ class AppliedPlan(Applied):
 class _SearchSpace:
     """Segments to choose from, their additive costs, the least-memory plan among them, and
     every plan solved so far (a later search on the same chain starts from them), with the
-    checkpoints' inputs in host memory or not (``inputs_on_host``, as many as
-    ``host_capacity`` bytes carry: :func:`~.cost.predict`)."""
+    checkpoints' inputs in host memory or not (``inputs_on_host``, where ``host_capacity``
+    bytes carry them: :func:`~.cost.hosted_checkpoints`)."""
 
     def __init__(self, chain: Chain, segments: list[Segment], costs: ChainCosts,
                  inputs_on_host: bool = False, host_capacity: float | None = None) -> None:
@@ -361,8 +371,8 @@ def _spaces_on_host(chain: Chain,
     """The two single-level search spaces of plans keeping their inputs in host memory, built
     once per chain and ``host_capacity``: ``chain``'s blocks and runs of blocks
     (:func:`_over_blocks`) on the additive model of inputs on the host, and every segment on
-    the device's additive model; both predicted with the inputs on the host, as many as
-    ``host_capacity`` bytes carry (the additive model moves them all: where the link carries
+    the device's additive model; both predicted with the inputs on the host, where
+    ``host_capacity`` bytes carry them (the additive model moves them all: where the link carries
     fewer, the exact prediction's peak is higher, and the bisection of
     :meth:`_SearchSpace.fastest_fitting` goes on to a plan that fits)."""
     key = ('spaces on the host', host_capacity)
@@ -407,8 +417,9 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     Budgeted plans are searched among single-level checkpoints (plain and selective) when one
     of those fits, and among nested ones too only when none does (and ``nested`` allows them):
     nested variants multiply the search, and they pay off only where memory is tightest. With
-    ``inputs_on_host`` the plan keeps its checkpoints' inputs in host memory, as many as
-    ``host_capacity`` bytes carry (``None``: all), and is searched, single-level, on the device
+    ``inputs_on_host`` the plan keeps its checkpoints' inputs in host memory, where
+    ``host_capacity`` bytes carry them (``None``: no limit; :func:`~.cost.hosted_checkpoints`),
+    and is searched, single-level, on the device
     bytes that leaves (:func:`_fastest_on_host`); a plan whose inputs all stay is a plan on the
     device (``inputs_on_host`` false).
 
@@ -487,7 +498,7 @@ def _fastest_on_host(chain: Chain, target: int | None, budget: Budget,
     ``target`` (``None``: within :data:`LEAST_MEMORY_TOLERANCE` of the least peak), from two
     searches (:func:`_spaces_on_host`): the blocks and runs of blocks on the additive model of
     inputs on the host, and every single-level checkpoint on the device's additive model, its
-    plans predicted with their inputs on the host (as many as ``host_capacity`` bytes carry).
+    plans predicted with their inputs on the host (where ``host_capacity`` bytes carry them).
     The second finds what the first cannot reach where the blocks' inputs are a small part of
     what a plan keeps (a ResNet's), and where a budget needs a checkpoint or two inside a block.
 

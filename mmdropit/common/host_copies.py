@@ -99,11 +99,13 @@ def _check_unchanged(tensor: torch.Tensor | None, version: int) -> None:
 
 @dataclass(eq=False)
 class _Kept:
-    """A saved tensor that stays where it is, its version counter when saved, and its group."""
+    """A saved tensor that stays where it is, its version counter when saved, and its group
+    where that group copies nothing (``None`` in a group that copies: there its first copy
+    starts the way back of the group before, after its own)."""
 
     tensor: torch.Tensor
     version: int
-    group: int
+    marks: int | None = None
 
 
 @dataclass(eq=False)
@@ -172,8 +174,7 @@ class HostCopies:
     @contextlib.contextmanager
     def group(self, copy: bool = True) -> Iterator[None]:
         """Offload what autograd saves inside the block, as one group (``copy`` false: keep it
-        on the device; the group's first unpacked tensor still starts the way back of the group
-        before it)."""
+        on the device; unpacking any of it starts the way back of the group before it)."""
         self._current, outer = self._groups.start(), self._current
         self._copying, outer_copying = copy, self._copying
         try:
@@ -192,7 +193,7 @@ class HostCopies:
         if (not self._copying or not tensor.is_cuda or tensor.nbytes < MIN_BYTES
                 or tensor.is_leaf and (tensor.requires_grad or not self.move_leaves)):
             report_kept(tensor)
-            return _Kept(tensor, tensor._version, self._current)
+            return _Kept(tensor, tensor._version, None if self._copying else self._current)
         stream = self._stream(tensor.device)
         stream.wait_stream(torch.cuda.current_stream(tensor.device))
         host = torch.empty_like(tensor, device='cpu', pin_memory=True)  # its layout kept
@@ -233,7 +234,8 @@ class HostCopies:
         """The saved tensor on its device; starts the way back of the group before it."""
         if isinstance(saved, _Kept):
             _check_unchanged(saved.tensor, saved.version)
-            self._prefetch_group(saved.group - 1)
+            if saved.marks is not None:
+                self._prefetch_group(saved.marks - 1)
             return saved.tensor
         _check_unchanged(saved.source(), saved.version)
         if saved.on_device is None:  # the first of its group, or its prefetch never started

@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, RunTarget, SiblingsTarget,
-                                 build_chain, per_block_plan, plan_for_chain, predict,
-                                 record_step)
+from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, Prediction, RunTarget,
+                                 SiblingsTarget, build_chain, per_block_plan, plan_for_chain,
+                                 predict, record_step)
+from mmdropit.common.host_copies import HostCopies
 from mmdropit.errors import ConfigError
 
 BLOCKS, BATCH, WIDTH = 6, 512, 64  # a block input of 128 KiB: at least MIN_BYTES
@@ -276,7 +277,7 @@ def test_an_input_the_block_before_saves_moves_once_that_block_is_checkpointed()
     assert plan_for_chain(chain, budget, inputs_on_host=True).activation_share <= budget
 
 
-def test_only_the_first_checkpoints_whose_inputs_the_link_carries_move_them():
+def test_the_checkpoints_move_their_inputs_in_forward_order_as_far_as_the_link_carries():
     """With room on the link for 3.5 block inputs while the forward pass runs, the first three
     blocks' inputs move and the later ones stay on the device: the device keeps three inputs
     fewer than with none moved, and its peak lies between that and all of them moving."""
@@ -339,6 +340,10 @@ def test_a_plan_moving_some_checkpoints_inputs_applies_so_and_reads_back():
         groups = [net[1][index]._mmdropit_host for index in range(BLOCKS)]
         assert all(group.copies is applied.host for group in groups)
         assert [group.copy for group in groups] == [False, True, True] + [False] * (BLOCKS - 3)
+    old = {**plan.to_json(), 'host_checkpoints': 2}  # as the versions of 2026-11-29 wrote it
+    old['planned'] = {**Prediction(1, 1, 1, 0.0).__dict__, 'host_checkpoints': 2}
+    read = CheckpointPlan.from_json(json.loads(json.dumps(old)))
+    assert read.host_checkpoints == read.planned.host_checkpoints == (0, 1)
     for bad in ((), (BLOCKS,), (-1, 0), (2, 1), (1, 1), (True,), ('2',), 2):
         with pytest.raises(ConfigError, match='host_checkpoints lists the positions'):
             CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=bad)
@@ -378,3 +383,37 @@ def test_a_checkpoint_whose_copy_frees_nothing_keeps_its_inputs_and_a_data_batch
     assert block.with_inputs_on_host(chain, 1.5 * block_input).host_checkpoints == (1,)
     plan = plan_for_chain(chain, None, inputs_on_host=True, host_capacity=block_input / 2)
     assert not plan.inputs_on_host and plan.planned.host_checkpoints == ()
+
+
+class _KeywordNet(nn.Module):
+    """Four blocks each called with its input as a keyword argument (torch's checkpoint saves
+    none of them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_KeywordBlock() for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x=x)
+        return x
+
+
+def test_a_checkpoint_keeping_its_inputs_on_the_device_starts_the_way_back_of_the_one_before(
+        monkeypatch):
+    """In a plan whose second and fourth checkpoints keep their inputs on the device, backward
+    reaching each of them starts the way back of the group before it (the third's, then the
+    first's), also where the block takes its input by keyword; the checkpoints that copy start
+    it from their first copy (none on a CPU). The gradients are the plain step's."""
+    started: list[int] = []
+    monkeypatch.setattr(HostCopies, '_prefetch_group',
+                        lambda self, index: started.append(index))
+    torch.manual_seed(0)
+    net, x = _KeywordNet(), torch.randn(BATCH, WIDTH, requires_grad=True)
+    plain = _gradients(net, x)
+    targets = [ModuleTarget(f'blocks.{index}') for index in range(4)]
+    plan = CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=(0, 2))
+    with plan.apply(net):
+        planned = _gradients(net, x)
+    assert started == [2, 0]
+    assert all(torch.equal(got, want) for got, want in zip(planned, plain))

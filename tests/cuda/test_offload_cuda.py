@@ -178,9 +178,10 @@ def test_a_plan_for_a_link_that_carries_six_inputs_moves_the_first_six():
 def test_a_checkpoint_whose_input_a_relu_keeps_stays_and_the_next_one_fetches_across_it():
     """A ReLU between the sixth and seventh blocks keeps its output, the seventh block's
     input: that checkpoint keeps its inputs on the device, and the nine others whose inputs
-    autograd made move theirs. The eighth block's backward fetches the sixth block's inputs
-    across the seventh (one fetch on demand a step, the rest prefetched), the gradients are the
-    device plan's, and the peak falls by what the cost model predicts, to within a quarter."""
+    autograd made move theirs. The seventh block's recomputation starts the way back of the
+    sixth block's inputs as the others' do of the one before (one fetch on demand a step, the
+    last block's, the rest prefetched), the gradients are the device plan's, and the peak falls
+    by what the cost model predicts, to within a quarter."""
     from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, build_chain, predict,
                                      record_step)
 
