@@ -33,25 +33,30 @@ from .targets import ModuleTarget
 def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
     """The plan that checkpoints each block of ``model``'s block sequences and lists
     (:attr:`~.chain.Chain.blocks`) that runs with gradients, predicted on ``chain`` (recorded on
-    ``model``). A block of a frozen stage (no input or parameter that
-    requires grad, as the first stage of MMDetection's detectors) is left out, as OpenMMLab's
-    ``with_cp`` leaves it: there is nothing for backward to recompute.
+    ``model``). A block of a frozen stage (no input or parameter that requires grad, as the first
+    stage of MMDetection's detectors) is left out, as OpenMMLab's ``with_cp`` leaves it: there is
+    nothing for backward to recompute. A sequence or list with a block that cannot be one of
+    the chain's segments (called more than once, an input changed in place later, the step's
+    last call) is left out whole.
 
     Returns:
-        The plan; ``None`` when no block runs with gradients, or one that does is not a
-        segment of the chain (called more than once, or the step's last call).
+        The plan; ``None`` when no block is left.
     """
     calls = chain.record.calls
     called = {call.name for call in calls}
     frozen = called - {call.name for call in calls if call.needs_grad}
     modules = dict(model.named_modules())
-    names = [f'{name}.{index}' if name else str(index)
-             for name in chain.blocks for index in range(len(modules[name]))]
-    targets = [ModuleTarget(name) for name in names if name not in frozen]
-    segments = chain.segments_of(targets)
-    if not targets or segments is None:
+    targets: list[ModuleTarget] = []
+    for name in chain.blocks:
+        blocks = [ModuleTarget(f'{name}.{index}' if name else str(index))
+                  for index in range(len(modules[name]))]
+        blocks = [target for target in blocks if target.module not in frozen]
+        if chain.segments_of(blocks) is not None:
+            targets += blocks
+    if not targets:
         return None
-    return CheckpointPlan(targets, baseline=predict(chain, []), planned=predict(chain, segments),
+    return CheckpointPlan(targets, baseline=predict(chain, []),
+                          planned=predict(chain, chain.segments_of(targets)),
                           forward_seconds=calls[0].seconds)
 
 

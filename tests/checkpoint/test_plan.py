@@ -11,7 +11,7 @@ from torch import nn
 
 from mmdropit import ConfigError, plan_checkpoints, to_dropit
 from mmdropit.checkpoint import (BUDGET_HELP, CheckpointPlan, ModuleTarget, RunTarget, Target,
-                                 is_checkpointed)
+                                 is_checkpointed, per_block_plan)
 from mmdropit.checkpoint.chain import build_chain
 from mmdropit.checkpoint.plan import plan_for_chain
 from mmdropit.checkpoint.record import record_step
@@ -287,3 +287,39 @@ def test_plan_saves_loads_prints_and_refuses_a_foreign_model(tmp_path):
         model(x)  # eval runs the plain forward
     with pytest.raises(ConfigError, match='already has checkpoints'):
         plan_checkpoints(model, lambda: model(x).sum())
+
+
+class _Lists(nn.Module):
+    """A sequence of blocks, two blocks each called on an input of its own (an FPN's laterals),
+    and a list of blocks called in a loop (a head), maybe followed by one more layer."""
+
+    def __init__(self, last_layer: bool) -> None:
+        super().__init__()
+        block = lambda: nn.Sequential(nn.Linear(32, 32), nn.GELU())  # noqa: E731
+        self.stem, self.blocks = nn.Linear(16, 32), nn.Sequential(*[block() for _ in range(3)])
+        self.laterals = nn.ModuleList(block() for _ in range(2))
+        self.head = nn.ModuleList(block() for _ in range(2))
+        self.out = nn.Linear(32, 4) if last_layer else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(x))
+        x = self.laterals[0](x) + self.laterals[1](2 * x)
+        for block in self.head:
+            x = block(x)
+        return x if self.out is None else self.out(x)
+
+
+@pytest.mark.parametrize('last_layer', [True, False])
+def test_per_block_checkpointing_takes_lists_of_blocks_called_one_after_another(last_layer):
+    """A list of blocks the step calls one after another is checkpointed block by block as a
+    sequence is; one whose blocks each take an input of their own is not; a list (or a
+    sequence) one of whose blocks cannot be a checkpoint (here the step's last call) is left out
+    whole, and the rest still are."""
+    torch.manual_seed(0)
+    net, x = _Lists(last_layer), torch.randn(8, 16)
+    chain = build_chain(record_step(net, lambda: net(x).sum()), net)  # the sum saves nothing
+    assert chain.blocks == ('blocks', 'head')
+    plan = per_block_plan(chain, net)
+    head = ['head.0', 'head.1'] if last_layer else []
+    assert [target.module for target in plan.targets] == ['blocks.0', 'blocks.1', 'blocks.2',
+                                                          *head]
