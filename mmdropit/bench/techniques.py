@@ -277,7 +277,7 @@ def uniform_sqrt(work: Workload) -> Iterator[None]:
         for first in range(0, len(sequence), length):
             last = min(first + length, len(sequence)) - 1
             targets.append(RunTarget(name, first, last) if first < last
-                           else ModuleTarget(f'{name}.{first}'))
+                           else ModuleTarget(f'{name}.{first}' if name else str(first)))
     with CheckpointPlan(targets=targets).apply(work.model):
         yield
 

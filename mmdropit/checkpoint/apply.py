@@ -21,7 +21,9 @@ so neither the caller, as DenseNet appends to its feature list, nor the region i
 multi-branch stage assigns into its list, changes what the other pass sees), and the attributes
 and buffers its first pass changed as they were before it; after the recomputation they are
 put back, so BatchNorm statistics are those of one forward pass. The RNG state is restored
-before recomputing (``preserve_rng_state``), so dropout drops the same elements. Eval mode and
+before recomputing (``preserve_rng_state``), so dropout drops the same elements (a region given
+its GPU tensors by keyword or in a list takes an empty tensor on that GPU first, since torch
+restores the state of its positional tensors' devices only: :func:`_mark`). Eval mode and
 ``torch.no_grad`` run the plain forward. Compressed modules inside a plain checkpoint
 (:func:`~mmdropit.codecs.compress_activations`) store their codes when the region is recomputed and
 placeholders of the codes' size in the first pass, so the checkpoint compares the two passes' saved
@@ -54,12 +56,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import checkpoint
 
 from ..common.class_swap import ClassSwap
@@ -113,21 +117,36 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGrou
         return checkpoint(_each_pass(run, copies), *args, use_reentrant=False, **policy,
                           **kwargs)
     first_pass = FirstPass(region, args, kwargs)
-    marked = host is not None and not host.copy
+    mark = _mark(args, kwargs, host)
     with _inputs_kept_in(host):
-        output = checkpoint(_each_pass(run, copies, marked), *(_MARK,) * marked, *args,
-                            use_reentrant=False,
+        output = checkpoint(_each_pass(run, copies, mark is not None),
+                            *(() if mark is None else (mark,)), *args, use_reentrant=False,
                             context_fn=lambda: _contexts(first_pass, selective), **kwargs)
     first_pass.finish()
     return output
 
 
-_MARK = torch.empty(0)
-"""Passed first to a checkpoint whose inputs stay on the device in a plan with its inputs on
-the host: torch's checkpoint saves its positional tensor arguments, and the recomputation's
-unpacking of this one starts the way back of the inputs of the checkpoint before
-(:class:`~mmdropit.common.host_copies.HostGroup`), also where every input is a keyword
-argument."""
+def _mark(args: tuple, kwargs: dict, host: HostGroup | None) -> torch.Tensor | None:
+    """An empty tensor for the checkpoint to take first (``None``: none is needed). torch's
+    non-reentrant checkpoint saves and restores the random state only of the devices of its
+    positional tensor arguments, and saves only those: a region that takes its GPU tensors by
+    keyword or in a list (a DETR layer's ``query=``) would draw other dropout masks in its
+    recomputation, so it takes an empty tensor on that device first; and the recomputation of
+    a checkpoint keeping its inputs in host memory starts the way back of the inputs of the
+    checkpoint before it when it unpacks what it saved, so one without a positional tensor takes
+    an empty one on the CPU."""
+    positional = [arg.device for arg in args if isinstance(arg, torch.Tensor)]
+    if not any(device.type != 'cpu' for device in positional):
+        for leaf in tree_leaves((args, kwargs)):
+            if isinstance(leaf, torch.Tensor) and leaf.device.type != 'cpu':
+                return _empty(leaf.device)
+    return _empty(torch.device('cpu')) if host is not None and not positional else None
+
+
+@functools.cache
+def _empty(device: torch.device) -> torch.Tensor:
+    """An empty tensor on ``device``, made once (never written)."""
+    return torch.empty(0, device=device)
 
 
 def _inputs_kept_in(host: HostGroup | None) -> contextlib.AbstractContextManager:
@@ -141,7 +160,7 @@ def _inputs_kept_in(host: HostGroup | None) -> contextlib.AbstractContextManager
 def _each_pass(run: Callable, copies: bool, marked: bool = False) -> Callable:
     """``run`` on new containers (``copies``) inside
     :func:`~mmdropit.common.recompute_region.recomputed_region`, in the first forward pass and
-    in the recomputation alike (``marked``: without the :data:`_MARK` passed first)."""
+    in the recomputation alike (``marked``: without the :func:`_mark` passed first)."""
     def each_pass(*args, **kwargs):
         if marked:
             args = args[1:]

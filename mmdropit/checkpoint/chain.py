@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import nn
 
-from ..common.blocks import block_lists, block_sequences
+from ..common.blocks import block_lists, block_sequences, innermost
 from .apply import has_forward_hooks
 from .step_record import ModuleCall, StepRecord
 from .targets import ModuleTarget, RunTarget, SiblingsTarget, Target
@@ -129,8 +129,9 @@ class Chain:
             spaces), kept for the next search on it.
         blocks: The names of the recorded model's block sequences
             (:func:`~mmdropit.common.blocks.block_sequences`) and of its lists of blocks that
-            the step called one after another, each on what the one before returned
-            (:func:`~mmdropit.common.blocks.block_lists`, :func:`chained_blocks`).
+            the step called one after another, each on what the one before returned, the
+            innermost of those (:func:`~mmdropit.common.blocks.block_lists`,
+            :func:`chained_blocks`).
     """
 
     items: list[Item]
@@ -169,9 +170,15 @@ class Chain:
         return sum(self.record.storage_bytes[sid] for sid in set(storage_ids))
 
 
-def _expandable(call: ModuleCall, threshold: float) -> bool:
+def _expandable(call: ModuleCall, threshold: float, blocks: tuple[str, ...]) -> bool:
+    """Whether ``call`` is split into its children: one that saves more than ``threshold``
+    bytes, or that is or holds one of the ``blocks`` sequences (so that each block is an item,
+    and can be a checkpoint of the per-block plan, however little it saves)."""
     has_children = any(kind == 'call' for kind, _ in call.events)
-    return has_children and (call.parent in (None, 0) or call.saved_bytes > threshold)
+    holds_blocks = any(block == call.name or block.startswith(f'{call.name}.') or not call.name
+                       for block in blocks)
+    return has_children and (call.parent in (None, 0) or call.saved_bytes > threshold
+                             or holds_blocks)
 
 
 def build_chain(record: StepRecord, model: nn.Module,
@@ -186,11 +193,14 @@ def build_chain(record: StepRecord, model: nn.Module,
     threshold = record.saved_bytes / granularity
     items: list[Item] = []
     ranges: dict[int, tuple[int, int]] = {}
+    blocks = (*(name for name, _ in block_sequences(model)),
+              *innermost([name for name, listed in block_lists(model)
+                          if chained_blocks(record, name, len(listed))]))
 
     def visit(index: int) -> None:
         call = record.calls[index]
         start = len(items)
-        if not _expandable(call, threshold):
+        if not _expandable(call, threshold, blocks):
             subtree = list(record.subtree(index))
             ops = sorted(value for c in subtree for kind, value in c.events if kind == 'op')
             items.append(Item(index, False, record.saves_in(index), call.outputs,
@@ -240,10 +250,7 @@ def build_chain(record: StepRecord, model: nn.Module,
     segments += [variant for variant in (_selective(s, items, record) for s in list(segments))
                  if variant is not None]
     segments.sort(key=lambda s: (s.start, s.stop, s.selective))
-    return Chain(items, segments, record, ranges,
-                 blocks=(*(name for name, _ in block_sequences(model)),
-                         *(name for name, blocks in block_lists(model)
-                           if chained_blocks(record, name, len(blocks)))))
+    return Chain(items, segments, record, ranges, blocks)
 
 
 def chained_blocks(record: StepRecord, name: str, count: int) -> bool:

@@ -1,4 +1,5 @@
-"""The per-block plan: every block of a model's repeated block sequences checkpointed, as timm's
+"""The per-block plan: every block of a model's repeated blocks checkpointed (its block
+sequences, and its lists of blocks the step calls one after another), as timm's
 ``set_grad_checkpointing()`` and MMEngine's ``activation_checkpointing`` do, predicted on a
 recorded step so that searched plans can be compared with it.
 

@@ -1,14 +1,19 @@
-"""The repeated blocks of a model: what hand-made checkpointing and activation offload work on.
+"""The repeated blocks of a model: what hand-made checkpointing and activation offload work on
+(the lists of blocks, :func:`block_lists`, only where a recorded step shows them chained: the
+checkpoint plans; activation offload and the benchmark's hand-made baselines take the
+sequences alone).
 
 Example:
     >>> from torch import nn
     >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)))
     >>> [name for name, _ in block_sequences(net)]
     ['1']
-    >>> stage = nn.Module()
-    >>> stage.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.GELU()) for _ in range(3))
-    >>> [name for name, _ in block_lists(nn.ModuleList([stage, stage]))]
-    ['0.blocks']
+    >>> stages = nn.ModuleList(nn.Module() for _ in range(2))
+    >>> for stage in stages:
+    ...     stage.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.GELU())
+    ...                                  for _ in range(3))
+    >>> [name for name, _ in block_lists(stages)]
+    ['', '0.blocks', '1.blocks']
 """
 from __future__ import annotations
 
@@ -24,23 +29,22 @@ def block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
         if (isinstance(module, nn.Sequential) and len(children) >= 2
                 and len({type(child) for child in children}) == 1
                 and any(True for _ in children[0].parameters())
-                and not any(name.startswith(f'{outer}.') for outer, _ in found)):
+                and not any(_inside(name, outer) for outer, _ in found)):
             found.append((name, module))
     return found
 
 
 def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
-    """The innermost ``nn.ModuleList`` modules made of two or more blocks of one class, each with
+    """The ``nn.ModuleList`` modules made of two or more blocks of one class, each with
     parameters and modules of its own, neither inside nor around a :func:`block_sequences` one
-    (mmdet's Swin ``stages.0.blocks``). They are blocks only where
-    the parent calls them one after another, each on what the one before returned, which a
-    recorded step tells (:func:`mmdropit.checkpoint.build_chain` checks it): an FPN's lateral
-    convolutions are such a list too, each called on a feature map of its own."""
+    (mmdet's Swin ``stages`` and ``stages.0.blocks``). They are blocks only where the parent
+    calls them one after another, each on what the one before returned, which a recorded step
+    tells (:func:`mmdropit.checkpoint.build_chain` checks it and takes the innermost of those
+    that pass): an FPN's lateral convolutions are such a list too, each called on a feature map
+    of its own."""
     sequences = [name for name, _ in block_sequences(model)]
-    lists = [(name, module) for name, module in model.named_modules()
-             if isinstance(module, nn.ModuleList) and _blocks(list(module.children()))]
-    return [(name, module) for name, module in lists
-            if not any(_inside(other, name) for other, _ in lists if other != name)
+    return [(name, module) for name, module in model.named_modules()
+            if isinstance(module, nn.ModuleList) and _blocks(list(module.children()))
             and not any(_inside(name, outer) or _inside(outer, name) for outer in sequences)]
 
 
@@ -50,6 +54,16 @@ def _blocks(children: list[nn.Module]) -> bool:
     return (len(children) >= 2 and len({type(child) for child in children}) == 1
             and all(any(True for _ in child.parameters()) and any(True for _ in child.children())
                     for child in children))
+
+
+def innermost(names: list[str]) -> list[str]:
+    """Those of ``names`` (modules) that hold none of the others.
+
+    Example:
+        >>> innermost(['stages', 'stages.0.blocks', 'stages.1.blocks', 'neck'])
+        ['stages.0.blocks', 'stages.1.blocks', 'neck']
+    """
+    return [name for name in names if not any(_inside(other, name) for other in names)]
 
 
 def _inside(name: str, outer: str) -> bool:

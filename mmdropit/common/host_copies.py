@@ -99,13 +99,11 @@ def _check_unchanged(tensor: torch.Tensor | None, version: int) -> None:
 
 @dataclass(eq=False)
 class _Kept:
-    """A saved tensor that stays where it is, its version counter when saved, and its group
-    where that group copies nothing (``None`` in a group that copies: there its first copy
-    starts the way back of the group before, after its own)."""
+    """A saved tensor that stays where it is, its version counter when saved, and its group."""
 
     tensor: torch.Tensor
     version: int
-    marks: int | None = None
+    group: int
 
 
 @dataclass(eq=False)
@@ -174,7 +172,8 @@ class HostCopies:
     @contextlib.contextmanager
     def group(self, copy: bool = True) -> Iterator[None]:
         """Offload what autograd saves inside the block, as one group (``copy`` false: keep it
-        on the device; unpacking any of it starts the way back of the group before it)."""
+        on the device). The first tensor of the group unpacked in backward starts the way back
+        of the group before it: after the group's own copies, where it has any waiting."""
         self._current, outer = self._groups.start(), self._current
         self._copying, outer_copying = copy, self._copying
         try:
@@ -193,7 +192,7 @@ class HostCopies:
         if (not self._copying or not tensor.is_cuda or tensor.nbytes < MIN_BYTES
                 or tensor.is_leaf and (tensor.requires_grad or not self.move_leaves)):
             report_kept(tensor)
-            return _Kept(tensor, tensor._version, None if self._copying else self._current)
+            return _Kept(tensor, tensor._version, self._current)
         stream = self._stream(tensor.device)
         stream.wait_stream(torch.cuda.current_stream(tensor.device))
         host = torch.empty_like(tensor, device='cpu', pin_memory=True)  # its layout kept
@@ -234,8 +233,8 @@ class HostCopies:
         """The saved tensor on its device; starts the way back of the group before it."""
         if isinstance(saved, _Kept):
             _check_unchanged(saved.tensor, saved.version)
-            if saved.marks is not None:
-                self._prefetch_group(saved.marks - 1)
+            if saved.group not in self._groups.members:  # else its first copy starts it
+                self._prefetch_group(saved.group - 1)
             return saved.tensor
         _check_unchanged(saved.source(), saved.version)
         if saved.on_device is None:  # the first of its group, or its prefetch never started

@@ -69,10 +69,12 @@ def test_the_input_batch_is_not_counted():
 def test_a_block_left_whole_holds_one_modules_parameter_gradients_at_a_time():
     """A stage of six linear layers recorded as one item (granularity 1): autograd hands each
     layer's 1 MiB weight gradient to ``.grad`` right after its backward, so the six never
-    coexist as temporaries (counting them all over-predicted by 5 MiB)."""
+    coexist as temporaries (counting them all over-predicted by 5 MiB). The stage is one
+    ``nn.Sequential`` of mixed layers: a sequence of blocks is split into its blocks whatever
+    the granularity."""
     torch.manual_seed(0)
-    stage = nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512))
-                            for _ in range(3)])
+    stage = nn.Sequential(*[layer for _ in range(3)
+                            for layer in (nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512))])
     net = nn.Sequential(nn.Linear(512, 512), stage, nn.Linear(512, 5))
     batch = torch.randn(4, 512)
 

@@ -402,9 +402,10 @@ class _KeywordNet(nn.Module):
 def test_a_checkpoint_keeping_its_inputs_on_the_device_starts_the_way_back_of_the_one_before(
         monkeypatch):
     """In a plan whose second and fourth checkpoints keep their inputs on the device, backward
-    reaching each of them starts the way back of the group before it (the third's, then the
-    first's), also where the block takes its input by keyword; the checkpoints that copy start
-    it from their first copy (none on a CPU). The gradients are the plain step's."""
+    reaching each checkpoint starts the way back of the group before it, also where the block
+    takes its input by keyword (it takes an empty tensor first, whose unpacking does it) and
+    where it keeps its inputs on the device (on a CPU nothing is copied, so every group starts
+    it from its first tensor). The gradients are the plain step's."""
     started: list[int] = []
     monkeypatch.setattr(HostCopies, '_prefetch_group',
                         lambda self, index: started.append(index))
@@ -415,5 +416,5 @@ def test_a_checkpoint_keeping_its_inputs_on_the_device_starts_the_way_back_of_th
     plan = CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=(0, 2))
     with plan.apply(net):
         planned = _gradients(net, x)
-    assert started == [2, 0]
+    assert started == [2, 1, 0, -1]
     assert all(torch.equal(got, want) for got, want in zip(planned, plain))

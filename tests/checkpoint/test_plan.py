@@ -12,7 +12,7 @@ from torch import nn
 from mmdropit import ConfigError, plan_checkpoints, to_dropit
 from mmdropit.checkpoint import (BUDGET_HELP, CheckpointPlan, ModuleTarget, RunTarget, Target,
                                  is_checkpointed, per_block_plan)
-from mmdropit.checkpoint.chain import build_chain
+from mmdropit.checkpoint.chain import DEFAULT_GRANULARITY, build_chain
 from mmdropit.checkpoint.plan import plan_for_chain
 from mmdropit.checkpoint.record import record_step
 from mmdropit.checkpoint.targets import walk
@@ -291,19 +291,26 @@ def test_plan_saves_loads_prints_and_refuses_a_foreign_model(tmp_path):
 
 class _Lists(nn.Module):
     """A sequence of blocks, two blocks each called on an input of its own (an FPN's laterals),
-    and a list of blocks called in a loop (a head), maybe followed by one more layer."""
+    a list of blocks called in a loop once per level, and a list of blocks called in a loop
+    once (a head), maybe followed by one more layer."""
 
     def __init__(self, last_layer: bool) -> None:
         super().__init__()
         block = lambda: nn.Sequential(nn.Linear(32, 32), nn.GELU())  # noqa: E731
         self.stem, self.blocks = nn.Linear(16, 32), nn.Sequential(*[block() for _ in range(3)])
         self.laterals = nn.ModuleList(block() for _ in range(2))
+        self.per_level = nn.ModuleList(block() for _ in range(2))
         self.head = nn.ModuleList(block() for _ in range(2))
         self.out = nn.Linear(32, 4) if last_layer else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.blocks(self.stem(x))
         x = self.laterals[0](x) + self.laterals[1](2 * x)
+        levels = [x, 2 * x]
+        for level in range(2):  # a detection head's convolutions, run once per level
+            for block in self.per_level:
+                levels[level] = block(levels[level])
+        x = levels[0] + levels[1]
         for block in self.head:
             x = block(x)
         return x if self.out is None else self.out(x)
@@ -312,7 +319,8 @@ class _Lists(nn.Module):
 @pytest.mark.parametrize('last_layer', [True, False])
 def test_per_block_checkpointing_takes_lists_of_blocks_called_one_after_another(last_layer):
     """A list of blocks the step calls one after another is checkpointed block by block as a
-    sequence is; one whose blocks each take an input of their own is not; a list (or a
+    sequence is; one whose blocks each take an input of their own is not, nor one called more
+    than once; a list (or a
     sequence) one of whose blocks cannot be a checkpoint (here the step's last call) is left out
     whole, and the rest still are."""
     torch.manual_seed(0)
@@ -323,3 +331,39 @@ def test_per_block_checkpointing_takes_lists_of_blocks_called_one_after_another(
     head = ['head.0', 'head.1'] if last_layer else []
     assert [target.module for target in plan.targets] == ['blocks.0', 'blocks.1', 'blocks.2',
                                                           *head]
+
+
+def test_a_sequence_of_blocks_that_saves_little_is_still_checkpointed_block_by_block():
+    """A sequence of blocks saving less than the share at which calls are split into their
+    children is split all the same, so that its blocks can be checkpointed one by one."""
+    torch.manual_seed(0)
+    small = nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.GELU()) for _ in range(3)])
+    net = nn.Sequential(nn.Linear(16, 4), small, nn.Linear(4, 1024), nn.GELU(),
+                        nn.Linear(1024, 1))
+    x = torch.randn(64, 16)
+    record = record_step(net, lambda: net(x).sum())
+    call = next(call for call in record.calls if call.name == '1')
+    assert call.saved_bytes * DEFAULT_GRANULARITY < record.saved_bytes
+    plan = per_block_plan(build_chain(record, net), net)
+    assert [target.module for target in plan.targets] == ['1.0', '1.1', '1.2']
+
+
+def test_a_region_given_its_device_tensors_by_keyword_takes_an_empty_one_there_first():
+    """torch's checkpoint saves the random state of its positional tensors' devices only (a
+    GPU's dropout masks would differ in the recomputation): a region given its tensors on
+    another device than the CPU by keyword or in a list takes an empty tensor there first; one
+    with such a positional tensor, or on the CPU alone, takes none, unless it keeps its inputs
+    in host memory and has no positional tensor (the recomputation's unpacking of what it saved
+    marks its place in backward)."""
+    from mmdropit.checkpoint.apply import _mark
+    from mmdropit.common.host_copies import HostCopies, HostGroup
+
+    meta, cpu = torch.empty(2, device='meta'), torch.empty(2)
+    assert _mark((), {'query': meta}, None).device.type == 'meta'
+    assert _mark(([meta],), {}, None).device.type == 'meta'
+    assert _mark((cpu,), {'query': meta}, None).device.type == 'meta'
+    assert _mark((meta,), {'key': meta}, None) is None
+    assert _mark((cpu,), {'query': cpu}, None) is None
+    host = HostGroup(HostCopies(), copy=False)
+    assert _mark((), {'query': cpu}, host).device.type == 'cpu'
+    assert _mark((cpu,), {}, host) is None

@@ -129,3 +129,46 @@ def test_the_plan_hook_keeps_the_checkpoints_inputs_in_host_memory(tmp_path):
     hook = next(h for h in runner.hooks if isinstance(h, CheckpointPlanHook))
     assert hook._applied.host.stats.tensors_moved > 0
     assert 'in host memory for the least memory' in log_text(tmp_path)
+
+
+class _KeywordDropout(nn.Module):
+    """A block taking its input by keyword, with dropout (as a DETR layer's ``query=``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear, self.dropout = nn.Linear(256, 256), nn.Dropout(0.5)
+
+    def forward(self, *, query: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.linear(query)).relu()
+
+
+def test_a_checkpoint_taking_its_gpu_input_by_keyword_drops_the_same_elements_again():
+    """torch's checkpoint restores the random state only of its positional tensors' devices:
+    a checkpointed block given its GPU input by keyword would recompute other dropout masks.
+    The planned step's gradients are the plain step's."""
+    from mmdropit.checkpoint import CheckpointPlan, ModuleTarget
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(_KeywordDropout() for _ in range(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(query=x)
+            return x
+
+    torch.manual_seed(0)
+    net, x = Net().cuda(), torch.randn(64, 256, device='cuda')
+    results = []
+    for plan in (None, CheckpointPlan([ModuleTarget('layers.0'), ModuleTarget('layers.1')])):
+        net.zero_grad(set_to_none=True)
+        torch.cuda.manual_seed(1)
+        if plan is None:
+            net(x).square().mean().backward()
+        else:
+            with plan.apply(net):
+                net(x).square().mean().backward()
+        results.append([param.grad.clone() for param in net.parameters()])
+    for planned, plain in zip(*results[::-1]):
+        torch.testing.assert_close(planned, plain)
