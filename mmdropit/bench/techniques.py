@@ -205,8 +205,8 @@ def per_block_checkpoints(inputs_on_host: bool = False) -> Prepare:
     """Our per-block plan (:func:`~mmdropit.checkpoint.per_block_plan`: every block of the
     model's block sequences that runs with gradients, as timm's ``set_grad_checkpointing()``),
     made once per workload and printed; ``inputs_on_host``: the blocks' inputs kept in host
-    memory, those of the first blocks that the link carries while the forward pass runs (on a
-    GPU; a CPU keeps them where they are)."""
+    memory, in forward order as far as the link carries them while the forward pass runs and
+    where a copy frees memory (on a GPU; a CPU keeps them where they are)."""
     @contextlib.contextmanager
     def prepare(work: Workload) -> Iterator[None]:
         key = f'per-block-{inputs_on_host}'

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from torch import nn
 
-from ..common.blocks import block_lists, block_sequences, innermost
+from ..common.blocks import block_lists, block_sequences, innermost, inside
 from .apply import has_forward_hooks
 from .step_record import ModuleCall, StepRecord
 from .targets import ModuleTarget, RunTarget, SiblingsTarget, Target
@@ -175,8 +175,7 @@ def _expandable(call: ModuleCall, threshold: float, blocks: tuple[str, ...]) -> 
     bytes, or that is or holds one of the ``blocks`` sequences (so that each block is an item,
     and can be a checkpoint of the per-block plan, however little it saves)."""
     has_children = any(kind == 'call' for kind, _ in call.events)
-    holds_blocks = any(block == call.name or block.startswith(f'{call.name}.') or not call.name
-                       for block in blocks)
+    holds_blocks = any(block == call.name or inside(block, call.name) for block in blocks)
     return has_children and (call.parent in (None, 0) or call.saved_bytes > threshold
                              or holds_blocks)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from .chain import Chain
+from .chain import Chain, Segment
 from .cost import predict
 from .plan import CheckpointPlan
 from .targets import ModuleTarget
@@ -48,16 +48,18 @@ def per_block_plan(chain: Chain, model: nn.Module) -> CheckpointPlan | None:
     frozen = called - {call.name for call in calls if call.needs_grad}
     modules = dict(model.named_modules())
     targets: list[ModuleTarget] = []
+    segments: list[Segment] = []
     for name in chain.blocks:
         blocks = [ModuleTarget(f'{name}.{index}' if name else str(index))
                   for index in range(len(modules[name]))]
         blocks = [target for target in blocks if target.module not in frozen]
-        if chain.segments_of(blocks) is not None:
+        found = chain.segments_of(blocks)
+        if found is not None:
             targets += blocks
+            segments += found
     if not targets:
         return None
-    return CheckpointPlan(targets, baseline=predict(chain, []),
-                          planned=predict(chain, chain.segments_of(targets)),
+    return CheckpointPlan(targets, baseline=predict(chain, []), planned=predict(chain, segments),
                           forward_seconds=calls[0].seconds)
 
 

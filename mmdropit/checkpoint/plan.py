@@ -165,10 +165,9 @@ class CheckpointPlan:
         chosen = range(len(self.targets)) if self.host_checkpoints is None \
             else self.host_checkpoints
         copying = {id(self.targets[k]) for k in chosen}
-        top = {id(target) for target in self.targets}
-        for _, target in targets:
+        for depth, target in targets:
             where = HostGroup(host, id(target) in copying) \
-                if host is not None and id(target) in top else None
+                if host is not None and depth == 0 else None
             if isinstance(target, ModuleTarget):
                 checkpoint_module(modules[target.module], target.selective, where)
             elif isinstance(target, RunTarget):
@@ -198,9 +197,8 @@ class CheckpointPlan:
         """This plan with its top-level checkpoints' inputs in host memory, those whose copies
         ``host_capacity`` bytes carry and free memory (:func:`~.cost.hosted_checkpoints`;
         ``None``: no limit), ``planned`` predicted so on ``chain`` (the step it was planned
-        on); ``None`` where a checkpoint
-        nests others (the cost model walks inner plans on the device), is not one of
-        ``chain``'s segments, or where no input would move."""
+        on); ``None`` where a checkpoint nests others (the cost model walks inner plans on the
+        device), is not one of ``chain``'s segments, or where no input would move."""
         if any(target.inner for target in self.targets):
             return None
         segments = chain.segments_of(self.targets)

@@ -29,7 +29,7 @@ def block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
         if (isinstance(module, nn.Sequential) and len(children) >= 2
                 and len({type(child) for child in children}) == 1
                 and any(True for _ in children[0].parameters())
-                and not any(_inside(name, outer) for outer, _ in found)):
+                and not any(inside(name, outer) for outer, _ in found)):
             found.append((name, module))
     return found
 
@@ -45,7 +45,7 @@ def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
     sequences = [name for name, _ in block_sequences(model)]
     return [(name, module) for name, module in model.named_modules()
             if isinstance(module, nn.ModuleList) and _blocks(list(module.children()))
-            and not any(_inside(name, outer) or _inside(outer, name) for outer in sequences)]
+            and not any(inside(name, outer) or inside(outer, name) for outer in sequences)]
 
 
 def _blocks(children: list[nn.Module]) -> bool:
@@ -63,9 +63,9 @@ def innermost(names: list[str]) -> list[str]:
         >>> innermost(['stages', 'stages.0.blocks', 'stages.1.blocks', 'neck'])
         ['stages.0.blocks', 'stages.1.blocks', 'neck']
     """
-    return [name for name in names if not any(_inside(other, name) for other in names)]
+    return [name for name in names if not any(inside(other, name) for other in names)]
 
 
-def _inside(name: str, outer: str) -> bool:
+def inside(name: str, outer: str) -> bool:
     """Whether the module ``name`` is inside the module ``outer`` (``''``: the model)."""
     return name != outer and (not outer or name.startswith(f'{outer}.'))

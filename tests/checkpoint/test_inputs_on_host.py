@@ -15,6 +15,7 @@ from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, Prediction, RunTa
                                  predict, record_step)
 from mmdropit.common.host_copies import HostCopies
 from mmdropit.errors import ConfigError
+from tests.helpers.keyword_loop import KeywordLoop
 
 BLOCKS, BATCH, WIDTH = 6, 512, 64  # a block input of 128 KiB: at least MIN_BYTES
 
@@ -385,20 +386,6 @@ def test_a_checkpoint_whose_copy_frees_nothing_keeps_its_inputs_and_a_data_batch
     assert not plan.inputs_on_host and plan.planned.host_checkpoints == ()
 
 
-class _KeywordNet(nn.Module):
-    """Four blocks each called with its input as a keyword argument (torch's checkpoint saves
-    none of them)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(_KeywordBlock() for _ in range(4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x=x)
-        return x
-
-
 def test_a_checkpoint_keeping_its_inputs_on_the_device_starts_the_way_back_of_the_one_before(
         monkeypatch):
     """In a plan whose second and fourth checkpoints keep their inputs on the device, backward
@@ -410,7 +397,8 @@ def test_a_checkpoint_keeping_its_inputs_on_the_device_starts_the_way_back_of_th
     monkeypatch.setattr(HostCopies, '_prefetch_group',
                         lambda self, index: started.append(index))
     torch.manual_seed(0)
-    net, x = _KeywordNet(), torch.randn(BATCH, WIDTH, requires_grad=True)
+    net = KeywordLoop((_KeywordBlock() for _ in range(4)), 'x')
+    x = torch.randn(BATCH, WIDTH, requires_grad=True)
     plain = _gradients(net, x)
     targets = [ModuleTarget(f'blocks.{index}') for index in range(4)]
     plan = CheckpointPlan(targets, inputs_on_host=True, host_checkpoints=(0, 2))

@@ -14,6 +14,7 @@ from torch import nn
 from mmdropit.dropit import to_dropit
 from mmdropit.memory import StepPeakMeter
 from tests.conftest import ROOT, TINY_VIT_2_ITERS, digit_coco_options, run_tool
+from tests.helpers.keyword_loop import KeywordLoop
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')]
@@ -148,20 +149,11 @@ def test_a_checkpoint_taking_its_gpu_input_by_keyword_drops_the_same_elements_ag
     The planned step's gradients are the plain step's."""
     from mmdropit.checkpoint import CheckpointPlan, ModuleTarget
 
-    class Net(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layers = nn.ModuleList(_KeywordDropout() for _ in range(3))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            for layer in self.layers:
-                x = layer(query=x)
-            return x
-
     torch.manual_seed(0)
-    net, x = Net().cuda(), torch.randn(64, 256, device='cuda')
+    net = KeywordLoop((_KeywordDropout() for _ in range(3)), 'query').cuda()
+    x = torch.randn(64, 256, device='cuda')
     results = []
-    for plan in (None, CheckpointPlan([ModuleTarget('layers.0'), ModuleTarget('layers.1')])):
+    for plan in (None, CheckpointPlan([ModuleTarget('blocks.0'), ModuleTarget('blocks.1')])):
         net.zero_grad(set_to_none=True)
         torch.cuda.manual_seed(1)
         if plan is None:
