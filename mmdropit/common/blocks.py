@@ -21,17 +21,34 @@ from torch import nn
 
 
 def block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
-    """The outermost ``nn.Sequential`` modules made of two or more blocks of one class (timm's
-    ``blocks``, ResNet stages ``layer1``..``layer4``, mmdet's ``ResLayer``)."""
-    found: list[tuple[str, nn.Sequential]] = []
-    for name, module in model.named_modules():
-        children = list(module.children())
-        if (isinstance(module, nn.Sequential) and len(children) >= 2
-                and len({type(child) for child in children}) == 1
-                and any(True for _ in children[0].parameters())
-                and not any(inside(name, outer) for outer, _ in found)):
-            found.append((name, module))
-    return found
+    """The ``nn.Sequential`` modules made of two or more blocks of one class (timm's ``blocks``,
+    ResNet stages ``layer1``..``layer4``, mmdet's ``ResLayer``), outermost first: a sequence
+    whose blocks each hold such sequences gives way to those (timm's Swin and ConvNeXt
+    ``stages.N.blocks``, not the ``stages``; EfficientNet's ``blocks``, whose one-block stages
+    hold none, stays whole): the blocks that timm's ``set_grad_checkpointing()`` checkpoints.
+
+    Example:
+        >>> stage = lambda: nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.GELU()),
+        ...                               nn.Sequential(nn.Linear(4, 4), nn.GELU()))
+        >>> [name for name, _ in block_sequences(nn.Sequential(stage(), stage()))]
+        ['0', '1']
+    """
+    found = {name: module for name, module in model.named_modules()
+             if isinstance(module, nn.Sequential) and len(module) >= 2
+             and len({type(child) for child in module.children()}) == 1
+             and any(True for _ in module[0].parameters())}
+
+    def standing_for(name: str) -> list[str]:
+        within = [other for other in found if inside(other, name)]
+        below = [other for other in within if not any(inside(other, mid) for mid in within)]
+        blocks = [f'{name}.{child}' if name else child for child, _ in found[name].named_children()]
+        if below and all(any(other == block or inside(other, block) for other in below)
+                         for block in blocks):
+            return [inner for other in below for inner in standing_for(other)]
+        return [name]
+
+    outermost = [name for name in found if not any(inside(name, other) for other in found)]
+    return [(name, found[name]) for outer in outermost for name in standing_for(outer)]
 
 
 def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:

@@ -16,6 +16,7 @@ from mmdropit.checkpoint.chain import DEFAULT_GRANULARITY, build_chain
 from mmdropit.checkpoint.plan import plan_for_chain
 from mmdropit.checkpoint.record import record_step
 from mmdropit.checkpoint.targets import walk
+from mmdropit.common.blocks import block_sequences
 from mmdropit.common.budget import parse_budget
 from mmdropit.memory import StepPeakMeter
 
@@ -331,6 +332,24 @@ def test_per_block_checkpointing_takes_lists_of_blocks_called_one_after_another(
     head = ['head.0', 'head.1'] if last_layer else []
     assert [target.module for target in plan.targets] == ['blocks.0', 'blocks.1', 'blocks.2',
                                                           *head]
+
+
+def test_per_block_checkpointing_of_a_sequence_of_stages_checkpoints_their_blocks_as_timm_does():
+    """A sequence of stages that each hold a sequence of blocks (timm's ConvNeXt, Swin) is
+    checkpointed block by block, the modules timm's ``set_grad_checkpointing()`` checkpoints,
+    with the same step; a sequence of stages one of which holds a single block (EfficientNet)
+    stays the sequence, as timm checkpoints it stage by stage."""
+    torch.manual_seed(0)
+    model = timm.create_model('convnext_atto', num_classes=5)
+    x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 5, (4,))
+    record = record_step(model, lambda: nn.functional.cross_entropy(model(x), y))
+    plan = per_block_plan(build_chain(record, model), model)
+    blocks = [f'stages.{stage}.blocks.{index}' for stage, depth in enumerate((2, 2, 6, 2))
+              for index in range(depth)]
+    assert [target.module for target in plan.targets] == blocks
+    _assert_same_step(model, plan, x, y)
+    efficientnet = timm.create_model('efficientnet_b0')
+    assert [name for name, _ in block_sequences(efficientnet)] == ['blocks']
 
 
 def test_a_sequence_of_blocks_that_saves_little_is_still_checkpointed_block_by_block():
