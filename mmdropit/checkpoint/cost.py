@@ -151,8 +151,9 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
 
     hosted: set[int] = set()  # with inputs_on_host, the inputs kept in host memory
     in_order = sorted(segments, key=lambda segment: segment.start)
-    chosen = hosted_checkpoints(chain, in_order, host_capacity) if inputs_on_host else ()
-    on_host = {id(in_order[k]) for k in chosen}
+    found = _host_inputs(chain, in_order, host_capacity) if inputs_on_host else []
+    chosen = tuple(k for k, (copies, _) in enumerate(found) if copies)
+    on_host = {id(segment): inputs for segment, (_, inputs) in zip(in_order, found)}
     last = in_order[-1] if in_order else None
 
     def walk(start: int, stop: int, plan: list[Segment] | tuple[Segment, ...],
@@ -172,7 +173,7 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
                                 grad_after[i + 1]))
                 i += 1
                 continue
-            inputs = set(segment.movable) - kept if id(segment) in on_host else set()
+            inputs = on_host.get(id(segment), set())
             hosted.update(inputs)
             kept |= {*segment.inputs, *segment.cached} - inputs
             back = kept | inputs | ahead
@@ -204,29 +205,44 @@ def hosted_checkpoints(chain: Chain, segments: list[Segment],
     as long as the copies so far fit in ``host_capacity`` bytes (``None``: no limit), the bytes
     the link carries while the forward pass runs. The copies queue on one stream, so the later
     a copy starts, the less of the forward pass is left to hide it: the first checkpoint whose
-    copies do not fit ends the choice. A checkpoint copies its movable inputs
-    (:attr:`~.chain.Segment.movable`); its copy frees nothing where every one of them is kept
-    on the device anyway by an item before it (as the ReLU before a ResNet block's
+    copies do not fit ends the choice of those that copy. A checkpoint copies its movable
+    inputs (:attr:`~.chain.Segment.movable`); its copy frees nothing where every one of them is
+    kept on the device anyway by an item before it (as the ReLU before a ResNet block's
     checkpointed convolutions keeps its output) or a checkpoint before it: that checkpoint
-    keeps its inputs on the device, and takes none of the link.
+    keeps its inputs on the device, and takes none of the link. An input a checkpoint before
+    copied (an encoder's output that every decoder layer takes) moves once
+    (:class:`~mmdropit.common.host_copies.HostCopies` shares its copy): it takes the link once,
+    and a checkpoint that keeps its inputs on the device takes that copy too.
     """
+    return tuple(k for k, (copies, _) in
+                 enumerate(_host_inputs(chain, segments, host_capacity)) if copies)
+
+
+def _host_inputs(chain: Chain, segments: list[Segment],
+                 host_capacity: float | None) -> list[tuple[bool, set[int]]]:
+    """For each of ``segments``, whether it keeps its inputs in host memory, and the storages
+    of its inputs that are there (see :func:`hosted_checkpoints`)."""
     room = math.inf if host_capacity is None else host_capacity
     kept: set[int] = set()
-    chosen: list[int] = []
+    copied: set[int] = set()
+    found: list[tuple[bool, set[int]]] = []
     done = 0  # the items before it whose saves are in kept
-    for k, segment in enumerate(segments):
+    for segment in segments:
         for item in chain.items[done:segment.start]:
             kept |= item.saves
         done = segment.stop
-        moved = set(segment.movable)
-        frees = bool(moved - kept)
-        if frees and chain.bytes_of(moved) > room:
-            break
-        if frees:
-            room -= chain.bytes_of(moved)
-            chosen.append(k)
-        kept |= {*segment.inputs, *segment.cached} - (moved if frees else set())
-    return tuple(chosen)
+        frees = set(segment.movable) - kept
+        copies = chain.bytes_of(frees - copied)
+        moves = bool(frees) and copies <= room
+        if moves:
+            room -= copies
+            copied |= frees
+        elif copies > room:
+            room = 0.0  # no later copy starts
+        on_host = frees if moves else frees & copied
+        found.append((moves, on_host))
+        kept |= {*segment.inputs, *segment.cached} - on_host
+    return found
 
 
 Cut = int | None

@@ -8,7 +8,11 @@ the device and only mark a place in the backward pass: a checkpoint of a plan wi
 the host whose copy would free nothing starts the way back of the group before it, as one that
 copies does. Its pack hook (:meth:`HostCopies.pack`) starts a device-to-
 host copy of each saved CUDA tensor on a side stream and lets the caching allocator reuse the
-device memory once that copy is done (``Tensor.record_stream``); the forward pass does not wait
+device memory once that copy is done (``Tensor.record_stream``). A tensor saved again, in its
+group or a later one, unchanged (the encoder's output every DETR decoder layer takes, each
+layer a checkpoint with its inputs on the host) shares the copy that its first save made: it
+moves once each way, and a group that keeps what it saves on the device takes the copy too,
+since the device tensor frees nothing while a copy holds it. The forward pass does not wait
 for it, unless more than ``in_flight_bytes`` are still travelling: then the host waits for the
 oldest copies. The allocator reuses a block only once it has seen its copy end, and the host
 runs ahead of the GPU: without that bound a forward pass faster than the copies would hold
@@ -68,15 +72,18 @@ class OffloadStats:
     Attributes:
         bytes_moved: Bytes copied to host memory in forward passes.
         tensors_moved: How many tensors.
-        prefetched: Tensors whose way back had started before backward asked for them.
-        fetched_on_demand: Tensors fetched when asked for (the first group of each backward
-            pass, and any whose prefetch had not started).
+        shared: Saves that took the copy an earlier save of the same tensor made.
+        prefetched: Saves of copied tensors whose way back had started before backward asked
+            for them.
+        fetched_on_demand: Saves of copied tensors fetched when asked for (the first group of
+            each backward pass, and any whose prefetch had not started).
         waits: Times the forward pass waited for copies (more than ``in_flight_bytes`` under
             way).
     """
 
     bytes_moved: int = 0
     tensors_moved: int = 0
+    shared: int = 0
     prefetched: int = 0
     fetched_on_demand: int = 0
     waits: int = 0
@@ -111,23 +118,30 @@ class _HostCopy:
     """One saved tensor in host memory, and its way back once started.
 
     Attributes:
-        source: The saved tensor, weakly held, and ``version``, its version counter when saved
+        source: The saved tensor, weakly held, and ``version``, its version counter when copied
             (checked while it is alive: one changed and then freed goes unseen).
     """
 
     host: torch.Tensor
     device: torch.device
-    group: int
     source: weakref.ref
     version: int
     on_device: torch.Tensor | None = None
     arrived: torch.cuda.Event | None = None
 
 
+@dataclass(eq=False)
+class _Copied:
+    """One save of a tensor kept in host memory (saves of one tensor share its copy)."""
+
+    copy: _HostCopy
+    group: int
+
+
 @dataclass
 class _Groups:
-    """The copies of each group still waiting for backward, weakly held (autograd owns them:
-    a group whose graph is dropped unused empties itself)."""
+    """The saves of copied tensors of each group still waiting for backward, weakly held
+    (autograd owns them: a group whose graph is dropped unused empties itself)."""
 
     next_index: int = 0
     members: dict[int, weakref.WeakSet] = field(default_factory=dict)
@@ -166,6 +180,8 @@ class HostCopies:
         self._groups = _Groups()
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._in_flight: collections.deque[tuple[torch.cuda.Event, int]] = collections.deque()
+        self._copies: weakref.WeakValueDictionary[int, _HostCopy] = \
+            weakref.WeakValueDictionary()  # by id() of the tensor copied, while saves hold them
         self._current = -1
         self._copying = True
 
@@ -187,8 +203,13 @@ class HostCopies:
             self._streams[device] = torch.cuda.Stream(device)
         return self._streams[device]
 
-    def pack(self, tensor: torch.Tensor) -> _Kept | _HostCopy:
-        """Start copying ``tensor`` to pinned host memory (or keep it, see the module doc)."""
+    def pack(self, tensor: torch.Tensor) -> _Kept | _Copied:
+        """Start copying ``tensor`` to pinned host memory, or take the copy an earlier save of
+        it made (or keep it, see the module doc)."""
+        copy = self._copies.get(id(tensor))
+        if copy is not None and copy.source() is tensor and copy.version == tensor._version:
+            self.stats.shared += 1
+            return self._saved(copy)
         if (not self._copying or not tensor.is_cuda or tensor.nbytes < MIN_BYTES
                 or tensor.is_leaf and (tensor.requires_grad or not self.move_leaves)):
             report_kept(tensor)
@@ -200,12 +221,16 @@ class HostCopies:
             host.copy_(tensor.detach(), non_blocking=True)
         tensor.record_stream(stream)  # its memory is reused only once the copy is done
         self._bound_in_flight(stream.record_event(), tensor.nbytes)
-        copy = _HostCopy(host, tensor.device, self._current, weakref.ref(tensor),
-                         tensor._version)
-        self._groups.members.setdefault(self._current, weakref.WeakSet()).add(copy)
+        copy = _HostCopy(host, tensor.device, weakref.ref(tensor), tensor._version)
+        self._copies[id(tensor)] = copy
         self.stats.bytes_moved += tensor.nbytes
         self.stats.tensors_moved += 1
-        return copy
+        return self._saved(copy)
+
+    def _saved(self, copy: _HostCopy) -> _Copied:
+        saved = _Copied(copy, self._current)
+        self._groups.members.setdefault(self._current, weakref.WeakSet()).add(saved)
+        return saved
 
     def _bound_in_flight(self, copied: torch.cuda.Event, nbytes: int) -> None:
         self._in_flight.append((copied, nbytes))
@@ -225,28 +250,29 @@ class HostCopies:
             copy.arrived = stream.record_event()
 
     def _prefetch_group(self, index: int) -> None:
-        for copy in list(self._groups.members.pop(index, ())):
-            if copy.on_device is None:
-                self._fetch(copy)
+        for saved in list(self._groups.members.pop(index, ())):
+            if saved.copy.on_device is None:
+                self._fetch(saved.copy)
 
-    def unpack(self, saved: _Kept | _HostCopy) -> torch.Tensor:
+    def unpack(self, saved: _Kept | _Copied) -> torch.Tensor:
         """The saved tensor on its device; starts the way back of the group before it."""
         if isinstance(saved, _Kept):
             _check_unchanged(saved.tensor, saved.version)
             if saved.group not in self._groups.members:  # else its first copy starts it
                 self._prefetch_group(saved.group - 1)
             return saved.tensor
-        _check_unchanged(saved.source(), saved.version)
-        if saved.on_device is None:  # the first of its group, or its prefetch never started
+        copy = saved.copy
+        _check_unchanged(copy.source(), copy.version)
+        if copy.on_device is None:  # the first of its group, or its prefetch never started
             self.stats.fetched_on_demand += 1
-            self._fetch(saved)
+            self._fetch(copy)
             self._prefetch_group(saved.group)
         else:
             self.stats.prefetched += 1
         self._prefetch_group(saved.group - 1)
-        compute = torch.cuda.current_stream(saved.device)
-        compute.wait_event(saved.arrived)
-        tensor = saved.on_device
+        compute = torch.cuda.current_stream(copy.device)
+        compute.wait_event(copy.arrived)
+        tensor = copy.on_device
         tensor.record_stream(compute)  # made on the side stream, used on this one
         return tensor
 

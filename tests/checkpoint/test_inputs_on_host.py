@@ -16,6 +16,7 @@ from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, Prediction, RunTa
 from mmdropit.common.host_copies import HostCopies
 from mmdropit.errors import ConfigError
 from tests.helpers.keyword_loop import KeywordLoop
+from tests.helpers.shared_input import SharedInput
 
 BLOCKS, BATCH, WIDTH = 6, 512, 64  # a block input of 128 KiB: at least MIN_BYTES
 
@@ -384,6 +385,26 @@ def test_a_checkpoint_whose_copy_frees_nothing_keeps_its_inputs_and_a_data_batch
     assert block.with_inputs_on_host(chain, 1.5 * block_input).host_checkpoints == (1,)
     plan = plan_for_chain(chain, None, inputs_on_host=True, host_capacity=block_input / 2)
     assert not plan.inputs_on_host and plan.planned.host_checkpoints == ()
+
+
+def test_an_input_every_checkpoint_takes_moves_once_and_takes_the_link_once():
+    """Four checkpointed blocks each take the one before's output and the encoder's output:
+    the encoder's output moves once (the host's copies share it), so a link with room for 3.5
+    block inputs carries the first block's two inputs and the second block's own one; the
+    third and fourth blocks keep their own inputs on the device and take the encoder's copy,
+    so the host keeps three inputs (four, and one on the device, while each copy was counted
+    for every checkpoint); with every checkpoint moving, five."""
+    torch.manual_seed(0)
+    net, x = SharedInput(WIDTH, 4), torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    segments = chain.segments_of([ModuleTarget(f'blocks.{index}') for index in range(4)])
+    block_input = BATCH * WIDTH * 4
+    assert [chain.bytes_of(segment.movable) for segment in segments] == [2 * block_input] * 4
+    first = predict(chain, segments, True, 3.5 * block_input)
+    assert first.host_checkpoints == (0, 1) and first.host_bytes == 3 * block_input
+    every = predict(chain, segments, True)
+    assert every.host_checkpoints == (0, 1, 2, 3) and every.host_bytes == 5 * block_input
+    assert predict(chain, segments).kept_bytes - every.kept_bytes == 5 * block_input
 
 
 def test_a_checkpoint_keeping_its_inputs_on_the_device_starts_the_way_back_of_the_one_before(

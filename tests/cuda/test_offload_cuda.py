@@ -208,6 +208,40 @@ def test_a_checkpoint_whose_input_a_relu_keeps_stays_and_the_next_one_fetches_ac
     assert abs((peaks[0] - peaks[1]) - predicted) <= predicted / 4, (peaks, predicted)
 
 
+def test_an_input_every_checkpoint_takes_moves_once_and_the_peak_falls_as_predicted():
+    """Six checkpointed blocks, their inputs on the host, each take the one before's output and
+    the encoder's output: the encoder's output moves once a step, the five later saves of it
+    share that copy, backward fetches one tensor on demand a step (the last block's first) and
+    gets every other save by a prefetch; the gradients are the device plan's and the peak falls
+    by what the cost model predicts, to within a quarter."""
+    from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, build_chain, predict,
+                                     record_step)
+    from tests.helpers.shared_input import SharedInput
+
+    torch.manual_seed(0)
+    model, x = SharedInput(1024, 6).cuda(), torch.randn(2048, 1024, device='cuda')
+    targets = [ModuleTarget(f'blocks.{index}') for index in range(6)]
+    chain = build_chain(record_step(model, lambda: model(x).square().mean()), model)
+    segments = chain.segments_of(targets)
+    assert segments is not None, [segment.plan_target for segment in chain.segments]
+    predicted = (predict(chain, segments).activation_peak
+                 - predict(chain, segments, inputs_on_host=True).activation_peak)
+    peaks, gradients = [], []
+    for on_host in (False, True):
+        with CheckpointPlan(targets, inputs_on_host=on_host).apply(model) as applied:
+            _step(model, x)
+            got, peak = _step(model, x, gradients_held=True)
+        peaks.append(peak)
+        gradients.append(got)
+    assert _largest_difference(gradients[1], gradients[0]) <= REORDERING
+    stats, block_input = applied.host.stats, 2048 * 1024 * 4
+    assert stats.tensors_moved == 2 * 7 and stats.bytes_moved == 2 * 7 * block_input
+    assert stats.shared == 2 * 5
+    assert stats.fetched_on_demand == 2 and stats.prefetched == 2 * (7 + 5) - 2
+    assert predicted >= 3 * block_input, predicted
+    assert abs((peaks[0] - peaks[1]) - predicted) <= predicted / 4, (peaks, predicted)
+
+
 def test_a_tensor_kept_in_host_memory_and_changed_in_place_is_refused_as_autograd_refuses_it():
     """Saved-tensor hooks take autograd's version check off what they keep: the copies make it
     themselves, with the same message, and a tensor changed out of place trains."""
