@@ -46,8 +46,9 @@ class Prediction:
         step_peak: The same plus the parameter gradients alive at that moment.
         kept_bytes: Bytes kept from forward to backward (the saved activations) on the device.
         recompute_seconds: Forward time spent again in backward.
-        host_bytes: Bytes kept in host memory instead (the top-level checkpoints' inputs of a
-            plan that keeps them there).
+        host_bytes: Bytes copied to host memory (the top-level checkpoints' inputs of a plan
+            that keeps them there, each storage once, also one a later layer keeps on the
+            device as well): what the host holds, and the link carries each way.
         host_checkpoints: The positions, in forward order, of the top-level checkpoints that
             keep their inputs in host memory (:func:`hosted_checkpoints`; the others keep theirs
             on the device).
@@ -195,7 +196,7 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
     activation_peak = max((active for active, _ in moments), default=0)
     step_peak = max((active + grad for active, grad in moments), default=0)
     return Prediction(activation_peak, step_peak, chain.bytes_of(kept), seconds,
-                      chain.bytes_of(hosted - kept), chosen)
+                      chain.bytes_of(hosted), chosen)
 
 
 def hosted_checkpoints(chain: Chain, segments: list[Segment],

@@ -407,6 +407,33 @@ def test_an_input_every_checkpoint_takes_moves_once_and_takes_the_link_once():
     assert predict(chain, segments).kept_bytes - every.kept_bytes == 5 * block_input
 
 
+class _ReadAgain(nn.Module):
+    """Three blocks; a side layer reads (and saves) the second block's input after them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.side = nn.Linear(WIDTH, WIDTH), nn.Linear(WIDTH, WIDTH)
+        self.blocks = nn.ModuleList(_mlp_blocks()[:3])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first = self.stem(x)
+        second = self.blocks[0](first)
+        return self.blocks[2](self.blocks[1](second)) + self.side(second)
+
+
+def test_an_input_a_later_layer_keeps_is_in_host_memory_and_on_the_link_all_the_same():
+    """The second block's input moves (when its checkpoint runs, nothing keeps it) and a later
+    layer keeps it on the device as well: the host holds, and the link carries, all three
+    block inputs, the device keeps two fewer than without the host."""
+    torch.manual_seed(0)
+    net, x = _ReadAgain(), torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    segments = chain.segments_of([ModuleTarget(f'blocks.{index}') for index in range(3)])
+    on_host, block_input = predict(chain, segments, True), BATCH * WIDTH * 4
+    assert on_host.host_checkpoints == (0, 1, 2) and on_host.host_bytes == 3 * block_input
+    assert predict(chain, segments).kept_bytes - on_host.kept_bytes == 2 * block_input
+
+
 def test_a_checkpoint_keeping_its_inputs_on_the_device_starts_the_way_back_of_the_one_before(
         monkeypatch):
     """In a plan whose second and fourth checkpoints keep their inputs on the device, backward
