@@ -127,11 +127,8 @@ class Chain:
             call inside an item is not in it).
         searches: What plan searches on this chain built and solved (their costs and search
             spaces), kept for the next search on it.
-        blocks: The names of the recorded model's block sequences
-            (:func:`~mmdropit.common.blocks.block_sequences`) and of its lists of blocks that
-            the step called one after another, each on what the one before returned, the
-            innermost of those (:func:`~mmdropit.common.blocks.block_lists`,
-            :func:`chained_blocks`).
+        blocks: The recorded model's repeated blocks: the names of its sequences and lists of
+            blocks (:func:`repeated_blocks`).
     """
 
     items: list[Item]
@@ -192,9 +189,7 @@ def build_chain(record: StepRecord, model: nn.Module,
     threshold = record.saved_bytes / granularity
     items: list[Item] = []
     ranges: dict[int, tuple[int, int]] = {}
-    blocks = (*(name for name, _ in block_sequences(model)),
-              *innermost([name for name, listed in block_lists(model)
-                          if chained_blocks(record, name, len(listed))]))
+    blocks = repeated_blocks(record, model)
 
     def visit(index: int) -> None:
         call = record.calls[index]
@@ -250,6 +245,16 @@ def build_chain(record: StepRecord, model: nn.Module,
                  if variant is not None]
     segments.sort(key=lambda s: (s.start, s.stop, s.selective))
     return Chain(items, segments, record, ranges, blocks)
+
+
+def repeated_blocks(record: StepRecord, model: nn.Module) -> tuple[str, ...]:
+    """The names of ``model``'s block sequences (:func:`~mmdropit.common.blocks.block_sequences`)
+    and of its lists of blocks that ``record`` (a step of ``model``) called one after another,
+    each on what the one before returned, the innermost of those
+    (:func:`~mmdropit.common.blocks.block_lists`, :func:`chained_blocks`)."""
+    return (*(name for name, _ in block_sequences(model)),
+            *innermost([name for name, listed in block_lists(model)
+                        if chained_blocks(record, name, len(listed))]))
 
 
 def chained_blocks(record: StepRecord, name: str, count: int) -> bool:

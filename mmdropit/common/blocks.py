@@ -1,7 +1,7 @@
 """The repeated blocks of a model: what hand-made checkpointing and activation offload work on
-(the lists of blocks, :func:`block_lists`, only where a recorded step shows them chained: the
-checkpoint plans; activation offload and the benchmark's hand-made baselines take the
-sequences alone).
+(the lists of blocks, :func:`block_lists`, only where a recorded step shows them chained:
+:func:`mmdropit.checkpoint.chain.repeated_blocks`, which the per-block plan and activation
+offload's default choice take; the benchmark's hand-made baselines take the sequences alone).
 
 Example:
     >>> from torch import nn

@@ -33,8 +33,7 @@ from ..common.parameters import model_device
 from ..common.technique import Applied
 from ..errors import ConfigError
 from .link import link_bytes_per_second
-from .modules import (METHODS, Offload, block_patterns, modules_holding_share,
-                      offload_activations, restore_offload)
+from .modules import METHODS, Offload, modules_holding_share, offload_activations, restore_offload
 
 
 @dataclass(frozen=True)
@@ -85,8 +84,8 @@ class OffloadConfig:
         whichever is less (:func:`~.modules.modules_holding_share`, :mod:`.link`)."""
         if self.names is not None:
             return self
-        names = modules_holding_share(model, forward, block_patterns(model) or ['*'],
-                                      self.share, link_bytes_per_second(model_device(model)))
+        names = modules_holding_share(model, forward, None, self.share,
+                                      link_bytes_per_second(model_device(model)))
         return OffloadConfig(names=tuple(names), method=self.method)
 
     def apply(self, model: nn.Module) -> AppliedOffload:

@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..checkpoint.chain import repeated_blocks
 from ..checkpoint.record import record_step
+from ..checkpoint.step_record import StepRecord
 from ..common.blocks import block_sequences
 from ..common.host_copies import HostCopies
 from ..common.name_patterns import matches
@@ -135,9 +137,12 @@ def restore_offload(model: nn.Module) -> list[str]:
     return offload.names
 
 
-def block_patterns(model: nn.Module) -> list[str]:
+def block_patterns(model: nn.Module, record: StepRecord | None = None) -> list[str]:
     """Name patterns of the blocks of the model's block sequences (``['blocks.*']`` for a timm
-    ViT, ``['layer1.*', ..., 'layer4.*']`` for a ResNet): where :func:`modules_holding_share`
+    ViT, ``['layer1.*', ..., 'layer4.*']`` for a ResNet) and, given a recorded step of it, of
+    its lists of blocks that the step called one after another (mmdet's Swin
+    ``backbone.stages.N.blocks.*``, DETR's layers;
+    :func:`~mmdropit.checkpoint.chain.repeated_blocks`): where :func:`modules_holding_share`
     chooses by default.
 
     Example:
@@ -145,11 +150,13 @@ def block_patterns(model: nn.Module) -> list[str]:
         ...                              nn.Sequential(nn.Linear(4, 4), nn.ReLU())))
         ['*']
     """
-    return [f'{name}.*' if name else '*' for name, _ in block_sequences(model)]
+    names = (repeated_blocks(record, model) if record is not None
+             else [name for name, _ in block_sequences(model)])
+    return [f'{name}.*' if name else '*' for name in names]
 
 
 def modules_holding_share(model: nn.Module, forward: Callable[[], object],
-                          candidates: Sequence[str], share: float,
+                          candidates: Sequence[str] | None, share: float,
                           link_bytes_per_second: float = math.inf) -> list[str]:
     """The earliest ``candidates`` (name patterns) of ``model``, in forward order, whose saved
     bytes reach ``share`` of what one forward pass saves, or the bytes the host link moves in
@@ -159,7 +166,9 @@ def modules_holding_share(model: nn.Module, forward: Callable[[], object],
         model: The model.
         forward: Runs one training forward pass (``lambda: model(x).sum()``).
         candidates: Name patterns of the modules to choose from (``['blocks.*']``); the
-            outermost matching calls count.
+            outermost matching calls count. ``None``: the blocks of the model's repeated blocks
+            in the recorded pass (:func:`block_patterns`), or for a model without them, its
+            outermost modules (``['*']``).
         share: The share of the step's saved bytes to reach, in ``(0, 1]``.
         link_bytes_per_second: How fast the host link copies (:mod:`.link`); more than it
             moves while the forward pass runs would come out of the step's time.
@@ -170,6 +179,8 @@ def modules_holding_share(model: nn.Module, forward: Callable[[], object],
     if not 0 < share <= 1:
         raise ConfigError(f'offload share must be in (0, 1], got {share!r}')
     record = record_step(model, forward)
+    if candidates is None:
+        candidates = block_patterns(model, record) or ['*']
     total = record.saved_bytes
     share = min(share, link_bytes_per_second * record.calls[0].seconds / max(total, 1))
     names = {name for name, _ in model.named_modules() if name}

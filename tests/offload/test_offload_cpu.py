@@ -13,6 +13,7 @@ from mmdropit.errors import ConfigError
 from mmdropit.memory import SavedTensorMeter
 from mmdropit.offload import (link_bytes_per_second, modules_holding_share,
                               offload_activations, restore_offload)
+from tests.helpers.keyword_loop import KeywordLoop
 from tests.helpers.torch_checkpointed import TorchCheckpointed
 
 
@@ -115,6 +116,21 @@ def test_the_earliest_blocks_holding_the_share_are_chosen():
     assert modules_holding_share(model, forward, ['*'], 0.3) == ['0', '1', '2']
     assert modules_holding_share(model, forward, ['*'], 1.0) == [str(i) for i in range(8)]
     assert modules_holding_share(model, forward, ['5.*'], 0.5) == ['5.0', '5.1', '5.2']
+
+
+def test_by_default_the_blocks_of_a_list_the_step_chains_are_chosen_one_by_one():
+    """Without candidates the model's repeated blocks are: those of a list of blocks inside a
+    called module (mmdet's Swin stages, DETR's layers), when the step calls them one after
+    another; its outermost modules only where it has no repeated blocks."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), KeywordLoop(_mlp(6), 'input'), nn.Linear(64, 8))
+    x = torch.randn(32, 64)
+    forward = lambda: model(x).square().mean()
+    assert modules_holding_share(model, forward, ['*'], 0.5) == ['0', '1']
+    assert modules_holding_share(model, forward, None, 0.5) == [f'1.blocks.{index}'
+                                                               for index in range(4)]
+    flat = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+    assert modules_holding_share(flat, lambda: flat(x).sum(), None, 0.5) == ['0', '1']
 
 
 def test_no_more_is_offloaded_than_the_host_link_moves_in_a_forward_pass():
