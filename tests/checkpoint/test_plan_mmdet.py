@@ -13,6 +13,7 @@ from mmengine.registry import MODELS
 from mmdropit import plan_checkpoints
 from mmdropit.checkpoint import build_chain, per_block_plan, record_step
 from mmdropit.common.blocks import block_lists
+from mmdropit.offload import modules_holding_share
 from tests.checkpoint.test_plan import _all_targets
 from tests.conftest import ROOT
 
@@ -89,7 +90,8 @@ def test_per_block_checkpointing_of_a_swin_detector_takes_the_blocks_of_its_modu
     """mmdet's Swin keeps its stages and each stage's blocks in ``ModuleList``s, called in a
     loop: the per-block plan checkpoints every block of every stage (what its ``with_cp``
     does), not the stages, and not the FPN's lateral or output convolutions (lists too, each
-    called on a feature map of its own). The planned step keeps the plain one's gradients."""
+    called on a feature map of its own). The planned step keeps the plain one's gradients.
+    Activation offload's default choice takes the same blocks, one by one."""
     register_all_modules()
     cfg = Config.fromfile(ROOT / 'configs' / 'tiny' / 'faster-rcnn_r18_fpn_digits.py')
     cfg.model.backbone = dict(type='SwinTransformer', embed_dims=24, depths=(2, 2, 2, 2),
@@ -107,8 +109,10 @@ def test_per_block_checkpointing_of_a_swin_detector_takes_the_blocks_of_its_modu
     assert chain.blocks == tuple(f'backbone.stages.{stage}.blocks' for stage in range(4))
     assert {'neck.lateral_convs', 'neck.fpn_convs'} <= {name for name, _ in block_lists(model)}
     plan = per_block_plan(chain, model)
-    assert [t.module for t in _all_targets(plan)] == [
-        f'backbone.stages.{stage}.blocks.{index}' for stage in range(4) for index in range(2)]
+    blocks = [f'backbone.stages.{stage}.blocks.{index}' for stage in range(4)
+              for index in range(2)]
+    assert [t.module for t in _all_targets(plan)] == blocks
     assert plan.planned.activation_peak < plan.baseline.activation_peak
+    assert modules_holding_share(model, _loss_step(model, data), None, 1.0) == blocks
     plan.apply(model)
     _assert_same_step(model, plain, data)
