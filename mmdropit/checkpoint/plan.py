@@ -365,24 +365,28 @@ def _search_space(chain: Chain, nested: bool) -> _SearchSpace:
 
 
 def _spaces_on_host(chain: Chain,
-                    host_capacity: float | None) -> tuple[_SearchSpace, _SearchSpace]:
-    """The two single-level search spaces of plans keeping their inputs in host memory, built
+                    host_capacity: float | None) -> tuple[_SearchSpace, ...]:
+    """The single-level search spaces of plans keeping their inputs in host memory, built
     once per chain and ``host_capacity``: ``chain``'s blocks and runs of blocks
-    (:func:`_over_blocks`) on the additive model of inputs on the host, and every segment on
-    the device's additive model; both predicted with the inputs on the host, where
-    ``host_capacity`` bytes carry them (the additive model moves them all: where the link carries
-    fewer, the exact prediction's peak is higher, and the bisection of
-    :meth:`_SearchSpace.fastest_fitting` goes on to a plan that fits)."""
+    (:func:`_over_blocks`; none for a model without repeated blocks) on the additive model of
+    inputs on the host, and every segment on the device's additive model; both predicted with
+    the inputs on the host, where ``host_capacity`` bytes carry them (the additive model moves
+    them all: where the link carries fewer, the exact prediction's peak is higher, and the
+    bisection of :meth:`_SearchSpace.fastest_fitting` goes on to a plan that fits)."""
     key = ('spaces on the host', host_capacity)
     if key not in chain.searches:
-        costs = _costs(chain, inputs_on_host=True)
+        every = _SearchSpace(chain, chain.segments, _costs(chain), True, host_capacity)
         kept = [k for k, segment in enumerate(chain.segments)
                 if _over_blocks(segment, chain.blocks)]
-        blocks = _SearchSpace(chain, [chain.segments[k] for k in kept],
-                              replace(costs, segments=[costs.segments[k] for k in kept]),
-                              True, host_capacity)
-        chain.searches[key] = (blocks, _SearchSpace(chain, chain.segments, _costs(chain), True,
-                                                    host_capacity))
+        if not kept:
+            chain.searches[key] = (every,)
+        else:
+            costs = _costs(chain, inputs_on_host=True)
+            chain.searches[key] = (
+                _SearchSpace(chain, [chain.segments[k] for k in kept],
+                             replace(costs, segments=[costs.segments[k] for k in kept]),
+                             True, host_capacity),
+                every)
     return chain.searches[key]
 
 
@@ -423,8 +427,7 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
 
     Raises:
         ConfigError: A budget below what any plan reaches, an unknown objective, or
-            ``inputs_on_host`` for a model without repeated blocks or with the ``'ogc'``
-            objective.
+            ``inputs_on_host`` with the ``'ogc'`` objective.
     """
     budget = parse_budget(budget, BUDGET_HELP)
     if objective not in OBJECTIVES:
@@ -432,11 +435,6 @@ def plan_for_chain(chain: Chain, budget: Budget = None, objective: str = 'peak',
     if objective == 'ogc' and inputs_on_host:
         raise ConfigError("the 'ogc' objective plans checkpoints on the device: leave "
                           'inputs_on_host False with it')
-    if inputs_on_host and not chain.blocks:
-        raise ConfigError('inputs_on_host=True keeps the inputs of checkpointed blocks in host '
-                          'memory, and this model has no repeated blocks (an nn.Sequential, '
-                          'or an nn.ModuleList called in a loop, of two or more modules of one '
-                          'class); plan with inputs_on_host=False')
     baseline = predict(chain, [])
     plan = CheckpointPlan(budget=budget, baseline=baseline, planned=baseline,
                           forward_seconds=chain.record.calls[0].seconds,
@@ -495,7 +493,8 @@ def _fastest_on_host(chain: Chain, target: int | None, budget: Budget,
     """The plan with the least recompute, its inputs in host memory, whose predicted peak fits
     ``target`` (``None``: within :data:`LEAST_MEMORY_TOLERANCE` of the least peak), from two
     searches (:func:`_spaces_on_host`): the blocks and runs of blocks on the additive model of
-    inputs on the host, and every single-level checkpoint on the device's additive model, its
+    inputs on the host (a model with repeated blocks), and every single-level checkpoint on the
+    device's additive model, its
     plans predicted with their inputs on the host (where ``host_capacity`` bytes carry them).
     The second finds what the first cannot reach where the blocks' inputs are a small part of
     what a plan keeps (a ResNet's), and where a budget needs a checkpoint or two inside a block.

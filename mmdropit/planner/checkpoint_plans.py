@@ -184,10 +184,7 @@ class CheckpointPlans(Technique):
     def _offered(self, share: float,
                  inputs_on_host: bool) -> Iterator[tuple[CheckpointPlan, str]]:
         """The searched plan for ``share`` and the per-block plan (once where they are the
-        same), their inputs in host memory or not, each with the start of its text (with the
-        inputs in host memory, none for a model without repeated blocks)."""
-        if inputs_on_host and not self.chain.blocks:
-            return
+        same), their inputs in host memory or not, each with the start of its text."""
         plan = self._plan(share, inputs_on_host)
         block = self._per_block_on_host if inputs_on_host else self.per_block
         if plan.targets and plan.inputs_on_host == inputs_on_host and (

@@ -228,13 +228,28 @@ def test_the_search_on_the_host_reaches_what_the_devices_plans_reach_with_it():
     assert least.planned.activation_peak <= device.planned.activation_peak * 33 // 32
 
 
-def test_a_model_without_repeated_blocks_is_one_line():
-    net = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH),
-                        nn.GELU(), nn.Linear(WIDTH, 4))
+def test_a_model_without_repeated_blocks_moves_its_checkpoints_inputs_too():
+    """A model with no repeated blocks gets its plans searched among every checkpoint on the
+    device's bytes and predicted with their inputs on the host: the least-memory plan moves
+    its checkpoints' inputs, keeps less on the device than the device's least single-level
+    plan at no higher a peak, and the step trains the same."""
+    torch.manual_seed(0)
+    layers = [nn.Linear(WIDTH, 4 * WIDTH)]
+    for _ in range(6):
+        layers += [nn.GELU(), nn.Linear(4 * WIDTH, 4 * WIDTH)]
+    net = nn.Sequential(*layers, nn.GELU(), nn.Linear(4 * WIDTH, 4))
     x = torch.randn(BATCH, WIDTH)
     chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
-    with pytest.raises(ConfigError, match='this model has no repeated blocks'):
-        plan_for_chain(chain, 0.5, inputs_on_host=True)
+    assert not chain.blocks
+    device = plan_for_chain(chain, None, nested=False)
+    least = plan_for_chain(chain, None, inputs_on_host=True)
+    assert least.inputs_on_host and least.planned.host_bytes > 0
+    assert least.planned.kept_bytes < device.planned.kept_bytes
+    assert least.planned.activation_peak <= device.planned.activation_peak
+    plain = _gradients(net, x)
+    with least.apply(net):
+        planned = _gradients(net, x)
+    assert all(torch.equal(got, want) for got, want in zip(planned, plain))
 
 
 class _ChangesItsInput(nn.Module):

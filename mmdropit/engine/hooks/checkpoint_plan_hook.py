@@ -62,8 +62,7 @@ class CheckpointPlanHook(ShapeBucketHook):
     single-level, on the device bytes that leaves
     (:func:`~mmdropit.checkpoint.plan_checkpoints`): a ViT's residual stream leaves the
     device, so the least memory goes lower. On a CPU, or under ``torch.compile``,
-    the inputs stay where they are (a warning says so); a model without repeated blocks is an
-    error.
+    the inputs stay where they are (a warning says so).
 
     Under ``torch.compile`` (``compile=True`` in the config) plans are single-level: the
     compiled backward recomputes a checkpoint nested in another together with the outer one, so
