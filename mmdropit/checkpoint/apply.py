@@ -117,7 +117,7 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGrou
         return checkpoint(_each_pass(run, copies), *args, use_reentrant=False, **policy,
                           **kwargs)
     first_pass = FirstPass(region, args, kwargs)
-    mark = _mark(args, kwargs, host)
+    mark = _mark(args, kwargs, host, copies)
     with _inputs_kept_in(host):
         output = checkpoint(_each_pass(run, copies, mark is not None),
                             *(() if mark is None else (mark,)), *args, use_reentrant=False,
@@ -126,7 +126,8 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGrou
     return output
 
 
-def _mark(args: tuple, kwargs: dict, host: HostGroup | None) -> torch.Tensor | None:
+def _mark(args: tuple, kwargs: dict, host: HostGroup | None,
+          containers: bool = True) -> torch.Tensor | None:
     """An empty tensor for the checkpoint to take first (``None``: none is needed). torch's
     non-reentrant checkpoint saves and restores the random state only of the devices of its
     positional tensor arguments, and saves only those: a region that takes its GPU tensors by
@@ -134,10 +135,11 @@ def _mark(args: tuple, kwargs: dict, host: HostGroup | None) -> torch.Tensor | N
     recomputation, so it takes an empty tensor on that device first; and the recomputation of
     a checkpoint keeping its inputs in host memory starts the way back of the inputs of the
     checkpoint before it when it unpacks what it saved, so one without a positional tensor takes
-    an empty one on the CPU."""
+    an empty one on the CPU (``containers``: whether the arguments hold lists, tuples or dicts,
+    whose tensors are looked for too)."""
     positional = [arg.device for arg in args if isinstance(arg, torch.Tensor)]
     if not any(device.type != 'cpu' for device in positional):
-        for leaf in tree_leaves((args, kwargs)):
+        for leaf in tree_leaves((args, kwargs)) if containers else kwargs.values():
             if isinstance(leaf, torch.Tensor) and leaf.device.type != 'cpu':
                 return _empty(leaf.device)
     return _empty(torch.device('cpu')) if host is not None and not positional else None

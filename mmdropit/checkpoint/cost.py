@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .chain import Chain, Segment
 
@@ -153,8 +154,8 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
     hosted: set[int] = set()  # with inputs_on_host, the inputs kept in host memory
     in_order = sorted(segments, key=lambda segment: segment.start)
     found = _host_inputs(chain, in_order, host_capacity) if inputs_on_host else []
-    chosen = tuple(k for k, (copies, _) in enumerate(found) if copies)
-    on_host = {id(segment): inputs for segment, (_, inputs) in zip(in_order, found)}
+    chosen = tuple(k for k, where in enumerate(found) if where.copies)
+    on_host = {id(segment): where for segment, where in zip(in_order, found)}
     last = in_order[-1] if in_order else None
 
     def walk(start: int, stop: int, plan: list[Segment] | tuple[Segment, ...],
@@ -174,8 +175,9 @@ def predict(chain: Chain, segments: list[Segment], inputs_on_host: bool = False,
                                 grad_after[i + 1]))
                 i += 1
                 continue
-            inputs = on_host.get(id(segment), set())
-            hosted.update(inputs)
+            where = on_host.get(id(segment))
+            inputs = where.off_device if where else set()
+            hosted.update(where.copied if where else ())
             kept |= {*segment.inputs, *segment.cached} - inputs
             back = kept | inputs | ahead
             ahead = inputs if segment is not last else set()  # the next one fetches them
@@ -210,39 +212,59 @@ def hosted_checkpoints(chain: Chain, segments: list[Segment],
     inputs (:attr:`~.chain.Segment.movable`); its copy frees nothing where every one of them is
     kept on the device anyway by an item before it (as the ReLU before a ResNet block's
     checkpointed convolutions keeps its output) or a checkpoint before it: that checkpoint
-    keeps its inputs on the device, and takes none of the link. An input a checkpoint before
-    copied (an encoder's output that every decoder layer takes) moves once
-    (:class:`~mmdropit.common.host_copies.HostCopies` shares its copy): it takes the link once,
-    and a checkpoint that keeps its inputs on the device takes that copy too.
+    keeps its inputs on the device, and takes none of the link. A checkpoint that copies takes
+    the link for every movable input no checkpoint before it copied, also one an item before it
+    keeps (the copy frees nothing there). An input passed positionally to several checkpoints
+    moves once (:class:`~mmdropit.common.host_copies.HostCopies` shares its copy): it takes the
+    link once, and a later checkpoint whose inputs are all on the host already, or that keeps
+    its own on the device, takes that copy.
     """
-    return tuple(k for k, (copies, _) in
-                 enumerate(_host_inputs(chain, segments, host_capacity)) if copies)
+    return tuple(k for k, where in enumerate(_host_inputs(chain, segments, host_capacity))
+                 if where.copies)
+
+
+class _OnHost(NamedTuple):
+    """Where one top-level checkpoint of a plan with its inputs on the host keeps them.
+
+    Attributes:
+        copies: Whether its group copies (:func:`hosted_checkpoints` chose it).
+        off_device: The storages of its inputs that are not on the device while it waits for
+            backward (copied by it or by a checkpoint before it, and kept by no item or
+            checkpoint before it).
+        copied: The storages it copies to the host: its movable inputs that no checkpoint
+            before it copied, also one an item before it keeps (the copy frees nothing there,
+            but takes the link all the same).
+    """
+
+    copies: bool
+    off_device: set[int]
+    copied: set[int]
 
 
 def _host_inputs(chain: Chain, segments: list[Segment],
-                 host_capacity: float | None) -> list[tuple[bool, set[int]]]:
-    """For each of ``segments``, whether it keeps its inputs in host memory, and the storages
-    of its inputs that are there (see :func:`hosted_checkpoints`)."""
+                 host_capacity: float | None) -> list[_OnHost]:
+    """Where each of ``segments`` keeps its inputs (see :func:`hosted_checkpoints`)."""
     room = math.inf if host_capacity is None else host_capacity
     kept: set[int] = set()
     copied: set[int] = set()
-    found: list[tuple[bool, set[int]]] = []
+    found: list[_OnHost] = []
     done = 0  # the items before it whose saves are in kept
     for segment in segments:
         for item in chain.items[done:segment.start]:
             kept |= item.saves
         done = segment.stop
-        frees = set(segment.movable) - kept
-        copies = chain.bytes_of(frees - copied)
-        moves = bool(frees) and copies <= room
+        movable = set(segment.movable)
+        frees, new = movable - kept, movable - copied
+        needs_copies = bool(frees - copied)  # else what it frees is on the host already
+        moves = needs_copies and chain.bytes_of(new) <= room
         if moves:
-            room -= copies
-            copied |= frees
-        elif copies > room:
+            room -= chain.bytes_of(new)
+            copied |= new
+        elif needs_copies:
             room = 0.0  # no later copy starts
-        on_host = frees if moves else frees & copied
-        found.append((moves, on_host))
-        kept |= {*segment.inputs, *segment.cached} - on_host
+        off_device = frees if moves else frees & copied
+        found.append(_OnHost(moves, off_device, new if moves else set()))
+        kept |= {*segment.inputs, *segment.cached} - off_device
     return found
 
 

@@ -206,6 +206,9 @@ class FirstPass:
                     'dict argument was changed in place after the checkpoint was entered, so '
                     'the recomputation would not see what the first pass saw; plan again '
                     '(plan_checkpoints starts no checkpoint there) or leave this module out')
+        if not (self.attributes or self.replaced or self.buffers):  # the common case
+            yield
+            return
         found = [(module, key, module.__dict__.get(key, _MISSING))
                  for module, key, _ in self.attributes]
         found_buffers = [(slot, slot.tensor()) for slot, _ in self.replaced]

@@ -564,8 +564,7 @@ def plan_checkpoints(model: nn.Module, step: Callable[[], object], budget: Budge
 
     Raises:
         ConfigError: If the budget is malformed or below what any plan reaches (the message
-            gives the least reachable peak), or ``inputs_on_host`` is asked for a model without
-            repeated blocks.
+            gives the least reachable peak).
     """
     budget = parse_budget(budget, BUDGET_HELP)
     started = time.perf_counter()

@@ -22,33 +22,50 @@ from torch import nn
 
 def block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
     """The ``nn.Sequential`` modules made of two or more blocks of one class (timm's ``blocks``,
-    ResNet stages ``layer1``..``layer4``, mmdet's ``ResLayer``), outermost first: a sequence
-    whose blocks each hold such sequences gives way to those (timm's Swin and ConvNeXt
-    ``stages.N.blocks``, not the ``stages``; EfficientNet's ``blocks``, whose one-block stages
-    hold none, stays whole): the blocks that timm's ``set_grad_checkpointing()`` checkpoints.
+    ResNet stages ``layer1``..``layer4``, mmdet's ``ResLayer``), outermost first, where a
+    sequence whose blocks each are or hold sequences of composite blocks gives way to those,
+    however short (timm's Swin and ConvNeXt ``stages.N.blocks``, EfficientNet's
+    ``blocks.N``, some of one block): the blocks timm's ``set_grad_checkpointing()``
+    checkpoints one by one.
 
     Example:
-        >>> stage = lambda: nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.GELU()),
-        ...                               nn.Sequential(nn.Linear(4, 4), nn.GELU()))
-        >>> [name for name, _ in block_sequences(nn.Sequential(stage(), stage()))]
+        >>> stage = lambda depth: nn.Sequential(*[nn.Sequential(nn.Linear(4, 4), nn.GELU())
+        ...                                       for _ in range(depth)])
+        >>> [name for name, _ in block_sequences(nn.Sequential(stage(1), stage(2)))]
         ['0', '1']
     """
-    found = {name: module for name, module in model.named_modules()
-             if isinstance(module, nn.Sequential) and len(module) >= 2
-             and len({type(child) for child in module.children()}) == 1
-             and any(True for _ in module[0].parameters())}
+    modules = dict(model.named_modules())
+
+    def stages_of(name: str) -> list[str] | None:
+        """The outermost sequences of composite blocks each block of ``name`` is or holds
+        (``None`` where a block has none)."""
+        found = []
+        for child, block in modules[name].named_children():
+            prefix = f'{name}.{child}' if name else child
+            inner = [inner for inner, module in block.named_modules(prefix=prefix)
+                     if _sequence(module, 1) and _blocks(list(module.children()), 1)]
+            if not inner:
+                return None
+            found += [one for one in inner if not any(inside(one, other) for other in inner)]
+        return found
 
     def standing_for(name: str) -> list[str]:
-        within = [other for other in found if inside(other, name)]
-        below = [other for other in within if not any(inside(other, mid) for mid in within)]
-        blocks = [f'{name}.{child}' if name else child for child, _ in found[name].named_children()]
-        if below and all(any(other == block or inside(other, block) for other in below)
-                         for block in blocks):
-            return [inner for other in below for inner in standing_for(other)]
-        return [name]
+        stages = stages_of(name)
+        return [name] if stages is None else [one for stage in stages
+                                              for one in standing_for(stage)]
 
-    outermost = [name for name in found if not any(inside(name, other) for other in found)]
-    return [(name, found[name]) for outer in outermost for name in standing_for(outer)]
+    found = [name for name, module in modules.items() if _sequence(module, 2)]
+    return [(name, modules[name]) for outer in found
+            if not any(inside(outer, other) for other in found)
+            for name in standing_for(outer)]
+
+
+def _sequence(module: nn.Module, least: int) -> bool:
+    """Whether ``module`` is an ``nn.Sequential`` of ``least`` or more modules of one class, the
+    first with parameters."""
+    return (isinstance(module, nn.Sequential) and len(module) >= least
+            and len({type(child) for child in module.children()}) == 1
+            and any(True for _ in module[0].parameters()))
 
 
 def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
@@ -65,10 +82,10 @@ def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
             and not any(inside(name, outer) or inside(outer, name) for outer in sequences)]
 
 
-def _blocks(children: list[nn.Module]) -> bool:
-    """Whether ``children`` are two or more modules of one class, each with parameters and
-    modules of its own."""
-    return (len(children) >= 2 and len({type(child) for child in children}) == 1
+def _blocks(children: list[nn.Module], least: int = 2) -> bool:
+    """Whether ``children`` are ``least`` or more modules of one class, each with parameters
+    and modules of its own."""
+    return (len(children) >= least and len({type(child) for child in children}) == 1
             and all(any(True for _ in child.parameters()) and any(True for _ in child.children())
                     for child in children))
 

@@ -9,10 +9,11 @@ the host whose copy would free nothing starts the way back of the group before i
 copies does. Its pack hook (:meth:`HostCopies.pack`) starts a device-to-
 host copy of each saved CUDA tensor on a side stream and lets the caching allocator reuse the
 device memory once that copy is done (``Tensor.record_stream``). A tensor saved again, in its
-group or a later one, unchanged (the encoder's output every DETR decoder layer takes, each
-layer a checkpoint with its inputs on the host) shares the copy that its first save made: it
-moves once each way, and a group that keeps what it saves on the device takes the copy too,
-since the device tensor frees nothing while a copy holds it. The forward pass does not wait
+group or a later one, unchanged (the input of separate query, key and value projections; an
+input passed positionally to several checkpoints with their inputs on the host) shares the
+copy that its first save made: it moves once each way, and a group that keeps what it saves
+on the device takes the copy too, since the device tensor frees nothing while a copy holds
+it. The forward pass does not wait
 for it, unless more than ``in_flight_bytes`` are still travelling: then the host waits for the
 oldest copies. The allocator reuses a block only once it has seen its copy end, and the host
 runs ahead of the GPU: without that bound a forward pass faster than the copies would hold

@@ -449,6 +449,44 @@ def test_an_input_a_later_layer_keeps_is_in_host_memory_and_on_the_link_all_the_
     assert predict(chain, segments).kept_bytes - on_host.kept_bytes == 2 * block_input
 
 
+class _KeptAndNot(nn.Module):
+    """A checkpointed block taking a ReLU's output, which the ReLU keeps, and a linear layer's,
+    which nothing else keeps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.side, self.head = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
+        self.block = _PairBlock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.stem(x).relu(), self.side(x)))
+
+
+class _PairBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, kept: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+        return self.fc(kept + free)
+
+
+def test_a_checkpoint_that_copies_takes_the_link_for_every_input_it_copies():
+    """The host's copies take both inputs of the block, also the ReLU's output that stays on
+    the device for the ReLU: the link must carry two inputs for it to move (with room for 1.5
+    nothing moves), the host then holds two and the device one fewer."""
+    torch.manual_seed(0)
+    net, x = _KeptAndNot(), torch.randn(BATCH, WIDTH)
+    chain = build_chain(record_step(net, lambda: net(x).square().mean()), net)
+    segments = chain.segments_of([ModuleTarget('block')])
+    block_input = BATCH * WIDTH * 4
+    assert chain.bytes_of(segments[0].movable) == 2 * block_input
+    assert predict(chain, segments, True, 1.5 * block_input).host_checkpoints == ()
+    moved = predict(chain, segments, True, 2.5 * block_input)
+    assert moved.host_checkpoints == (0,) and moved.host_bytes == 2 * block_input
+    assert predict(chain, segments).kept_bytes - moved.kept_bytes == block_input
+
+
 def test_a_checkpoint_keeping_its_inputs_on_the_device_starts_the_way_back_of_the_one_before(
         monkeypatch):
     """In a plan whose second and fourth checkpoints keep their inputs on the device, backward

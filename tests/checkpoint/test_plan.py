@@ -337,8 +337,8 @@ def test_per_block_checkpointing_takes_lists_of_blocks_called_one_after_another(
 def test_per_block_checkpointing_of_a_sequence_of_stages_checkpoints_their_blocks_as_timm_does():
     """A sequence of stages that each hold a sequence of blocks (timm's ConvNeXt, Swin) is
     checkpointed block by block, the modules timm's ``set_grad_checkpointing()`` checkpoints,
-    with the same step; a sequence of stages one of which holds a single block (EfficientNet)
-    stays the sequence, as timm checkpoints it stage by stage."""
+    with the same step; so are the stages of EfficientNet, sequences of blocks themselves, one
+    block or more (timm checkpoints them block by block too, ``flatten=True``)."""
     torch.manual_seed(0)
     model = timm.create_model('convnext_atto', num_classes=5)
     x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 5, (4,))
@@ -349,7 +349,8 @@ def test_per_block_checkpointing_of_a_sequence_of_stages_checkpoints_their_block
     assert [target.module for target in plan.targets] == blocks
     _assert_same_step(model, plan, x, y)
     efficientnet = timm.create_model('efficientnet_b0')
-    assert [name for name, _ in block_sequences(efficientnet)] == ['blocks']
+    assert [(name, len(stage)) for name, stage in block_sequences(efficientnet)] == [
+        (f'blocks.{stage}', depth) for stage, depth in enumerate((1, 2, 2, 3, 3, 4, 1))]
 
 
 def test_a_sequence_of_blocks_that_saves_little_is_still_checkpointed_block_by_block():
