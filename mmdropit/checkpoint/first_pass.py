@@ -15,7 +15,8 @@ and each is kept as the first pass found it:
   :meth:`FirstPass.as_first_seen` checks those and raises a ``RuntimeError`` naming the region.
 - **Module attributes the forward reassigns** (a counter, a value it caches and reads again):
   the recomputation runs with the values from before the first pass, and the values found when
-  it starts are put back after it.
+  it starts are put back after it. Modules of torch.nn's own classes, whose ``forward`` methods
+  assign no attribute, are not watched.
 - **Buffers the forward writes in place or reassigns**: the same. A write is seen by the
   buffer's version counter; the running statistics of a training BatchNorm / InstanceNorm,
   which the batch-norm kernel updates without counting, are taken as written at every call.
@@ -53,6 +54,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -130,7 +132,8 @@ class FirstPass:
 
     def __init__(self, region: Region, args: tuple, kwargs: dict) -> None:
         self.region = region
-        self._attributes = [dict(module.__dict__) for module in region.modules]
+        self._attributes = [(module, module.__dict__.copy()) for module in region.modules
+                            if _may_reassign(type(module))]
         self._tensors = [slot.tensor() for slot in region.slots]
         self._versions = [None if t is None else t._version for t in self._tensors]
         copied = region.copied_before
@@ -157,7 +160,7 @@ class FirstPass:
             RuntimeError: If a buffer other than BatchNorm statistics was written in place that
                 earlier calls left alone (its value from before this pass was not kept).
         """
-        for module, before in zip(self.region.modules, self._attributes):
+        for module, before in self._attributes:
             if _differs(module.__dict__, before):
                 self.attributes += [(module, key, before.get(key, _MISSING))
                                     for key in module.__dict__.keys() | before.keys()
@@ -229,6 +232,16 @@ class FirstPass:
                 _assign(found)
                 for slot, tensor in found_buffers:
                     slot.owner._buffers[slot.name] = tensor
+
+
+@functools.cache
+def _may_reassign(cls: type) -> bool:
+    """Whether a module of class ``cls`` may reassign its attributes in forward: any class but
+    torch.nn's own (no ``forward`` of ``torch.nn.modules`` assigns an attribute; a subclass
+    defined elsewhere may; this package's swapped classes keep their base's module, and their
+    forward methods assign none either), whose attributes are not watched, since a block is
+    mostly made of them (a timm ViT block: 5 of its 22 modules watched)."""
+    return not cls.__module__.startswith('torch.nn.modules.')
 
 
 def _differs(current: dict, before: dict) -> bool:

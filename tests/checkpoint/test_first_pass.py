@@ -98,6 +98,19 @@ class _Counted(nn.Module):
         return torch.tanh(self.linear(x)) * self.calls
 
 
+class _CountedLinear(nn.Linear):
+    """A subclass of one of torch.nn's own classes (whose attributes are not watched) that
+    reassigns an attribute: it is watched."""
+
+    def __init__(self) -> None:
+        super().__init__(8, 8)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.tanh(super().forward(x)) * self.calls
+
+
 class _Tracked(nn.Module):
     """Reads a buffer it writes in place, and one it reassigns."""
 
@@ -132,7 +145,7 @@ STATE_PLANS = {
 }
 
 
-@pytest.mark.parametrize('kind', [_Counted, _Tracked])
+@pytest.mark.parametrize('kind', [_Counted, _CountedLinear, _Tracked])
 @pytest.mark.parametrize('targets', list(STATE_PLANS.values()), ids=list(STATE_PLANS))
 def test_state_the_forward_changes_is_seen_by_the_recomputation_as_it_was(kind, targets):
     """Gradients and buffers equal the unplanned step's, over two steps (the second starts from
@@ -150,8 +163,9 @@ def test_state_the_forward_changes_is_seen_by_the_recomputation_as_it_was(kind, 
         for (name, buffer), plain_buffer in zip(model.named_buffers(), plain.buffers()):
             assert torch.equal(buffer, plain_buffer), name
         model.zero_grad(), plain.zero_grad()
-    if kind is _Counted:
+    if kind in (_Counted, _CountedLinear):
         assert [block.calls for block in model.blocks] == [2, 2, 2]
+    if kind is _Counted:
         assert all(block.last.grad_fn is None for block in model.blocks)
 
 
