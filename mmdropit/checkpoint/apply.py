@@ -57,7 +57,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -78,11 +79,28 @@ if TYPE_CHECKING:
 _SWAP = ClassSwap('Checkpointed')
 
 
-@contextlib.contextmanager
-def _both(outer: contextlib.AbstractContextManager,
-          inner: contextlib.AbstractContextManager) -> Iterator[None]:
-    with outer, inner:
-        yield
+class _Both:
+    """Two contexts entered as one, ``outer`` first (a class: entered twice a checkpoint and
+    step, where torch's checkpoint may stop a recomputation early by raising through it). Made
+    for contexts that suppress no exception."""
+
+    def __init__(self, outer: contextlib.AbstractContextManager,
+                 inner: contextlib.AbstractContextManager) -> None:
+        self.outer, self.inner = outer, inner
+
+    def __enter__(self) -> None:
+        self.outer.__enter__()
+        try:
+            self.inner.__enter__()
+        except BaseException:
+            self.outer.__exit__(*sys.exc_info())
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.inner.__exit__(*exc)
+        finally:
+            self.outer.__exit__(*exc)
 
 
 def _contexts(first_pass: FirstPass, selective: bool) -> tuple:
@@ -95,11 +113,11 @@ def _contexts(first_pass: FirstPass, selective: bool) -> tuple:
     its copies are not among the replayed ops."""
     if not selective:
         return (checkpoint_pass(first=True),
-                _both(checkpoint_pass(first=False, recomputation=True),
+                _Both(checkpoint_pass(first=False, recomputation=True),
                       first_pass.as_first_seen()))
     forward, recompute = selective_contexts()
-    return (_both(checkpoint_pass(first=False), forward),
-            _both(checkpoint_pass(first=False), _both(first_pass.as_first_seen(), recompute)))
+    return (_Both(checkpoint_pass(first=False), forward),
+            _Both(checkpoint_pass(first=False), _Both(first_pass.as_first_seen(), recompute)))
 
 
 def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGroup | None,
@@ -116,7 +134,7 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGrou
         policy = {'context_fn': selective_contexts} if selective else {}
         return checkpoint(_each_pass(run, copies), *args, use_reentrant=False, **policy,
                           **kwargs)
-    first_pass = FirstPass(region, args, kwargs)
+    first_pass = FirstPass(region, args, kwargs, copies)
     mark = _mark(args, kwargs, host, copies)
     with _inputs_kept_in(host):
         output = checkpoint(_each_pass(run, copies, mark is not None),

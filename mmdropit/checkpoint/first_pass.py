@@ -105,7 +105,9 @@ class Region:
 
     Attributes:
         root: The module (or the ``nn.Sequential`` / ``nn.ModuleList`` of a run) recomputed.
-        modules: ``root`` and everything inside it.
+        watched: ``root`` and the modules inside it whose attributes the forward may
+            reassign (all but those of torch.nn's own classes: :func:`_may_reassign`).
+        slots: The buffers of ``root`` and of the modules inside it.
         copied_before: Indices of ``slots`` copied before every first pass (``None`` until the
             first call, which copies every slot but BatchNorm statistics).
     """
@@ -113,7 +115,7 @@ class Region:
     def __init__(self, root: nn.Module) -> None:
         self.root = root
         named = list(root.named_modules(remove_duplicate=True))
-        self.modules = tuple(module for _, module in named)
+        self.watched = tuple(module for _, module in named if _may_reassign(type(module)))
         self.slots = tuple(_BufferSlot(module, name, f'{prefix}.{name}' if prefix else name)
                            for prefix, module in named for name in module._buffers)
         self.copied_before: set[int] | None = None
@@ -130,10 +132,12 @@ class FirstPass:
     Made just before the checkpoint runs the first pass; :meth:`finish` just after it.
     """
 
-    def __init__(self, region: Region, args: tuple, kwargs: dict) -> None:
+    def __init__(self, region: Region, args: tuple, kwargs: dict,
+                 containers: bool | None = None) -> None:
+        """``containers``: whether the arguments hold lists, tuples or dicts, where the caller
+        knows (:func:`has_containers`)."""
         self.region = region
-        self._attributes = [(module, module.__dict__.copy()) for module in region.modules
-                            if _may_reassign(type(module))]
+        self._attributes = [(module, module.__dict__.copy()) for module in region.watched]
         self._tensors = [slot.tensor() for slot in region.slots]
         self._versions = [None if t is None else t._version for t in self._tensors]
         copied = region.copied_before
@@ -143,7 +147,7 @@ class FirstPass:
             if tensor is not None and (index in copied if copied is not None
                                        else not slot.statistics)}
         self._leaves: list[tuple[torch.Tensor, int]] = []
-        if has_containers(args, kwargs):
+        if has_containers(args, kwargs) if containers is None else containers:
             self._leaves = [(leaf, leaf._version) for leaf in tree_leaves((args, kwargs))
                             if isinstance(leaf, torch.Tensor)]
         self.attributes: list[tuple[nn.Module, str, object]] = []
@@ -167,6 +171,12 @@ class FirstPass:
                                     if module.__dict__.get(key, _MISSING)
                                     is not before.get(key, _MISSING)]
         self._attributes = []
+        if self.region.slots:
+            self._note_buffers()
+        self.finished = True
+
+    def _note_buffers(self) -> None:
+        """:meth:`finish` for the buffers."""
         region, written = self.region, []
         for index, (slot, tensor, version) in enumerate(
                 zip(region.slots, self._tensors, self._versions)):
@@ -189,17 +199,20 @@ class FirstPass:
                 '(they are copied from now on), or leave this module out of the plan')
         self.buffers = [(i, self._before.get(i)) for i in written]
         self._before, self._tensors, self._versions = {}, [], []
-        self.finished = True
 
-    @contextlib.contextmanager
-    def as_first_seen(self) -> Iterator[None]:
+    def as_first_seen(self) -> contextlib.AbstractContextManager:
         """Around the recomputation: the attributes and buffers the first pass changed hold
         their values from before it, and get back the ones found on entry on exit.
 
         Raises:
-            RuntimeError: If a tensor inside a container argument was changed in place since
-                the first pass started.
+            RuntimeError: On entry, if a tensor inside a container argument was changed in
+                place since the first pass started.
         """
+        return _AsFirstSeen(self)
+
+    def _restoring(self) -> contextlib.AbstractContextManager | None:
+        """What entering the recomputation checks (see :meth:`as_first_seen`), and the context
+        that restores the state the first pass changed (``None``: it changed none)."""
         if not self.finished:
             self.finish()
         for leaf, version in self._leaves:
@@ -209,9 +222,10 @@ class FirstPass:
                     'dict argument was changed in place after the checkpoint was entered, so '
                     'the recomputation would not see what the first pass saw; plan again '
                     '(plan_checkpoints starts no checkpoint there) or leave this module out')
-        if not (self.attributes or self.replaced or self.buffers):  # the common case
-            yield
-            return
+        return self._restored() if self.attributes or self.replaced or self.buffers else None
+
+    @contextlib.contextmanager
+    def _restored(self) -> Iterator[None]:
         found = [(module, key, module.__dict__.get(key, _MISSING))
                  for module, key, _ in self.attributes]
         found_buffers = [(slot, slot.tensor()) for slot, _ in self.replaced]
@@ -232,6 +246,24 @@ class FirstPass:
                 _assign(found)
                 for slot, tensor in found_buffers:
                     slot.owner._buffers[slot.name] = tensor
+
+
+class _AsFirstSeen:
+    """The context of :meth:`FirstPass.as_first_seen` (a class: entered once a checkpoint and
+    step, where torch's checkpoint may stop the recomputation early by raising through it; a
+    generator's is entered only where there is state to restore)."""
+
+    def __init__(self, first_pass: FirstPass) -> None:
+        self.first_pass = first_pass
+        self.restoring: contextlib.AbstractContextManager | None = None
+
+    def __enter__(self) -> None:
+        self.restoring = self.first_pass._restoring()
+        if self.restoring is not None:
+            self.restoring.__enter__()
+
+    def __exit__(self, *exc: object) -> bool | None:
+        return None if self.restoring is None else self.restoring.__exit__(*exc)
 
 
 @functools.cache

@@ -67,7 +67,8 @@ and the pass each marks."""
 
 @contextlib.contextmanager
 def recomputed_region() -> Iterator[None]:
-    """Mark the code inside as part of a checkpoint's region (regions may nest)."""
+    """Mark the code inside as part of a checkpoint's region (regions may nest; a generator's
+    context, which dynamo traces: it runs inside compiled checkpoints too)."""
     _STATE.depth += 1
     try:
         yield
@@ -80,20 +81,28 @@ def in_recomputed_region() -> bool:
     return _STATE.depth > 0
 
 
-@contextlib.contextmanager
-def checkpoint_pass(first: bool, recomputation: bool = False) -> Iterator[None]:
+class _PassMark:
+    """The context of :func:`checkpoint_pass` (a class: entered twice a checkpoint and step,
+    cheaper than a generator's, also where torch's checkpoint stops a recomputation early by
+    raising through it; eager only, as dynamo enters no such class)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        _STATE.passes.append((self.name, _top_pack()))
+
+    def __exit__(self, *exc: object) -> None:
+        _STATE.passes.pop()
+
+
+def checkpoint_pass(first: bool, recomputation: bool = False) -> contextlib.AbstractContextManager:
     """Mark the code inside as a checkpoint's first forward pass (``first``), whose saved
     tensors the checkpoint drops, or as a pass whose saved tensors are used: a plain
     checkpoint's recomputation (``recomputation``), or either pass of a selective checkpoint
     (its recomputation replays the first pass's ops in order, so a layer must run the same ops
     in both)."""
-    passes = _STATE.passes
-    name = 'first' if first else 'recomputation' if recomputation else 'kept'
-    passes.append((name, _top_pack()))
-    try:
-        yield
-    finally:
-        passes.pop()
+    return _PassMark('first' if first else 'recomputation' if recomputation else 'kept')
 
 
 def _top_pack() -> Callable | None:
