@@ -70,7 +70,7 @@ from torch.utils.checkpoint import checkpoint
 from ..common.class_swap import ClassSwap
 from ..common.recompute_region import checkpoint_pass, recomputed_region, saved_until_backward
 from ..errors import ConfigError
-from .first_pass import FirstPass, Region, fresh_containers, has_containers
+from .first_pass import FirstPass, Region, fresh_containers, has_containers, has_forward_hooks
 from .selective import selective_contexts
 
 if TYPE_CHECKING:
@@ -153,11 +153,12 @@ def _mark(args: tuple, kwargs: dict, host: HostGroup | None,
     recomputation, so it takes an empty tensor on that device first; and the recomputation of
     a checkpoint keeping its inputs in host memory starts the way back of the inputs of the
     checkpoint before it when it unpacks what it saved, so one without a positional tensor takes
-    an empty one on the CPU (``containers``: whether the arguments hold lists, tuples or dicts,
-    whose tensors are looked for too)."""
+    an empty one on the CPU (``containers``: whether the positional arguments hold lists,
+    tuples or dicts; without them or keyword arguments, what is not a positional tensor is
+    nothing torch's checkpoint would miss, and is not looked through)."""
     positional = [arg.device for arg in args if isinstance(arg, torch.Tensor)]
-    if not any(device.type != 'cpu' for device in positional):
-        for leaf in tree_leaves((args, kwargs)) if containers else kwargs.values():
+    if (containers or kwargs) and not any(device.type != 'cpu' for device in positional):
+        for leaf in tree_leaves((args, kwargs)):
             if isinstance(leaf, torch.Tensor) and leaf.device.type != 'cpu':
                 return _empty(leaf.device)
     return _empty(torch.device('cpu')) if host is not None and not positional else None
@@ -340,12 +341,6 @@ def checkpoint_run(sequential: nn.Sequential, first: int, last: int,
     _SWAP.swap_in(sequential, _CheckpointedRuns)
     sequential._mmdropit_runs = sorted(runs, key=lambda run: run[0])
     sequential._mmdropit_parts = {}
-
-
-def has_forward_hooks(module: nn.Module) -> bool:
-    """Whether ``module`` has forward hooks or pre-hooks of its own (FSDP2 gathers a unit's
-    parameters in one): a run of siblings calls the later ones' ``forward`` without them."""
-    return bool(module._forward_hooks or module._forward_pre_hooks)
 
 
 def checkpoint_siblings(parent: nn.Module, children: tuple[str, ...],

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from torch import nn
 
 from ..common.blocks import block_lists, block_sequences, innermost, inside
-from .apply import has_forward_hooks
+from .first_pass import has_forward_hooks
 from .step_record import ModuleCall, StepRecord
 from .targets import ModuleTarget, RunTarget, SiblingsTarget, Target
 

@@ -15,8 +15,8 @@ and each is kept as the first pass found it:
   :meth:`FirstPass.as_first_seen` checks those and raises a ``RuntimeError`` naming the region.
 - **Module attributes the forward reassigns** (a counter, a value it caches and reads again):
   the recomputation runs with the values from before the first pass, and the values found when
-  it starts are put back after it. Modules of torch.nn's own classes, whose ``forward`` methods
-  assign no attribute, are not watched.
+  it starts are put back after it. Modules of torch.nn's own classes without forward hooks are
+  not watched (:func:`_may_reassign`).
 - **Buffers the forward writes in place or reassigns**: the same. A write is seen by the
   buffer's version counter; the running statistics of a training BatchNorm / InstanceNorm,
   which the batch-norm kernel updates without counting, are taken as written at every call.
@@ -54,12 +54,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.modules import module as module_hooks
 from torch.nn.modules.batchnorm import _NormBase
 from torch.utils._pytree import tree_leaves, tree_map
 
@@ -106,7 +106,9 @@ class Region:
     Attributes:
         root: The module (or the ``nn.Sequential`` / ``nn.ModuleList`` of a run) recomputed.
         watched: ``root`` and the modules inside it whose attributes the forward may
-            reassign (all but those of torch.nn's own classes: :func:`_may_reassign`).
+            reassign: all but those of torch.nn's own classes (:func:`_may_reassign`) without
+            forward hooks of their own, or all where global forward hooks are set (a hook
+            registered later is not seen either).
         slots: The buffers of ``root`` and of the modules inside it.
         copied_before: Indices of ``slots`` copied before every first pass (``None`` until the
             first call, which copies every slot but BatchNorm statistics).
@@ -115,7 +117,9 @@ class Region:
     def __init__(self, root: nn.Module) -> None:
         self.root = root
         named = list(root.named_modules(remove_duplicate=True))
-        self.watched = tuple(module for _, module in named if _may_reassign(type(module)))
+        hooked = _global_forward_hooks()
+        self.watched = tuple(module for _, module in named
+                             if hooked or has_forward_hooks(module) or _may_reassign(type(module)))
         self.slots = tuple(_BufferSlot(module, name, f'{prefix}.{name}' if prefix else name)
                            for prefix, module in named for name in module._buffers)
         self.copied_before: set[int] | None = None
@@ -266,14 +270,30 @@ class _AsFirstSeen:
         return None if self.restoring is None else self.restoring.__exit__(*exc)
 
 
-@functools.cache
 def _may_reassign(cls: type) -> bool:
-    """Whether a module of class ``cls`` may reassign its attributes in forward: any class but
-    torch.nn's own (no ``forward`` of ``torch.nn.modules`` assigns an attribute; a subclass
-    defined elsewhere may; this package's swapped classes keep their base's module, and their
-    forward methods assign none either), whose attributes are not watched, since a block is
-    mostly made of them (a timm ViT block: 5 of its 22 modules watched)."""
+    """Whether a module of class ``cls`` may reassign its attributes in forward so that the
+    recomputation would read other values: any class but torch.nn's own, whose attributes are
+    not watched, since a block is mostly made of them (a timm ViT block: 5 of its 22 modules
+    watched). Where torch.nn's modules reassign attributes in forward (an RNN's flat weights,
+    a lazy module's shapes, a ``weight_norm`` or ``prune`` reparametrisation's weight), they
+    work the values out afresh before reading them; a subclass defined elsewhere may do
+    anything. This package's swapped classes keep their base's module, and their forward
+    methods assign no attribute."""
     return not cls.__module__.startswith('torch.nn.modules.')
+
+
+def has_forward_hooks(module: nn.Module) -> bool:
+    """Whether ``module`` has forward hooks or pre-hooks of its own (FSDP2 gathers a unit's
+    parameters in one; a hook may reassign attributes): a run of siblings calls the later ones'
+    ``forward`` without them."""
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def _global_forward_hooks() -> bool:
+    """Whether forward hooks or pre-hooks are set for every module
+    (``torch.nn.modules.module.register_module_forward_hook``)."""
+    return bool(getattr(module_hooks, '_global_forward_hooks', None)
+                or getattr(module_hooks, '_global_forward_pre_hooks', None))
 
 
 def _differs(current: dict, before: dict) -> bool:

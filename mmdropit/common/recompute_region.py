@@ -68,7 +68,8 @@ and the pass each marks."""
 @contextlib.contextmanager
 def recomputed_region() -> Iterator[None]:
     """Mark the code inside as part of a checkpoint's region (regions may nest; a generator's
-    context, which dynamo traces: it runs inside compiled checkpoints too)."""
+    context: it runs inside compiled checkpoints too, where dynamo traces it and refused a
+    class's)."""
     _STATE.depth += 1
     try:
         yield
@@ -84,7 +85,8 @@ def in_recomputed_region() -> bool:
 class _PassMark:
     """The context of :func:`checkpoint_pass` (a class: entered twice a checkpoint and step,
     cheaper than a generator's, also where torch's checkpoint stops a recomputation early by
-    raising through it; eager only, as dynamo enters no such class)."""
+    raising through it). Never entered while dynamo traces: a compiled checkpoint is one of
+    dynamo's regions, without these marks."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -111,6 +111,20 @@ class _CountedLinear(nn.Linear):
         return torch.tanh(super().forward(x)) * self.calls
 
 
+def _hooked_linear() -> nn.Linear:
+    """A module of torch.nn's own (not watched for its own sake) whose forward pre-hook
+    reassigns an attribute it then reads: it is watched."""
+    linear = nn.Linear(8, 8)
+    linear.calls = 0
+
+    def count(module: nn.Linear, args: tuple) -> tuple:
+        module.calls += 1
+        return (args[0] * module.calls,)
+
+    linear.register_forward_pre_hook(count)
+    return linear
+
+
 class _Tracked(nn.Module):
     """Reads a buffer it writes in place, and one it reassigns."""
 
@@ -145,7 +159,7 @@ STATE_PLANS = {
 }
 
 
-@pytest.mark.parametrize('kind', [_Counted, _CountedLinear, _Tracked])
+@pytest.mark.parametrize('kind', [_Counted, _CountedLinear, _hooked_linear, _Tracked])
 @pytest.mark.parametrize('targets', list(STATE_PLANS.values()), ids=list(STATE_PLANS))
 def test_state_the_forward_changes_is_seen_by_the_recomputation_as_it_was(kind, targets):
     """Gradients and buffers equal the unplanned step's, over two steps (the second starts from
@@ -163,10 +177,28 @@ def test_state_the_forward_changes_is_seen_by_the_recomputation_as_it_was(kind, 
         for (name, buffer), plain_buffer in zip(model.named_buffers(), plain.buffers()):
             assert torch.equal(buffer, plain_buffer), name
         model.zero_grad(), plain.zero_grad()
-    if kind in (_Counted, _CountedLinear):
+    if kind in (_Counted, _CountedLinear, _hooked_linear):
         assert [block.calls for block in model.blocks] == [2, 2, 2]
     if kind is _Counted:
         assert all(block.last.grad_fn is None for block in model.blocks)
+
+
+def test_a_second_backward_through_the_same_graph_recomputes_from_the_first_pass_again():
+    """``backward(retain_graph=True)`` twice: each backward recomputes from the state the first
+    pass started from, so the gradients are twice one step's, the attributes those of one
+    forward pass (until stop 61 the second entry failed with an AttributeError)."""
+    torch.manual_seed(0)
+    model, (x, y) = _Stateful(_Counted), _data()
+    plain = copy.deepcopy(model)
+    CheckpointPlan(list(STATE_PLANS['each block'])).apply(model)
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    nn.functional.cross_entropy(plain(x), y).backward()
+    for (name, param), plain_param in zip(model.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(param.grad, 2 * plain_param.grad, rtol=1e-4, atol=1e-5,
+                                   msg=name)
+    assert [block.calls for block in model.blocks] == [1, 1, 1]
 
 
 class _LateWriter(nn.Module):

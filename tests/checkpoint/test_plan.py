@@ -338,7 +338,9 @@ def test_per_block_checkpointing_of_a_sequence_of_stages_checkpoints_their_block
     """A sequence of stages that each hold a sequence of blocks (timm's ConvNeXt, Swin) is
     checkpointed block by block, the modules timm's ``set_grad_checkpointing()`` checkpoints,
     with the same step; so are the stages of EfficientNet, sequences of blocks themselves, one
-    block or more (timm checkpoints them block by block too, ``flatten=True``)."""
+    block or more (timm checkpoints them block by block too, ``flatten=True``). Stages whose
+    blocks hold a third of their parameters or less (CSPDarknet's, beside its cross-stage
+    convolutions), or none as direct children (MobileViT's later ones), stay whole."""
     torch.manual_seed(0)
     model = timm.create_model('convnext_atto', num_classes=5)
     x, y = torch.randn(4, 3, 64, 64), torch.randint(0, 5, (4,))
@@ -351,6 +353,8 @@ def test_per_block_checkpointing_of_a_sequence_of_stages_checkpoints_their_block
     efficientnet = timm.create_model('efficientnet_b0')
     assert [(name, len(stage)) for name, stage in block_sequences(efficientnet)] == [
         (f'blocks.{stage}', depth) for stage, depth in enumerate((1, 2, 2, 3, 3, 4, 1))]
+    for arch in ('cspdarknet53', 'mobilevit_xxs'):
+        assert [name for name, _ in block_sequences(timm.create_model(arch))] == ['stages']
 
 
 def test_a_sequence_of_blocks_that_saves_little_is_still_checkpointed_block_by_block():
