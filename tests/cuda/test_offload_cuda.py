@@ -115,20 +115,13 @@ def test_the_host_link_is_measured_once_at_a_plausible_speed():
     assert link_bytes_per_second(torch.device('cuda')) == speed
 
 
-def test_a_plan_with_its_inputs_on_the_host_keeps_the_gradients_and_frees_what_it_predicts():
-    """Checkpointing the first 11 blocks with their inputs kept in host memory: the gradients
-    are those of the same plan on the device (within the spread of :func:`test_offload_keeps_\
-the_gradients_and_lowers_the_peak`), each input but the data batch (the first block's, held by
-    the caller) moves once and comes back by a prefetch but for the first one backward asks
-    for, and the peak falls by what the cost model predicts for the
-    activations (all but two of the inputs the step allocates), to within a quarter: the
-    parameters' gradients are allocated before the measured pass (else the peak is at the end of
-    backward, where both plans hold the same)."""
-    from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, build_chain, predict,
-                                     record_step)
+def _on_the_device_and_the_host(model: nn.Module, x: torch.Tensor, targets: list) -> tuple:
+    """A plan checkpointing ``targets`` on the device, then with its inputs on the host: the
+    fall of the activation peak the cost model predicts, each plan's measured step peak and
+    gradients (the second step, the parameters' gradients allocated before it), and the host's
+    statistics."""
+    from mmdropit.checkpoint import CheckpointPlan, build_chain, predict, record_step
 
-    model, x = _mlp(), torch.randn(2048, 1024, device='cuda')
-    targets = [ModuleTarget(str(index)) for index in range(11)]
     chain = build_chain(record_step(model, lambda: model(x).square().mean()), model)
     segments = chain.segments_of(targets)
     assert segments is not None, [segment.plan_target for segment in chain.segments]
@@ -141,8 +134,25 @@ the_gradients_and_lowers_the_peak`), each input but the data batch (the first bl
             got, peak = _step(model, x, gradients_held=True)
         peaks.append(peak)
         gradients.append(got)
+    return predicted, peaks, gradients, applied.host.stats
+
+
+def test_a_plan_with_its_inputs_on_the_host_keeps_the_gradients_and_frees_what_it_predicts():
+    """Checkpointing the first 11 blocks with their inputs kept in host memory: the gradients
+    are those of the same plan on the device (within the spread of :func:`test_offload_keeps_\
+the_gradients_and_lowers_the_peak`), each input but the data batch (the first block's, held by
+    the caller) moves once and comes back by a prefetch but for the first one backward asks
+    for, and the peak falls by what the cost model predicts for the
+    activations (all but two of the inputs the step allocates), to within a quarter: the
+    parameters' gradients are allocated before the measured pass (else the peak is at the end of
+    backward, where both plans hold the same)."""
+    from mmdropit.checkpoint import ModuleTarget
+
+    model, x = _mlp(), torch.randn(2048, 1024, device='cuda')
+    predicted, peaks, gradients, stats = _on_the_device_and_the_host(
+        model, x, [ModuleTarget(str(index)) for index in range(11)])
     assert _largest_difference(gradients[1], gradients[0]) <= REORDERING
-    stats, block_input = applied.host.stats, 2048 * 1024 * 4
+    block_input = 2048 * 1024 * 4
     assert stats.bytes_moved == 2 * 10 * block_input and stats.tensors_moved == 2 * 10
     assert stats.fetched_on_demand == 2 and stats.prefetched == 2 * 9
     assert predicted >= 7 * block_input, predicted
@@ -214,27 +224,15 @@ def test_an_input_every_checkpoint_takes_moves_once_and_the_peak_falls_as_predic
     share that copy, backward fetches one tensor on demand a step (the last block's first) and
     gets every other save by a prefetch; the gradients are the device plan's and the peak falls
     by what the cost model predicts, to within a quarter."""
-    from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, build_chain, predict,
-                                     record_step)
+    from mmdropit.checkpoint import ModuleTarget
     from tests.helpers.shared_input import SharedInput
 
     torch.manual_seed(0)
     model, x = SharedInput(1024, 6).cuda(), torch.randn(2048, 1024, device='cuda')
-    targets = [ModuleTarget(f'blocks.{index}') for index in range(6)]
-    chain = build_chain(record_step(model, lambda: model(x).square().mean()), model)
-    segments = chain.segments_of(targets)
-    assert segments is not None, [segment.plan_target for segment in chain.segments]
-    predicted = (predict(chain, segments).activation_peak
-                 - predict(chain, segments, inputs_on_host=True).activation_peak)
-    peaks, gradients = [], []
-    for on_host in (False, True):
-        with CheckpointPlan(targets, inputs_on_host=on_host).apply(model) as applied:
-            _step(model, x)
-            got, peak = _step(model, x, gradients_held=True)
-        peaks.append(peak)
-        gradients.append(got)
+    predicted, peaks, gradients, stats = _on_the_device_and_the_host(
+        model, x, [ModuleTarget(f'blocks.{index}') for index in range(6)])
     assert _largest_difference(gradients[1], gradients[0]) <= REORDERING
-    stats, block_input = applied.host.stats, 2048 * 1024 * 4
+    block_input = 2048 * 1024 * 4
     assert stats.tensors_moved == 2 * 7 and stats.bytes_moved == 2 * 7 * block_input
     assert stats.shared == 2 * 5
     assert stats.fetched_on_demand == 2 and stats.prefetched == 2 * (7 + 5) - 2
