@@ -494,8 +494,8 @@ def _fastest_on_host(chain: Chain, target: int | None, budget: Budget,
     ``target`` (``None``: within :data:`LEAST_MEMORY_TOLERANCE` of the least peak), from two
     searches (:func:`_spaces_on_host`): the blocks and runs of blocks on the additive model of
     inputs on the host (a model with repeated blocks), and every single-level checkpoint on the
-    device's additive model, its
-    plans predicted with their inputs on the host (where ``host_capacity`` bytes carry them).
+    device's additive model, its plans predicted with their inputs on the host (where
+    ``host_capacity`` bytes carry them).
     The second finds what the first cannot reach where the blocks' inputs are a small part of
     what a plan keeps (a ResNet's), and where a budget needs a checkpoint or two inside a block.
 

@@ -41,18 +41,18 @@ def block_sequences(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
     def stages_of(name: str) -> list[str] | None:
         """The sequences of composite blocks each block of ``name`` is or holds (see above;
         ``None`` where a block has none)."""
-        found = []
+        stages = []
         for child, block in modules[name].named_children():
             prefix = f'{name}.{child}' if name else child
             if _stage(block):
-                found.append(prefix)
+                stages.append(prefix)
                 continue
             inner = [(f'{prefix}.{sub}', part) for sub, part in block.named_children()
                      if _stage(part)]
             if sum(_parameters(part) for _, part in inner) < STAGE_SHARE * _parameters(block):
                 return None
-            found += [inner_name for inner_name, _ in inner]
-        return found
+            stages += [inner_name for inner_name, _ in inner]
+        return stages
 
     def standing_for(name: str) -> list[str]:
         stages = stages_of(name)
