@@ -77,6 +77,8 @@ if TYPE_CHECKING:
     from ..common.host_copies import HostGroup
 
 _SWAP = ClassSwap('Checkpointed')
+_WHERE_THEY_ARE = contextlib.nullcontext()
+"""What a checkpoint keeping its inputs where they are enters (one context, reused)."""
 
 
 class _Both:
@@ -112,12 +114,13 @@ def _contexts(first_pass: FirstPass, selective: bool) -> tuple:
     (:meth:`~.first_pass.FirstPass.as_first_seen`), set outside the selective replay so that
     its copies are not among the replayed ops."""
     if not selective:
-        return (checkpoint_pass(first=True),
-                _Both(checkpoint_pass(first=False, recomputation=True),
+        return (checkpoint_pass(first=True, region=True),
+                _Both(checkpoint_pass(first=False, recomputation=True, region=True),
                       first_pass.as_first_seen()))
     forward, recompute = selective_contexts()
-    return (_Both(checkpoint_pass(first=False), forward),
-            _Both(checkpoint_pass(first=False), _Both(first_pass.as_first_seen(), recompute)))
+    return (_Both(checkpoint_pass(first=False, region=True), forward),
+            _Both(checkpoint_pass(first=False, region=True),
+                  _Both(first_pass.as_first_seen(), recompute)))
 
 
 def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGroup | None,
@@ -132,11 +135,13 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGrou
         # dynamo takes a context_fn only as a module-level function (the selective policy);
         # the compiled backward recomputes without running BatchNorm's buffer updates again
         policy = {'context_fn': selective_contexts} if selective else {}
-        return checkpoint(_each_pass(run, copies), *args, use_reentrant=False, **policy,
-                          **kwargs)
+        return checkpoint(_each_pass(run, copies, region=True), *args, use_reentrant=False,
+                          **policy, **kwargs)
     first_pass = FirstPass(region, args, kwargs, copies)
-    mark = _mark(args, kwargs, host, copies)
-    with _inputs_kept_in(host):
+    # only containers, keyword arguments or a host group can need a mark (not called for
+    # every checkpoint and step without them)
+    mark = _mark(args, kwargs, host, copies) if copies or kwargs or host is not None else None
+    with _WHERE_THEY_ARE if host is None else _inputs_kept_in(host):
         output = checkpoint(_each_pass(run, copies, mark is not None),
                             *(() if mark is None else (mark,)), *args, use_reentrant=False,
                             context_fn=lambda: _contexts(first_pass, selective), **kwargs)
@@ -170,23 +175,27 @@ def _empty(device: torch.device) -> torch.Tensor:
     return torch.empty(0, device=device)
 
 
-def _inputs_kept_in(host: HostGroup | None) -> contextlib.AbstractContextManager:
+def _inputs_kept_in(host: HostGroup) -> contextlib.AbstractContextManager:
     """Where a checkpoint entered now keeps its inputs: a group of ``host``, unless it is
     inside another checkpoint's pass or a backward pass (then it keeps them where they are)."""
-    if host is None or not saved_until_backward():
-        return contextlib.nullcontext()
+    if not saved_until_backward():
+        return _WHERE_THEY_ARE
     return host.open()
 
 
-def _each_pass(run: Callable, copies: bool, marked: bool = False) -> Callable:
-    """``run`` on new containers (``copies``) inside
-    :func:`~mmdropit.common.recompute_region.recomputed_region`, in the first forward pass and
-    in the recomputation alike (``marked``: without the :func:`_mark` passed first)."""
+def _each_pass(run: Callable, copies: bool, marked: bool = False,
+               region: bool = False) -> Callable:
+    """``run`` on new containers (``copies``), in the first forward pass and in the
+    recomputation alike (``marked``: without the :func:`_mark` passed first), inside
+    :func:`~mmdropit.common.recompute_region.recomputed_region` where ``region`` (a compiled
+    checkpoint; an eager one's pass contexts mark the region, :func:`_contexts`)."""
     def each_pass(*args, **kwargs):
         if marked:
             args = args[1:]
         if copies:  # the region may change them (xs[i] = branch(xs[i])): each pass its own
             args, kwargs = fresh_containers(args, kwargs)
+        if not region:
+            return run(*args, **kwargs)
         with recomputed_region():
             return run(*args, **kwargs)
     return each_pass

@@ -71,8 +71,13 @@ _MISSING = object()
 
 def has_containers(args: tuple, kwargs: dict) -> bool:
     """Whether any argument is a list, tuple or dict (the arguments each pass copies)."""
-    return any(isinstance(value, _CONTAINERS) for value in args) or any(
-        isinstance(value, _CONTAINERS) for value in kwargs.values())
+    for value in args:  # a loop, not any(): called for every checkpoint and step
+        if isinstance(value, _CONTAINERS):
+            return True
+    for value in kwargs.values():
+        if isinstance(value, _CONTAINERS):
+            return True
+    return False
 
 
 def fresh_containers(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -142,14 +147,11 @@ class FirstPass:
         knows (:func:`has_containers`)."""
         self.region = region
         self._attributes = [(module, module.__dict__.copy()) for module in region.watched]
-        self._tensors = [slot.tensor() for slot in region.slots]
-        self._versions = [None if t is None else t._version for t in self._tensors]
-        copied = region.copied_before
-        self._before = {
-            index: tensor.detach().clone() for index, (slot, tensor)
-            in enumerate(zip(region.slots, self._tensors))
-            if tensor is not None and (index in copied if copied is not None
-                                       else not slot.statistics)}
+        self._tensors: list[torch.Tensor | None] = []
+        self._versions: list[int | None] = []
+        self._before: dict[int, torch.Tensor] = {}
+        if region.slots:
+            self._note_slots()
         self._leaves: list[tuple[torch.Tensor, int]] = []
         if has_containers(args, kwargs) if containers is None else containers:
             self._leaves = [(leaf, leaf._version) for leaf in tree_leaves((args, kwargs))
@@ -158,6 +160,18 @@ class FirstPass:
         self.buffers: list[tuple[int, torch.Tensor | None]] = []
         self.replaced: list[tuple[_BufferSlot, torch.Tensor]] = []
         self.finished = False
+
+    def _note_slots(self) -> None:
+        """Note the buffers' tensors and versions, and copy those the first pass may write."""
+        region = self.region
+        self._tensors = [slot.tensor() for slot in region.slots]
+        self._versions = [None if t is None else t._version for t in self._tensors]
+        copied = region.copied_before
+        self._before = {
+            index: tensor.detach().clone() for index, (slot, tensor)
+            in enumerate(zip(region.slots, self._tensors))
+            if tensor is not None and (index in copied if copied is not None
+                                       else not slot.statistics)}
 
     def finish(self) -> None:
         """Note what the first pass changed (attributes reassigned, buffers written in place);

@@ -98,13 +98,37 @@ class _PassMark:
         _STATE.passes.pop()
 
 
-def checkpoint_pass(first: bool, recomputation: bool = False) -> contextlib.AbstractContextManager:
+class _RegionPassMark(_PassMark):
+    """:class:`_PassMark` around a checkpoint's whole region, marked as
+    :func:`recomputed_region` marks it too. Entered only by an eager checkpoint (see
+    :func:`checkpoint_pass`), so the hooks on top are read without asking whether dynamo
+    traces."""
+
+    def __enter__(self) -> None:
+        hooks = top_hooks()
+        _STATE.passes.append((self.name, None if hooks is None else hooks[0]))
+        _STATE.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        _STATE.depth -= 1
+        _STATE.passes.pop()
+
+
+def checkpoint_pass(first: bool, recomputation: bool = False,
+                    region: bool = False) -> contextlib.AbstractContextManager:
     """Mark the code inside as a checkpoint's first forward pass (``first``), whose saved
     tensors the checkpoint drops, or as a pass whose saved tensors are used: a plain
     checkpoint's recomputation (``recomputation``), or either pass of a selective checkpoint
     (its recomputation replays the first pass's ops in order, so a layer must run the same ops
-    in both)."""
-    return _PassMark('first' if first else 'recomputation' if recomputation else 'kept')
+    in both). ``region``: the mark is around the checkpoint's whole region, as the contexts an
+    eager ``torch.utils.checkpoint`` enters around each pass are, and marks it as
+    :func:`recomputed_region` would (one context a pass instead of two)."""
+    name = 'first' if first else 'recomputation' if recomputation else 'kept'
+    return _REGION_MARKS[name] if region else _PassMark(name)
+
+
+_REGION_MARKS = {name: _RegionPassMark(name) for name in ('first', 'recomputation', 'kept')}
+"""The region marks, one of each pass (they hold nothing between their entry and exit)."""
 
 
 def _top_pack() -> Callable | None:

@@ -6,8 +6,12 @@ import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from torch import nn
+
+from mmdropit.checkpoint.apply import checkpoint_module
 from mmdropit.common.recompute_region import (checkpoint_pass, in_plain_checkpoint,
-                                              in_recomputation, saved_tensors_dropped)
+                                              in_recomputation, in_recomputed_region,
+                                              saved_tensors_dropped)
 
 
 def _pass() -> str:
@@ -58,3 +62,30 @@ def test_the_innermost_checkpoint_decides():
     checkpoint(outer, x, use_reentrant=False).sum().backward()
     first = [('outer', 'kept'), ('inner', 'dropped'), ('after', 'kept')]
     assert seen == first + first + [('inner', 'recomputation')]
+
+
+class _Seen(nn.Module):
+    """Notes, at each call, the pass and whether a checkpoint's region is marked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.seen: list[tuple[str, bool]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append((_pass(), in_recomputed_region()))
+        return self.linear(x).sin()
+
+
+@pytest.mark.parametrize('selective', [False, True])
+def test_our_checkpoint_marks_its_region_in_both_passes(selective):
+    """The pass marks of our eager checkpoint mark its region too: inside in the first pass and
+    in the recomputation, outside neither before nor after (also after a recomputation that
+    torch's checkpoint stopped early by raising through the marks)."""
+    module = _Seen()
+    checkpoint_module(module, selective=selective)
+    assert not in_recomputed_region()
+    module(torch.randn(2, 4, requires_grad=True)).sum().backward()
+    passes = ['kept', 'kept'] if selective else ['dropped', 'recomputation']
+    assert module.seen == [(name, True) for name in passes]
+    assert (_pass(), in_recomputed_region()) == ('kept', False)
