@@ -62,6 +62,7 @@ from torch import nn
 from torch.nn.modules import module as module_hooks
 from torch.nn.modules.batchnorm import _NormBase
 from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils.hooks import RemovableHandle
 
 from ..common.training_state import values_restored
 
@@ -112,8 +113,10 @@ class Region:
         root: The module (or the ``nn.Sequential`` / ``nn.ModuleList`` of a run) recomputed.
         watched: ``root`` and the modules inside it whose attributes the forward may
             reassign: all but those of torch.nn's own classes (:func:`_may_reassign`) without
-            forward hooks of their own, or all where global forward hooks are set (a hook
-            registered later is not seen either).
+            forward hooks of their own, or all where global forward hooks are set (looked at
+            again at a call after any hook was registered, :meth:`look_again`).
+        hooks_seen: ``torch.utils.hooks.RemovableHandle.next_id`` when :attr:`watched` was
+            found (every hook registered moves it on).
         slots: The buffers of ``root`` and of the modules inside it.
         copied_before: Indices of ``slots`` copied before every first pass (``None`` until the
             first call, which copies every slot but BatchNorm statistics).
@@ -122,12 +125,22 @@ class Region:
     def __init__(self, root: nn.Module) -> None:
         self.root = root
         named = list(root.named_modules(remove_duplicate=True))
-        hooked = _global_forward_hooks()
-        self.watched = tuple(module for _, module in named
-                             if hooked or has_forward_hooks(module) or _may_reassign(type(module)))
+        self._own = tuple(module for _, module in named if _may_reassign(type(module)))
+        self._torch_nn = tuple(module for _, module in named if not _may_reassign(type(module)))
+        self.hooks_seen = -1
+        self.watched: tuple[nn.Module, ...] = ()
+        self.look_again()
         self.slots = tuple(_BufferSlot(module, name, f'{prefix}.{name}' if prefix else name)
                            for prefix, module in named for name in module._buffers)
         self.copied_before: set[int] | None = None
+
+    def look_again(self) -> None:
+        """Find :attr:`watched` again: a forward hook may have been registered since (every
+        hook registration, a module's or a tensor's, moves :attr:`hooks_seen` on)."""
+        self.hooks_seen = RemovableHandle.next_id
+        hooked = _global_forward_hooks()
+        self.watched = self._own + tuple(module for module in self._torch_nn
+                                         if hooked or has_forward_hooks(module))
 
     def matches(self, members: list[nn.Module]) -> bool:
         """Whether ``root`` holds exactly ``members``, in order (for a run of children)."""
@@ -146,6 +159,8 @@ class FirstPass:
         """``containers``: whether the arguments hold lists, tuples or dicts, where the caller
         knows (:func:`has_containers`)."""
         self.region = region
+        if region.hooks_seen != RemovableHandle.next_id:
+            region.look_again()
         self._attributes = [(module, module.__dict__.copy()) for module in region.watched]
         self._tensors: list[torch.Tensor | None] = []
         self._versions: list[int | None] = []

@@ -183,6 +183,34 @@ def test_state_the_forward_changes_is_seen_by_the_recomputation_as_it_was(kind, 
         assert all(block.last.grad_fn is None for block in model.blocks)
 
 
+def test_a_forward_hook_registered_after_the_plan_is_watched_too():
+    """A forward pre-hook that counts calls on an attribute, put on modules of torch.nn's own
+    classes inside the checkpoints after the plan was applied: the recomputation starts from
+    the count before the first pass, so the counts are one a forward pass and the gradients
+    the unplanned step's."""
+    torch.manual_seed(0)
+    model, (x, y) = _Stateful(lambda: nn.Sequential(nn.Linear(8, 8), nn.Tanh())), _data()
+    plain = copy.deepcopy(model)
+    CheckpointPlan(list(STATE_PLANS['each block'])).apply(model)
+    nn.functional.cross_entropy(model(x), y).backward()  # a step before the hooks
+    model.zero_grad()
+    for net in (model, plain):
+        for block in net.blocks:
+            block[0].calls = 0
+            block[0].register_forward_pre_hook(_count_calls)
+    for net in (model, plain):
+        nn.functional.cross_entropy(net(x), y).backward()
+    for (name, param), plain_param in zip(model.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(param.grad, plain_param.grad, rtol=1e-4, atol=1e-5,
+                                   msg=name)
+    assert [block[0].calls for block in model.blocks] == [1, 1, 1]
+
+
+def _count_calls(module: nn.Module, args: tuple) -> tuple:
+    module.calls += 1
+    return (args[0] * module.calls,)
+
+
 def test_a_second_backward_through_the_same_graph_recomputes_from_the_first_pass_again():
     """``backward(retain_graph=True)`` twice: each backward recomputes from the state the first
     pass started from, so the gradients are twice one step's, the attributes those of one
