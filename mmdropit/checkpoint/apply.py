@@ -127,7 +127,8 @@ def _checkpointed(region: Region, run: Callable, selective: bool, host: HostGrou
                   *args, **kwargs):
     """``run(*args, **kwargs)`` as one checkpoint of ``region`` whose recomputation starts from
     what its first pass started from (:mod:`.first_pass`), its inputs kept in ``host`` (when
-    given, see the module)."""
+    given, see the module). Called with grad enabled only (:func:`_active`): eager, the pass
+    marks of :func:`_contexts` mark the region, and torch's checkpoint enters them only then."""
     copies = has_containers(args, kwargs)
     if copies:  # the checkpoint's own containers: the caller may change its own later
         args, kwargs = fresh_containers(args, kwargs)

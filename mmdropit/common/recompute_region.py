@@ -67,9 +67,10 @@ and the pass each marks."""
 
 @contextlib.contextmanager
 def recomputed_region() -> Iterator[None]:
-    """Mark the code inside as part of a checkpoint's region (regions may nest; a generator's
-    context: it runs inside compiled checkpoints too, where dynamo traces it and refused a
-    class's)."""
+    """Mark the code inside as part of a checkpoint's region (regions may nest): a compiled
+    checkpoint's passes, and a recorded step (an eager checkpoint's pass marks mark its region,
+    :func:`checkpoint_pass`). A generator's context: dynamo traces it inside compiled
+    checkpoints, and refused a class's."""
     _STATE.depth += 1
     try:
         yield
@@ -83,10 +84,11 @@ def in_recomputed_region() -> bool:
 
 
 class _PassMark:
-    """The context of :func:`checkpoint_pass` (a class: entered twice a checkpoint and step,
-    cheaper than a generator's, also where torch's checkpoint stops a recomputation early by
-    raising through it). Never entered while dynamo traces: a compiled checkpoint is one of
-    dynamo's regions, without these marks."""
+    """The context of :func:`checkpoint_pass` (a class: cheaper than a generator's, also where
+    torch's checkpoint stops a recomputation early by raising through it), entered by a
+    compressed module inside a checkpoint's pass; an eager checkpoint's own passes enter
+    :class:`_RegionPassMark`. A compiled checkpoint is one of dynamo's regions, without these
+    marks."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -122,7 +124,9 @@ def checkpoint_pass(first: bool, recomputation: bool = False,
     (its recomputation replays the first pass's ops in order, so a layer must run the same ops
     in both). ``region``: the mark is around the checkpoint's whole region, as the contexts an
     eager ``torch.utils.checkpoint`` enters around each pass are, and marks it as
-    :func:`recomputed_region` would (one context a pass instead of two)."""
+    :func:`recomputed_region` would (one context a pass instead of two); not while dynamo
+    traces (it reads autograd's hooks without asking), and only where the checkpoint runs with
+    grad enabled (torch's checkpoint enters no context otherwise)."""
     name = 'first' if first else 'recomputation' if recomputation else 'kept'
     return _REGION_MARKS[name] if region else _PassMark(name)
 
