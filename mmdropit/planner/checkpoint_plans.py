@@ -100,6 +100,7 @@ class CheckpointPlans(Technique):
         self.recorded_share = recorded_share
         self._plans: dict[bool, list[_SearchedPlan]] = {False: [], True: []}
         self._least_plans: dict[bool, CheckpointPlan] = {}
+        self._texts: dict[str, tuple] = {}
 
     @functools.cached_property
     def host_capacity(self) -> float | None:
@@ -177,7 +178,8 @@ class CheckpointPlans(Technique):
         for on_host in (False, True) if self.host_link is not None else (False,):
             for offer, text in self._offered(share, on_host):
                 where = f', {offer.host_summary}' if on_host else ''
-                text = f'{text}{where}, {offer.activation_share:.2f} of the activations)'
+                text = self._distinct(
+                    f'{text}{where}, {offer.activation_share:.2f} of the activations)', offer)
                 yield (self._hosted(estimate, offer, text) if on_host
                        else self._planned(estimate, offer, text))
 
@@ -194,6 +196,18 @@ class CheckpointPlans(Technique):
                         f'{"" if count == 1 else "s"}'
         if block is not None:
             yield block, f'per-block checkpointing ({len(block.targets)} blocks'
+
+    def _distinct(self, text: str, plan: CheckpointPlan) -> str:
+        """``text``, or, where another plan offered before reads the same, ``text`` with
+        ``' #2'``, ``' #3'``, ... added: summaries key the measured peaks and times of a
+        decision, across its searches (each retry searches another share, and two plans of as
+        many checkpoints can keep the same share to two decimals)."""
+        key = (frozenset(plan.targets), plan.inputs_on_host, plan.host_checkpoints)
+        named, count = text, 1
+        while self._texts.setdefault(named, key) != key:
+            count += 1
+            named = f'{text} #{count}'
+        return named
 
     def _planned(self, estimate: Estimate, plan: CheckpointPlan, text: str) -> Estimate:
         """``estimate`` with ``plan``: its share of the exact activations kept, its recompute

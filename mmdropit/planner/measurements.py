@@ -87,12 +87,14 @@ class Measurements:
     def _timed_pass(self, size: int) -> float:
         """:meth:`seconds_of` a size not timed before."""
         warm = self.warm
-        cold = size not in warm and (not warm or size > max(warm))
+        was_warm = size in warm
+        cold = not was_warm and (not warm or size > max(warm))
         warm.add(size)
         try:
             return self.probe.seconds(size) if cold else self.probe.seconds_once_warm(size)
         except torch.OutOfMemoryError as error:
-            warm.discard(size)
+            if not was_warm:  # a pass that ran before at this size warmed it all the same
+                warm.discard(size)
             if size > 1:
                 return self._scaled_from_half(size)
             self._failed[size] = error

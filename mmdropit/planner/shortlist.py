@@ -35,7 +35,9 @@ from .techniques import Technique
 from .trials import Trials
 
 SHORTLIST = 5
-"""Combinations measured for one decision, the search's choice and the baselines included."""
+"""Combinations measured for one decision, the search's choice and the baselines included (where
+those are six, nothing, the fastest exact one, per-block checkpointing and two of the simple
+recipe all predicted to fit and distinct, the second of the simple recipe is left out)."""
 ROUNDS = 3
 """Timed steps of each shortlisted combination at most, alternated between them (the median
 counts; fewer where :data:`CLEAR_LEAD` leaves one out)."""
@@ -100,11 +102,13 @@ def choose_measured(decision: Decision, trials: Trials, start: Estimate,
         if estimate.summary not in decision.measured:
             decision.measured[estimate.summary] = trials.peak(estimate)
     fitting = [e for e in listed if decision.measured[e.summary] <= budget]
-    timed = _median_seconds(fitting, trials.seconds, trials.first_seconds)
+    timed, contenders = _median_seconds(fitting, trials.seconds, trials.first_seconds)
     decision.timed.update(timed)
     shown = {estimate.summary for estimate in decision.considered}
     decision.considered += [e for e in listed if e.summary not in shown]
-    best = _preferred(fitting, timed, level, start if nothing_fits else None)
+    nothing = start if nothing_fits and any(e.summary == start.summary
+                                            for e in contenders) else None
+    best = _preferred(contenders, timed, level, nothing)
     put_in_effect(best, trials.techniques, trials.target)
     return replace(decision, chosen=best, measured_bytes=decision.measured[best.summary])
 
@@ -149,22 +153,27 @@ def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials
     for wanted, count in ((lambda e: level(e) == 0, 1),
                           (lambda e: per_block is not None and
                            e.setting('checkpoint-plan') is per_block, 1),
-                          (lambda e: level(e) <= 1, SIMPLE_BASELINES)):
+                          (lambda e: level(e) == 1, SIMPLE_BASELINES)):
         found += [e for e in fitting if wanted(e)][:count]
     return found
 
 
 def _median_seconds(estimates: Sequence[Estimate], seconds: Callable[[Estimate], float],
                     first_seconds: Callable[[Estimate], float] | None = None
-                    ) -> dict[str, float]:
+                    ) -> tuple[dict[str, float], list[Estimate]]:
     """The median of up to :data:`ROUNDS` step times of each of ``estimates``, timed in turn (a
     drift of the machine's speed reaches them all alike); after two rounds one that another
     beat by more than :data:`CLEAR_LEAD` in both is not timed again (:func:`_beaten`), and the
     timing ends where one is left. Nothing is timed for one alone. The first round's times come
     from ``first_seconds`` (default ``seconds``): a time measured earlier in the run, where the
-    same passes were timed before (:meth:`~.trials.Trials.first_seconds`), counts as a round."""
+    same passes were timed before (:meth:`~.trials.Trials.first_seconds`), counts as a round.
+
+    Returns:
+        The medians by summary, and the contenders: those not left out (the choice is made
+        among them only: a median over two rounds is not compared with one over three, where
+        one slow third round could make the one that led in both look no faster)."""
     if len(estimates) < 2:
-        return {}
+        return {}, list(estimates)
     times: dict[str, list[float]] = {estimate.summary: [] for estimate in estimates}
     racing = list(estimates)
     for round_ in range(ROUNDS):
@@ -175,7 +184,7 @@ def _median_seconds(estimates: Sequence[Estimate], seconds: Callable[[Estimate],
             racing = [e for e in racing if not _beaten(e, racing, times)]
             if len(racing) < 2:
                 break
-    return {summary: statistics.median(taken) for summary, taken in times.items()}
+    return {summary: statistics.median(taken) for summary, taken in times.items()}, racing
 
 
 def _beaten(estimate: Estimate, racing: Sequence[Estimate], times: dict[str, list[float]]
@@ -192,8 +201,9 @@ def _beaten(estimate: Estimate, racing: Sequence[Estimate], times: dict[str, lis
 
 def _preferred(fitting: Sequence[Estimate], timed: dict[str, float],
                level: Callable[[Estimate], int], nothing: Estimate | None) -> Estimate:
-    """The combination to train with among those measured to fit (see
-    :func:`choose_measured`; ``level`` is :func:`exactness`)."""
+    """The combination to train with among those measured to fit and not left out of the timing
+    (see :func:`choose_measured`; ``level`` is :func:`exactness`; ``nothing``: the step with
+    nothing applied, where it is among them)."""
     if len(fitting) == 1:
         return fitting[0]
     best: Estimate | None = None

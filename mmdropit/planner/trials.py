@@ -42,7 +42,8 @@ class Trials:
         techniques: The switches', micro-batches and checkpoint plans, in the order they are
             applied.
         budget_bytes: The budget the combinations are measured for (``None``: the least peak).
-        out_of_memory: The combinations whose measured pass ran out of memory (by summary).
+        out_of_memory: The combinations whose last measured pass ran out of memory (by
+            summary).
     """
 
     def __init__(self, measurements: Measurements, switches: Sequence[Switch],
@@ -82,6 +83,7 @@ class Trials:
         if peak is None:
             self.out_of_memory.add(estimate.summary)
             return 2 * (self.budget_bytes or self.measurements.whole)
+        self.out_of_memory.discard(estimate.summary)  # one that ran out before: it fits now
         return peak
 
     def seconds(self, estimate: Estimate) -> float:

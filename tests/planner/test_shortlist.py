@@ -4,6 +4,7 @@ whatever the predictions said. Step times here are made up on purpose (from whic
 checkpointed), so that the predictions are wrong in a known way."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -16,8 +17,8 @@ from mmdropit.planner import StepProbe, bf16_switch, plan_within_budget
 from mmdropit.planner.estimate import Choice, Estimate
 from mmdropit.planner.outcome import BudgetOutcome
 from mmdropit.planner.search import EXACT_PREFERENCE
-from mmdropit.planner.shortlist import (CLEAR_LEAD, NOTHING_PREFERENCE, _median_seconds,
-                                       _preferred)
+from mmdropit.planner.shortlist import (CLEAR_LEAD, NOTHING_PREFERENCE, _baselines,
+                                       _median_seconds, _preferred)
 from mmdropit.planner.switches import dropit_switch
 from tests.helpers.split_target import SplitTarget
 
@@ -180,9 +181,10 @@ def test_one_slow_round_of_three_does_not_decide():
     under bf16 after a metered one was seen to take) does not make a lossy choice give way."""
     fitting = _estimates('bf16', 'plan')
     times = {'bf16': [2.6, 0.5, 0.5], 'plan': [1.0, 1.0, 1.0]}
-    timed = _median_seconds(fitting, lambda estimate: times[estimate.summary].pop(0))
+    timed, contenders = _median_seconds(fitting,
+                                        lambda estimate: times[estimate.summary].pop(0))
     assert timed == {'bf16': 0.5, 'plan': 1.0}
-    assert _preferred(fitting, timed, _level, None).summary == 'bf16'
+    assert _preferred(contenders, timed, _level, None).summary == 'bf16'
 
 
 def test_a_clear_leader_is_timed_for_two_rounds_and_a_close_race_for_three():
@@ -190,7 +192,7 @@ def test_a_clear_leader_is_timed_for_two_rounds_and_a_close_race_for_three():
     that leads by less, or only in one round, leaves a third round to decide."""
     fitting = _estimates('bf16', 'plan')
     clear = {'bf16': [0.5, 0.5, 0.5], 'plan': [1.0, 1.0, 1.0]}
-    assert _median_seconds(fitting, lambda e: clear[e.summary].pop(0)) == {
+    assert _median_seconds(fitting, lambda e: clear[e.summary].pop(0))[0] == {
         'bf16': 0.5, 'plan': 1.0}
     assert clear == {'bf16': [0.5], 'plan': [1.0]}
     close = {'bf16': [0.95, 0.95, 0.95], 'plan': [1.0, 1.0, 1.0]}
@@ -202,8 +204,8 @@ def test_the_first_round_takes_its_times_from_first_seconds_and_later_rounds_tim
     fitting = _estimates('bf16', 'plan')
     first = {'bf16': [0.95], 'plan': [1.0]}  # no clear lead after two rounds: three
     later = {'bf16': [0.5, 0.5], 'plan': [1.0, 1.0]}
-    timed = _median_seconds(fitting, lambda e: later[e.summary].pop(0),
-                            lambda e: first[e.summary].pop(0))
+    timed, _ = _median_seconds(fitting, lambda e: later[e.summary].pop(0),
+                               lambda e: first[e.summary].pop(0))
     assert timed == {'bf16': 0.5, 'plan': 1.0}
     assert first == {'bf16': [], 'plan': []} and later == {'bf16': [], 'plan': []}
 
@@ -241,7 +243,36 @@ def test_a_combination_clearly_beaten_in_two_rounds_is_not_timed_a_third_time():
     applied, must show."""
     fitting = _estimates('bf16', 'plan', 'dropit')
     times = {'bf16': [0.50, 0.52, 0.51], 'plan': [0.53, 0.50, 0.52], 'dropit': [0.6, 0.7, 0.6]}
-    timed = _median_seconds(fitting, lambda e: times[e.summary].pop(0))
+    timed, contenders = _median_seconds(fitting, lambda e: times[e.summary].pop(0))
     assert times == {'bf16': [], 'plan': [], 'dropit': [0.6]}
     assert timed == {'bf16': 0.51, 'plan': 0.52, 'dropit': pytest.approx(0.65)}
+    assert [e.summary for e in contenders] == ['bf16', 'plan']
     assert CLEAR_LEAD >= max(EXACT_PREFERENCE, NOTHING_PREFERENCE)
+
+
+def test_the_choice_is_made_among_the_combinations_still_timed():
+    """An exact combination that a lossy one beat by more than 10% in both of two rounds drops
+    out with the median of those two; the lossy one, timed a third time (a third combination
+    keeps the race going) and slow in it, has a median over three rounds that reads less than
+    5% faster. It is taken all the same: medians over other rounds are not compared (before
+    stop 62 the exact one was taken here, on 0.9 * 1.05 >= 0.925)."""
+    fitting = _estimates('exact', 'bf16 L', 'bf16 C')
+    times = {'exact': [1.0, 0.85], 'bf16 L': [0.9, 0.77, 1.2], 'bf16 C': [0.95, 0.8, 1.0]}
+    timed, contenders = _median_seconds(fitting, lambda e: times[e.summary].pop(0))
+    assert times == {'exact': [], 'bf16 L': [], 'bf16 C': []}
+    assert [e.summary for e in contenders] == ['bf16 L', 'bf16 C']
+    assert timed == {'exact': pytest.approx(0.925), 'bf16 L': 0.9, 'bf16 C': 0.95}
+    assert _preferred(fitting, timed, _level, None).summary == 'exact'  # all compared
+    assert _preferred(contenders, timed, _level, None).summary == 'bf16 L'
+
+
+def test_the_simple_recipe_s_baselines_are_bf16_combinations_where_exact_ones_are_faster():
+    """Exact combinations predicted faster than the bf16 ones take the exact baseline's slot
+    only: the simple recipe's two slots go to the two fastest lossy through bf16 alone (before
+    stop 62 exact ones filled them too, and no bf16 combination was measured)."""
+    considered = _estimates('exact a', 'exact b', 'bf16 a', 'bf16 b', 'dropit a')
+    considered = [replace(e, time_ratio=ratio)
+                  for e, ratio in zip(considered, (1.0, 1.1, 1.2, 1.3, 0.9))]
+    trials = SimpleNamespace(plans=SimpleNamespace(per_block=None))
+    found = _baselines(considered, 10**9, trials, Estimate(100, 900), False, _level)
+    assert [e.summary for e in found] == ['exact a', 'bf16 a', 'bf16 b']

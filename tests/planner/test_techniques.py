@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from mmdropit.checkpoint import build_chain, plan_for_chain, record_step
+from mmdropit.checkpoint import (CheckpointPlan, ModuleTarget, build_chain, plan_for_chain,
+                                 record_step)
 from mmdropit.errors import ConfigError
 from mmdropit.planner import checkpoint_plans
 from mmdropit.planner.checkpoint_plans import CheckpointPlans
@@ -152,3 +153,17 @@ def test_a_model_without_repeated_blocks_is_offered_no_plan_with_inputs_on_the_h
                             model=net, host_link=math.inf, whole_seconds=lambda: 2.0)
     offered = [estimate.summary for estimate in plans.candidates(Estimate(100, 900), 600)]
     assert len(offered) == 2 and offered[1].startswith('checkpoint plan'), offered
+
+
+def test_two_plans_that_read_the_same_are_told_apart():
+    """Summaries key a decision's measured peaks and times across its searches: a plan whose
+    text another plan had (as many checkpoints, the same share to two decimals) gets a number;
+    the same plan offered again keeps its text."""
+    plans = CheckpointPlans(lambda: None, step_seconds=lambda: 1.0, model=nn.Linear(2, 2))
+    first, other = (CheckpointPlan([ModuleTarget(name)]) for name in ('a', 'b'))
+    text = 'checkpoint plan (1 top-level checkpoint, 0.50 of the activations)'
+    assert plans._distinct(text, first) == text
+    assert plans._distinct(text, other) == f'{text} #2'
+    assert plans._distinct(text, CheckpointPlan([ModuleTarget('a')])) == text
+    assert plans._distinct(text, other) == f'{text} #2'
+
