@@ -32,7 +32,7 @@ class Decision:
             against).
         timed: Measured step times (ratios to the step without techniques) by combination
             summary: a lossy choice and the exact combination it was checked against.
-        out_of_memory: The summaries of the measured combinations whose pass ran out of
+        out_of_memory: The summaries of the measured combinations whose last pass ran out of
             memory (their ``measured`` peak is the search's stand-in: twice the budget).
     """
 

@@ -47,7 +47,8 @@ both is not timed again, and the timing stops where one is left: a third round c
 which is the faster by more than the noise (10-30% between runs on this CPU; steps of one process
 alternated agree far closer), and a decision on the CPU is mostly these timed steps. At
 least :data:`~.search.EXACT_PREFERENCE` and :data:`NOTHING_PREFERENCE`, so that a combination
-left out could not have been preferred for those."""
+left out could not have been preferred for those (where the step with nothing applied is left
+out, what is applied instead led it by as much: :func:`_median_seconds`)."""
 SIMPLE_BASELINES = 2
 """Combinations of the simple recipe (lossy techniques all simple: bf16 autocast) measured for
 a decision, the fastest predicted first: neighbours such as bf16 + 4 and bf16 + 8
@@ -102,12 +103,13 @@ def choose_measured(decision: Decision, trials: Trials, start: Estimate,
         if estimate.summary not in decision.measured:
             decision.measured[estimate.summary] = trials.peak(estimate)
     fitting = [e for e in listed if decision.measured[e.summary] <= budget]
-    timed, contenders = _median_seconds(fitting, trials.seconds, trials.first_seconds)
+    nothing = start if nothing_fits else None
+    timed, contenders = _median_seconds(fitting, trials.seconds, trials.first_seconds, nothing)
     decision.timed.update(timed)
     shown = {estimate.summary for estimate in decision.considered}
     decision.considered += [e for e in listed if e.summary not in shown]
-    nothing = start if nothing_fits and any(e.summary == start.summary
-                                            for e in contenders) else None
+    if nothing is not None and all(e.summary != nothing.summary for e in contenders):
+        nothing = None  # left out: the contenders all led it clearly (_median_seconds)
     best = _preferred(contenders, timed, level, nothing)
     put_in_effect(best, trials.techniques, trials.target)
     return replace(decision, chosen=best, measured_bytes=decision.measured[best.summary])
@@ -159,7 +161,8 @@ def _baselines(considered: Sequence[Estimate], budget_bytes: int, trials: Trials
 
 
 def _median_seconds(estimates: Sequence[Estimate], seconds: Callable[[Estimate], float],
-                    first_seconds: Callable[[Estimate], float] | None = None
+                    first_seconds: Callable[[Estimate], float] | None = None,
+                    nothing: Estimate | None = None
                     ) -> tuple[dict[str, float], list[Estimate]]:
     """The median of up to :data:`ROUNDS` step times of each of ``estimates``, timed in turn (a
     drift of the machine's speed reaches them all alike); after two rounds one that another
@@ -171,7 +174,10 @@ def _median_seconds(estimates: Sequence[Estimate], seconds: Callable[[Estimate],
     Returns:
         The medians by summary, and the contenders: those not left out (the choice is made
         among them only: a median over two rounds is not compared with one over three, where
-        one slow third round could make the one that led in both look no faster)."""
+        one slow third round could make the one that led in both look no faster). Where
+        ``nothing`` (the step with nothing applied, one of ``estimates``) is left out, only
+        those that led it by more than :data:`NOTHING_PREFERENCE` in each of its rounds: the
+        one that left it out did, and so did any that left that one out in turn."""
     if len(estimates) < 2:
         return {}, list(estimates)
     times: dict[str, list[float]] = {estimate.summary: [] for estimate in estimates}
@@ -184,6 +190,8 @@ def _median_seconds(estimates: Sequence[Estimate], seconds: Callable[[Estimate],
             racing = [e for e in racing if not _beaten(e, racing, times)]
             if len(racing) < 2:
                 break
+    if nothing is not None and all(e.summary != nothing.summary for e in racing):
+        racing = [e for e in racing if _led(e, nothing, times, NOTHING_PREFERENCE)]
     return {summary: statistics.median(taken) for summary, taken in times.items()}, racing
 
 
@@ -194,9 +202,16 @@ def _beaten(estimate: Estimate, racing: Sequence[Estimate], times: dict[str, lis
     the faster by more than the noise, nor clear the 5% or 10% that a less exact combination,
     or any against nothing applied, must lead by (:data:`~.search.EXACT_PREFERENCE`,
     :data:`NOTHING_PREFERENCE`)."""
-    own = times[estimate.summary]
-    return any(all(theirs * CLEAR_LEAD < mine for theirs, mine in zip(times[e.summary], own))
+    return any(_led(e, estimate, times, CLEAR_LEAD)
                for e in racing if e.summary != estimate.summary)
+
+
+def _led(leader: Estimate, estimate: Estimate, times: dict[str, list[float]],
+         factor: float) -> bool:
+    """Whether ``leader`` was faster than ``estimate`` by more than ``factor`` in every round
+    both were timed in."""
+    return all(theirs * factor < mine
+               for theirs, mine in zip(times[leader.summary], times[estimate.summary]))
 
 
 def _preferred(fitting: Sequence[Estimate], timed: dict[str, float],

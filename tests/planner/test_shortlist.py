@@ -276,3 +276,20 @@ def test_the_simple_recipe_s_baselines_are_bf16_combinations_where_exact_ones_ar
     trials = SimpleNamespace(plans=SimpleNamespace(per_block=None))
     found = _baselines(considered, 10**9, trials, Estimate(100, 900), False, _level)
     assert [e.summary for e in found] == ['exact a', 'bf16 a', 'bf16 b']
+
+
+def test_where_nothing_applied_is_left_out_only_what_led_it_clearly_is_applied():
+    """The step fits with nothing applied, and a lossy combination leads it by more than 10%
+    in both rounds, so it is left out; an exact one 7% faster than it stays in the race (the
+    lossy one leads it by less than 5%). Applied: the lossy one, which led nothing clearly,
+    not the exact one, which nothing applied would have beaten on NOTHING_PREFERENCE (review
+    of stop 62's first fix)."""
+    fitting = _estimates('nothing', 'bf16 x', 'micro 4')
+    nothing = fitting[0]
+    times = {'nothing': [1.0, 1.0], 'bf16 x': [0.9, 0.9, 0.9], 'micro 4': [0.93, 0.93, 0.93]}
+    timed, contenders = _median_seconds(fitting, lambda e: times[e.summary].pop(0),
+                                        nothing=nothing)
+    assert times == {'nothing': [], 'bf16 x': [], 'micro 4': []}
+    assert [e.summary for e in contenders] == ['bf16 x']
+    assert _preferred(contenders, timed, _level, None).summary == 'bf16 x'
+
