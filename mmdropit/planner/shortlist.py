@@ -108,8 +108,6 @@ def choose_measured(decision: Decision, trials: Trials, start: Estimate,
     decision.timed.update(timed)
     shown = {estimate.summary for estimate in decision.considered}
     decision.considered += [e for e in listed if e.summary not in shown]
-    if nothing is not None and all(e.summary != nothing.summary for e in contenders):
-        nothing = None  # left out: the contenders all led it clearly (_median_seconds)
     best = _preferred(contenders, timed, level, nothing)
     put_in_effect(best, trials.techniques, trials.target)
     return replace(decision, chosen=best, measured_bytes=decision.measured[best.summary])
@@ -218,7 +216,10 @@ def _preferred(fitting: Sequence[Estimate], timed: dict[str, float],
                level: Callable[[Estimate], int], nothing: Estimate | None) -> Estimate:
     """The combination to train with among those measured to fit and not left out of the timing
     (see :func:`choose_measured`; ``level`` is :func:`exactness`; ``nothing``: the step with
-    nothing applied, where it is among them)."""
+    nothing applied where it fits, which counts only where it is among them: left out, the
+    others all led it clearly, :func:`_median_seconds`)."""
+    if nothing is not None:
+        nothing = next((e for e in fitting if e.summary == nothing.summary), None)
     if len(fitting) == 1:
         return fitting[0]
     best: Estimate | None = None
@@ -230,5 +231,5 @@ def _preferred(fitting: Sequence[Estimate], timed: dict[str, float],
             best = fastest
     if nothing is not None and best.summary != nothing.summary and \
             timed[best.summary] * NOTHING_PREFERENCE >= timed[nothing.summary]:
-        return next(e for e in fitting if e.summary == nothing.summary)
+        return nothing
     return best

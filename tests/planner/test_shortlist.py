@@ -292,4 +292,5 @@ def test_where_nothing_applied_is_left_out_only_what_led_it_clearly_is_applied()
     assert times == {'nothing': [], 'bf16 x': [], 'micro 4': []}
     assert [e.summary for e in contenders] == ['bf16 x']
     assert _preferred(contenders, timed, _level, None).summary == 'bf16 x'
+    assert _preferred(contenders, timed, _level, nothing).summary == 'bf16 x'
 
