@@ -3,7 +3,9 @@
 :func:`atomic_write` writes to a temporary file beside the target (``.NAME.XXXX.partial``),
 flushes it to disk and renames it over the target (``os.replace``, atomic on POSIX): a reader
 finds the old file or the new one, never a part. A kill leaves at most a ``.partial`` file,
-which no search for checkpoints or plans picks and which may be deleted.
+which no search for checkpoints or plans picks and which may be deleted. The file gets the
+permissions a plain ``open`` would leave: the old file's where there was one, else those the
+process's umask allows.
 
 Example:
     >>> import os, tempfile
@@ -18,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 import os.path as osp
-import tempfile
+import secrets
+import stat
 from collections.abc import Iterator
 from typing import IO
 
@@ -32,8 +35,7 @@ def atomic_write(path: str | os.PathLike, mode: str = 'wb',
     path = os.fspath(path)
     directory = osp.dirname(path) or '.'
     os.makedirs(directory, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=directory, prefix=f'.{osp.basename(path)}.',
-                                       suffix='.partial')
+    handle, partial = _create_beside(path, directory)
     try:
         with os.fdopen(handle, mode, encoding=encoding) as stream:
             yield stream
@@ -44,3 +46,19 @@ def atomic_write(path: str | os.PathLike, mode: str = 'wb',
         with contextlib.suppress(OSError):
             os.remove(partial)
         raise
+
+
+def _create_beside(path: str, directory: str) -> tuple[int, str]:
+    """A new, empty file in ``directory`` named after ``path``, opened for writing: created
+    with mode 0o666 less the umask (as ``open`` creates one; ``tempfile.mkstemp`` would make it
+    0o600), then given the mode of ``path`` where that exists."""
+    while True:
+        partial = osp.join(directory, f'.{osp.basename(path)}.{secrets.token_hex(4)}.partial')
+        try:
+            handle = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(partial, stat.S_IMODE(os.stat(path).st_mode))
+    return handle, partial
