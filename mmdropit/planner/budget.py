@@ -128,8 +128,9 @@ def _saved_choice(saved: dict, trials: Trials) -> Estimate:
             read (edited, truncated, or for other techniques).
     """
     fixed = trials.measurements.fixed
-    if not isinstance(saved['budget_bytes'], int):
-        raise TypeError(f'budget_bytes {saved["budget_bytes"]!r} is not a number of bytes')
+    for key in ('budget_bytes', 'unplanned_peak_bytes'):
+        if not isinstance(saved[key], int):
+            raise TypeError(f'{key} {saved[key]!r} is not a number of bytes')
     return Estimate(fixed, max(int(saved['predicted_peak_bytes']) - fixed, 0),
                     float(saved['predicted_time_ratio']),
                     decode_choices(saved['choices'], trials.techniques))

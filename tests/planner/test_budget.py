@@ -278,6 +278,19 @@ def test_a_saved_least_peak_decision_that_runs_out_of_memory_now_is_not_kept():
         plan_within_budget(probe, None, SplitTarget(probe.model), saved=saved)
 
 
+@pytest.mark.parametrize('key', ['unplanned_peak_bytes', 'budget_bytes', 'choices'])
+def test_a_saved_decision_missing_a_field_is_searched_again(key):
+    """An edited or older ``memory_plan.json`` entry without a field the reuse reads is
+    searched anew (and says why), with nothing left applied from it."""
+    probe = _probe()
+    saved = plan_within_budget(probe, 0.5, SplitTarget(probe.model)).to_json()
+    del saved[key]
+    probe = _probe()
+    outcome = plan_within_budget(probe, 0.5, SplitTarget(probe.model), saved=saved)
+    assert not outcome.reused and key in outcome.unused_saved
+    assert outcome.decision.measured_bytes <= outcome.decision.budget_bytes
+
+
 def test_a_budget_above_a_batch_that_ran_out_of_memory_still_splits_it():
     probe = _probe_on_a_device_for(300, [])
     outcome = plan_within_budget(probe, 2**40, SplitTarget(probe.model))
