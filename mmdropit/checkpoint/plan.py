@@ -26,6 +26,7 @@ from pathlib import Path
 from torch import nn
 
 from ..common.budget import Budget, parse_budget, resolve_budget
+from ..common.files import atomic_write
 from ..common.host_copies import HostCopies, HostGroup
 from ..common.technique import Applied
 from ..common.units import mib
@@ -274,8 +275,10 @@ class CheckpointPlan:
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
-        """Write the plan as JSON."""
-        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+        """Write the plan as JSON, whole or not at all
+        (:func:`~mmdropit.common.files.atomic_write`)."""
+        with atomic_write(path, 'w') as stream:
+            stream.write(json.dumps(self.to_json(), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> CheckpointPlan:
