@@ -85,7 +85,12 @@ def _fewest_parts(batch_size: int, largest: int) -> int:
 
 def smallest_split(batch_size: int, measure: Callable[[int], int | None],
                    budget: Budget) -> SplitDecision:
-    """The fewest micro-batches whose measured peak fits ``budget``.
+    """The fewest micro-batches whose measured peak fits ``budget``, each part able to train.
+
+    A part size whose pass raises (``RuntimeError`` or ``ValueError``, as BatchNorm on one
+    sample, or Mixup on an odd part) cannot train; the smallest part is then the smallest of
+    one and two samples that trains. Part sizes are taken to train as one sample does; once a
+    size failed, every part size of a split is tried before it is chosen.
 
     Args:
         batch_size: Samples in the loaded batch.
@@ -100,19 +105,35 @@ def smallest_split(batch_size: int, measure: Callable[[int], int | None],
 
     Raises:
         ConfigError: The budget is ``None``, is a fraction while the undivided batch ran out of
-            memory, or is below the peak of a single sample (the message gives that peak).
+            memory, or is below the peak of the smallest part that trains (the message gives
+            that peak), or no split into parts that train fits it.
     """
     if budget is None:
         raise ConfigError(f'{BUDGET_HELP}; got None')
     measured: dict[int, int | None] = {}
+    failed: dict[int, Exception] = {}
 
     def peak(size: int) -> int | None:
-        if size not in measured:
-            measured[size] = measure(size)
-        return measured[size]
+        if size not in measured and size not in failed:
+            try:
+                measured[size] = measure(size)
+            except (RuntimeError, ValueError) as error:
+                if size == batch_size:
+                    raise
+                failed[size] = error
+        return measured.get(size)
 
     def fits(size: int) -> bool:
         return peak(size) is not None and peak(size) <= budget_bytes
+
+    def trains(size: int) -> bool:
+        peak(size)
+        return size not in failed
+
+    def usable(count: int) -> bool:
+        """Whether the largest part of ``count`` micro-batches fits and every part trains."""
+        largest, *others = sorted(set(micro_batch_sizes(batch_size, count)), reverse=True)
+        return fits(largest) and (not failed or all(trains(size) for size in others))
 
     full = peak(batch_size)
     if full is None and isinstance(budget, float):
@@ -121,21 +142,38 @@ def smallest_split(batch_size: int, measure: Callable[[int], int | None],
     budget_bytes = resolve_budget(budget, full or 0)
     if fits(batch_size):
         return _decision(batch_size, 1, measured, budget_bytes)
-    if not fits(1):
-        reachable = 'out of memory' if peak(1) is None else f'{peak(1)} bytes ({_mib(peak(1))})'
+    smallest = next((size for size in (1, 2) if size <= batch_size and trains(size)), None)
+    if smallest is None:
+        raise ConfigError(f'micro-batches of one or two samples cannot train ({failed[2]}): '
+                          'split batches of more samples, or lower the memory of the whole '
+                          'batch another way')
+    if not fits(smallest):
+        reachable = ('out of memory' if peak(smallest) is None
+                     else f'{peak(smallest)} bytes ({_mib(peak(smallest))})')
+        part = 'a single sample' if smallest == 1 else f'{smallest} samples'
         raise ConfigError(
-            f'memory_budget {budget_bytes} bytes ({_mib(budget_bytes)}) is below the peak of a '
-            f'single sample, the smallest reachable: {reachable}. Raise the budget, or lower the '
+            f'memory_budget {budget_bytes} bytes ({_mib(budget_bytes)}) is below the peak of '
+            f'{part}, the smallest reachable: {reachable}. Raise the budget, or lower the '
             'memory of one sample first (DropITHook, CheckpointPlanHook, mixed precision)')
-    size = _predicted_size(batch_size, peak(1), full, budget_bytes)
-    while not fits(size):  # the line was optimistic: shrink until a measurement fits
-        size = _largest_part(batch_size, _fewest_parts(batch_size, size - 1))
-    while True:  # the line may have been pessimistic: grow while the next larger part fits
-        fewer = _fewest_parts(batch_size, size) - 1
-        if fewer < 1 or not fits(_largest_part(batch_size, fewer)):
+    count = _fewest_parts(batch_size, _predicted_size(batch_size, smallest, peak(smallest),
+                                                      full, budget_bytes))
+    while not usable(count):  # the line was optimistic: more parts until they fit and train
+        largest = _largest_part(batch_size, count)
+        if largest == 1:
+            raise ConfigError(
+                f'no split of {batch_size} samples into parts that train fits memory_budget '
+                f'{_mib(budget_bytes)}: parts of {sorted(failed)} samples cannot '
+                f'({next(iter(failed.values()))}); change the batch size or the budget')
+        count = _fewest_parts(batch_size, largest - 1)
+    fewer = count
+    while fewer > 1:  # the line may have been pessimistic: fewer parts while the largest fits
+        fewer = _fewest_parts(batch_size, _largest_part(batch_size, fewer - 1))
+        largest = _largest_part(batch_size, fewer)
+        if trains(largest) and not fits(largest):
             break
-        size = _largest_part(batch_size, fewer)
-    return _decision(batch_size, _fewest_parts(batch_size, size), measured, budget_bytes)
+        if usable(fewer):
+            count = fewer
+    return _decision(batch_size, count, measured, budget_bytes)
 
 
 def search_split(batch_size: int, run_part: Callable[[int], object], model: nn.Module,
@@ -168,13 +206,16 @@ def search_split(batch_size: int, run_part: Callable[[int], object], model: nn.M
     return smallest_split(batch_size, measure, budget)
 
 
-def _predicted_size(batch_size: int, one: int, full: int | None, budget_bytes: int) -> int:
-    """The largest part size under the line through (1, ``one``) and (batch, ``full``); a part
-    that is a whole number of micro-batches; 1 when the full batch ran out of memory."""
-    if full is None or full <= one:
-        return 1
-    per_sample = (full - one) / (batch_size - 1)
-    largest = max(1, min(batch_size - 1, 1 + int((budget_bytes - one) / per_sample)))
+def _predicted_size(batch_size: int, smallest: int, small: int | None, full: int | None,
+                    budget_bytes: int) -> int:
+    """The largest part size under the line through (``smallest``, ``small``) and (batch,
+    ``full``); a part that is a whole number of micro-batches; ``smallest`` when the full
+    batch ran out of memory."""
+    if full is None or small is None or full <= small:
+        return smallest
+    per_sample = (full - small) / (batch_size - smallest)
+    largest = max(smallest, min(batch_size - 1,
+                                smallest + int((budget_bytes - small) / per_sample)))
     return _largest_part(batch_size, _fewest_parts(batch_size, largest))
 
 

@@ -17,6 +17,7 @@ from mmdropit.engine.classification import TimmTransform
 from mmdropit.data.mnist5k import load_mnist5k
 from mmdropit.engine.classification import ClsDataPreprocessor
 from mmdropit.errors import ConfigError
+from mmdropit.microbatch import micro_batch_sizes
 from tests.conftest import ROOT
 
 DEIT_TI_DROPIT = ROOT / 'configs' / 'deit' / 'deit-ti_dropit-mink0.5_8xb128_in1k.py'
@@ -83,7 +84,7 @@ def test_mixup_only_in_training_and_only_on_even_batches():
     score = mixed['data_samples'][0].gt_score
     assert score.shape == (10,)
     assert (score > 0.05).nonzero().view(-1).tolist() == [1, 2]  # mixed with the flipped batch
-    with pytest.raises(ConfigError, match='even batch size'):
+    with pytest.raises(ConfigError, match='even number of samples'):
         preprocessor(dict(inputs=data['inputs'][:1], data_samples=samples[:1]), training=True)
 
 
@@ -94,3 +95,45 @@ def test_bad_timm_arguments_are_config_errors():
         TimmTransform(input_size=224, separate=True)
     with pytest.raises(ConfigError, match='num_classes'):
         ClsDataPreprocessor(mixup=dict(mixup_alpha=0.8))
+
+
+def _mixup_vit():
+    torch.manual_seed(0)
+    return MODELS.build(dict(
+        type='TimmClassifier', model_name='vit_tiny_patch16_224', num_classes=10, img_size=32,
+        patch_size=8, depth=2,
+        data_preprocessor=dict(type='ClsDataPreprocessor', mean=None, std=None,
+                               bgr_to_rgb=False, mixup=dict(mixup_alpha=0.8, cutmix_alpha=1.0,
+                                                            num_classes=10))))
+
+
+def _digit_batch(size: int) -> dict:
+    images, labels = load_mnist5k('train')
+    inputs = [torch.from_numpy(cv2.resize(image, (32, 32))).float().expand(3, 32, 32) / 255
+              for image in images[:size]]
+    return dict(inputs=inputs, data_samples=[BaseDataElement(gt_label=torch.tensor([int(label)]))
+                                             for label in labels[:size]])
+
+
+def test_a_memory_budget_splits_a_mixup_batch_into_even_parts():
+    """Mixup cannot run on one sample or an odd part: the split search measures the parts
+    that train (before, its trial of one sample failed with Mixup's error)."""
+    model = _mixup_vit()
+    wrapper = build_optim_wrapper(model, dict(
+        type='MicroBatchOptimWrapper', memory_budget=0.8,
+        optimizer=dict(type='SGD', lr=0.01)))
+    wrapper.initialize_count_status(model, 0, 2)
+    losses = model.train_step(_digit_batch(12), wrapper)
+    assert torch.isfinite(losses['loss'])
+    decision = wrapper.split_decision
+    assert decision.micro_batches > 1 and decision.peak_bytes <= decision.budget_bytes
+    assert all(size % 2 == 0 for size in micro_batch_sizes(12, decision.micro_batches))
+
+
+def test_micro_batches_that_leave_an_odd_part_for_mixup_say_so():
+    model = _mixup_vit()
+    wrapper = build_optim_wrapper(model, dict(
+        type='MicroBatchOptimWrapper', micro_batches=3, optimizer=dict(type='SGD', lr=0.01)))
+    wrapper.initialize_count_status(model, 0, 2)
+    with pytest.raises(ConfigError, match='micro_batches to a count that splits it into even'):
+        model.train_step(_digit_batch(8), wrapper)  # 3 + 3 + 2

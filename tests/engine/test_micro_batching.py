@@ -137,6 +137,19 @@ def test_a_budget_below_one_sample_states_the_smallest_reachable_peak():
     assert all(param.grad is None for param in model.parameters())
 
 
+def test_a_memory_budget_splits_a_batch_norm_model_into_parts_of_two_or_more():
+    """BatchNorm1d cannot train on one sample: the search starts from two (before, its trial of
+    one sample ended the run with BatchNorm's ValueError)."""
+    torch.manual_seed(0)
+    model = _Regressor(norm=nn.BatchNorm1d)
+    wrapper = MicroBatchOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+                                     memory_budget=0.6)
+    _train(model, wrapper, [_batch(size=64)])
+    decision = wrapper.split_decision
+    assert 1 < decision.micro_batches <= 32 and decision.peak_bytes <= decision.budget_bytes
+    assert 1 not in decision.measured
+
+
 def test_more_micro_batches_than_samples_is_an_error():
     _, _, model, wrapper = _pair(micro_batches=13)
     with pytest.raises(ConfigError, match='12 samples into 13 micro-batches'):

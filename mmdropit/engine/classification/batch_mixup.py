@@ -43,8 +43,10 @@ class BatchMixup:
                  data_samples: list[BaseDataElement]) -> torch.Tensor:
         """Return the mixed batch; set ``gt_score`` on each of ``data_samples``."""
         if len(inputs) % 2:
-            raise ConfigError(f'mixup needs an even batch size, got {len(inputs)}: set '
-                              'train_dataloader.batch_size to an even number (or drop_last=True)')
+            raise ConfigError(f'mixup needs an even number of samples in each batch and '
+                              f'micro-batch, got {len(inputs)}: set train_dataloader.batch_size '
+                              'to an even number (and drop_last=True), and micro_batches to a '
+                              'count that splits it into even parts')
         target = torch.cat([sample.gt_label for sample in data_samples]).to(inputs.device)
         mixed, scores = self.mixup(inputs, target)
         for sample, score in zip(data_samples, scores):
