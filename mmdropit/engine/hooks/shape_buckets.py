@@ -5,7 +5,10 @@ another. :class:`ShapeBucketHook` keys its decisions by :func:`shape_key` (batch
 spatial sizes rounded up to ``bucket``), decides before the first iteration of each new bucket,
 and switches decisions when the bucket of the batch changes. Logs name both the real shape of
 the batch a decision was made on and its bucket (:func:`bucket_text`); files and saved
-decisions are named after the bucket alone (:func:`shape_text`).
+decisions are named after the bucket alone (:func:`shape_text`). Under DDP or FSDP the processes
+agree on one bucket each iteration (:func:`agreed_key`, the largest of their sizes), so that they
+decide, and run the decision's collectives, together: one all-reduce of nine integers a step,
+read on the host (MMEngine's ``RuntimeInfoHook`` reads the losses there every step anyway).
 """
 from __future__ import annotations
 
@@ -13,11 +16,14 @@ import math
 from collections.abc import Sequence
 
 import torch
+from mmengine.dist import all_reduce, is_distributed
 
 from ...errors import ConfigError
 from .summary import SummaryHook
 
 ShapeKey = tuple[int, ...]
+_KEY_SIZES = 8
+"""Sizes a key may hold in :func:`agreed_key` (batch, channels and up to six spatial sizes)."""
 
 
 def shape_key(inputs: object, bucket: int) -> ShapeKey:
@@ -37,6 +43,28 @@ def shape_key(inputs: object, bucket: int) -> ShapeKey:
         return ()
     spatial = [bucket * math.ceil(size / bucket) for size in shape[1:]]
     return (batch, *shape[:1], *spatial)
+
+
+def agreed_key(key: ShapeKey) -> ShapeKey:
+    """The bucket every process uses: each size the largest over the processes (``key`` as it
+    is without a process group). Multi-scale detection pads each process's batch to its own
+    images, so the processes of one iteration can fall into different buckets; a decision
+    runs collectives, so all decide on one.
+
+    Raises:
+        ConfigError: ``key`` holds more sizes than an agreed key can.
+    """
+    if not is_distributed():
+        return key
+    if len(key) > _KEY_SIZES:
+        raise ConfigError(f'inputs of {len(key) - 2} spatial dimensions are more than shape '
+                          f'buckets take under DDP / FSDP ({_KEY_SIZES - 2})')
+    sizes = torch.zeros(1 + _KEY_SIZES, dtype=torch.int64)
+    sizes[0] = len(key)
+    sizes[1:1 + len(key)] = torch.tensor(key, dtype=torch.int64)
+    all_reduce(sizes, op='max')
+    length, *values = sizes.tolist()
+    return tuple(values[:length])
 
 
 def shape_text(key: ShapeKey) -> str:
@@ -114,7 +142,7 @@ class ShapeBucketHook(SummaryHook):
         if not isinstance(data_batch, dict):
             return
         inputs = data_batch.get('inputs')
-        key = shape_key(inputs, self.bucket)
+        key = agreed_key(shape_key(inputs, self.bucket))
         if key == self.current:
             return
         if self.current is not None:
