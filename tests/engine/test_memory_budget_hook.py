@@ -231,6 +231,15 @@ def test_a_resumed_run_keeps_the_saved_decision_once_it_measured_it(tmp_path):
     third = json.loads((tmp_path / 'memory_plan.json').read_text())['32x1x128x128']
     assert not third['reused'] and third['fingerprint'] != second['fingerprint']
 
+    # so is the same budget of a step in bf16 (the fraction is of another step's peak)
+    cfg = two_iteration_cfg(TINY_VIT, tmp_path, dict(type='MemoryBudgetHook', budget=0.6))
+    cfg.train_cfg.max_epochs, cfg.resume = 4, True
+    cfg.optim_wrapper.update(type='MixedPrecisionOptimWrapper', dtype='bfloat16')
+    Runner.from_cfg(cfg).train()
+    fourth = json.loads((tmp_path / 'memory_plan.json').read_text())['32x1x128x128']
+    assert not fourth['reused'] and fourth['fingerprint'] != third['fingerprint']
+    assert fourth['unplanned_peak_bytes'] != third['unplanned_peak_bytes']
+
 
 @pytest.mark.slow
 def test_an_edited_or_truncated_plan_file_is_one_line_and_the_step_is_searched_again(tmp_path):

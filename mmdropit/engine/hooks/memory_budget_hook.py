@@ -391,7 +391,7 @@ class MemoryBudgetHook(ShapeBucketHook):
                if is_sharded(model.parameters()) else LOWER)
         name, where = shape_text(key), self.described[key]
         fingerprint = self._fingerprint(model, wrapper, key)
-        saved = self._saved(runner).get(name) if lower is None else None
+        saved = self._saved_decision(runner, name) if lower is None else None
         reuse = saved if isinstance(saved, dict) and saved.get('fingerprint') == fingerprint \
             else None
         outcome = plan_within_budget(probe, self.budget if lower is None else lower, target,
@@ -412,7 +412,8 @@ class MemoryBudgetHook(ShapeBucketHook):
         """What a saved decision is valid for: the budget (without one, ``max_slowdown``), the
         allowed techniques (with offload, the GPU: its host link sizes what moves), the batch
         shape, whether the step is compiled, the number of processes, the model's parameters
-        and the optimizer."""
+        and module classes (another hook's DropIT or compressed layers), the optimizer, and
+        the optim wrapper's class, mixed precision and accumulation."""
         device = model_device(model)
         described = [repr(self.budget), sorted(self.lossy), self.offload, list(key),
                      *([torch.cuda.get_device_name(device)]
@@ -423,8 +424,21 @@ class MemoryBudgetHook(ShapeBucketHook):
                      get_world_size(),
                      [(name, list(param.shape), str(param.dtype), param.requires_grad)
                       for name, param in model.named_parameters()],
-                     type(wrapper.optimizer).__name__, sorted(map(str, wrapper.param_groups[0]))]
+                     sorted({type(module).__name__ for module in model.modules()}),
+                     type(wrapper.optimizer).__name__, sorted(map(str, wrapper.param_groups[0])),
+                     type(wrapper).__name__, str(getattr(wrapper, 'cast_dtype', None)),
+                     wrapper._accumulative_counts]
         return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
+
+    def _saved_decision(self, runner, name: str) -> object:
+        """Rank 0's saved decision for the bucket ``name`` on every process (a node-local
+        ``work_dir``, or a file system that shows the processes different versions of the file,
+        must not send some to the reuse and the others to the search: their collectives
+        differ)."""
+        saved = [self._saved(runner).get(name) if get_rank() == 0 else None]
+        if is_distributed():
+            broadcast_object_list(saved, src=0)
+        return saved[0]
 
     @staticmethod
     def _saved(runner, say: bool = True) -> dict:
