@@ -132,7 +132,7 @@ class CheckpointPlanHook(ShapeBucketHook):
               key: ShapeKey) -> CheckpointPlan | None:
         step = batch_loss(model, data_batch, lambda: runner.optim_wrapper.optim_context(model))
         where = self.described[key]
-        out_of_memory = False
+        out_of_memory, refused = False, None
         compiled = compiles_model(runner)
         on_host = self.inputs_on_host and model_device(model).type == 'cuda' and not compiled
         if self.inputs_on_host and not on_host:
@@ -145,8 +145,8 @@ class CheckpointPlanHook(ShapeBucketHook):
                                     nested=not compiled, inputs_on_host=on_host,
                                     host_link=host_link(model_device(model)) if on_host
                                     else None)
-        except ConfigError:
-            raise
+        except ConfigError as error:  # raised below, once every process knows
+            plan, refused = None, error
         except torch.OutOfMemoryError:  # the step it records is the step training runs
             plan, out_of_memory = None, True
             torch.cuda.empty_cache()
@@ -155,12 +155,17 @@ class CheckpointPlanHook(ShapeBucketHook):
             runner.logger.warning(
                 f'CheckpointPlanHook: the model cannot be planned for {where}: '
                 f'{type(exc).__name__}: {exc}; training continues without a checkpoint plan.')
-        if max_over_ranks(None if out_of_memory else 0) is None:  # None: out of memory
-            raise ConfigError(
-                f'CheckpointPlanHook: the step ran out of memory while it was recorded for '
-                f'{where}, before any plan could apply: MemoryBudgetHook(budget=...) measures '
-                'a batch that does not fit on a part of it and splits it; or lower the batch '
-                'size')
+        if max_over_ranks(None if out_of_memory or refused else 0) is None:  # in any process
+            if refused is not None:
+                raise refused
+            if out_of_memory:
+                raise ConfigError(
+                    f'CheckpointPlanHook: the step ran out of memory while it was recorded for '
+                    f'{where}, before any plan could apply: MemoryBudgetHook(budget=...) '
+                    'measures a batch that does not fit on a part of it and splits it; or lower '
+                    'the batch size')
+            raise ConfigError(f'CheckpointPlanHook: another process could not plan {where} '
+                              '(its log says why)')
         if is_distributed():
             shared = [plan]
             broadcast_object_list(shared, src=0)
