@@ -255,6 +255,7 @@ def _warn_about_batch_norm(model: nn.Module) -> None:
         f'micro-batching: {len(names)} BatchNorm layer(s) in training mode ({shown}) compute '
         'their statistics per micro-batch, which changes results compared with the undivided '
         "batch. Freeze them (mmdet backbones: norm_eval=True, norm_cfg=dict(type='BN', "
-        "requires_grad=False)), or use SyncBN (norm_cfg=dict(type='SyncBN')) or GroupNorm "
-        "(norm_cfg=dict(type='GN', num_groups=32)).", logger='current', level=logging.WARNING)
+        "requires_grad=False)), or use GroupNorm (norm_cfg=dict(type='GN', num_groups=32)); "
+        "SyncBN takes its statistics over one micro-batch of every process, nearer the batch "
+        "but not it.", logger='current', level=logging.WARNING)
 
