@@ -15,6 +15,9 @@ from torch import nn
 
 from mmdropit import ConfigError
 from mmdropit.engine.optim import MicroBatchOptimWrapper, MixedPrecisionOptimWrapper
+from mmdropit.engine.optim.batch_split import split_batch
+from mmdropit.memory.trial_peak import trial_peak
+from mmdropit.microbatch import micro_batch_sizes
 
 
 class _Regressor(BaseModel):
@@ -148,6 +151,41 @@ def test_a_memory_budget_splits_a_batch_norm_model_into_parts_of_two_or_more():
     decision = wrapper.split_decision
     assert 1 < decision.micro_batches <= 32 and decision.peak_bytes <= decision.budget_bytes
     assert 1 not in decision.measured
+
+
+class _PaddingDetector(BaseModel):
+    """Pads its list of images to the largest height and width, as mmdet's preprocessor does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+
+    def forward(self, inputs, targets=None, mode='loss'):
+        height = max(image.shape[-2] for image in inputs)
+        width = max(image.shape[-1] for image in inputs)
+        batch = torch.stack([nn.functional.pad(image, (0, width - image.shape[-1],
+                                                       0, height - image.shape[-2]))
+                             for image in inputs])
+        return dict(loss=self.conv(batch).square().mean())
+
+
+def test_trial_parts_hold_the_largest_images_so_every_real_part_fits():
+    """The split is measured on the batch's tallest and widest images first: the part a
+    trial measures is the heaviest of its size, whatever order the batch came in (before, a
+    trial of the first samples measured the small images and a later part ran over)."""
+    sizes = [(32, 32)] * 6 + [(96, 40), (40, 96)]
+    data = dict(inputs=[torch.randn(3, *size) for size in sizes], targets=torch.zeros(8))
+    model = _PaddingDetector()
+    wrapper = MicroBatchOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                     memory_budget=0.35)
+    _train(model, wrapper, [data])
+    decision = wrapper.split_decision
+    assert decision.micro_batches > 1
+    parts = split_batch(data, micro_batch_sizes(8, decision.micro_batches))
+    for part in parts:  # each real part, as training runs it, within the budget
+        peak = trial_peak(lambda: model.train_step.run_part(part, len(part['inputs'])), model,
+                          wrapper.optimizer)
+        assert peak <= decision.budget_bytes, (peak, decision)
 
 
 def test_more_micro_batches_than_samples_is_an_error():

@@ -46,7 +46,7 @@ from ...planner.least import LEAST_MAX_SLOWDOWN
 from ...planner.outcome import least_text
 from ...planner.search import LOWER
 from ..optim.autocast_switch import AutocastSwitch
-from ..optim.batch_split import batch_size_of, first_samples
+from ..optim.batch_split import batch_size_of, first_samples, largest_first
 from ..optim.micro_batching import MicroBatching, MicroBatchTrainStep, max_over_ranks
 from ..runner_model import batch_loss, compiles_model, unwrap
 from .activation_offload_hook import ActivationOffloadHook
@@ -368,6 +368,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         target, model = self._target, self._target.model
         wrapper = target.wrapper
         step = self._step
+        data = largest_first(data)  # a trial of a few samples pads to the batch's shape
         probe = StepProbe(model, wrapper.optimizer, batch_size_of(data),
                           run_part=lambda size: step.run_part(data, size),
                           forward_part=lambda size: batch_loss(

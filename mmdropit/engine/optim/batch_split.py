@@ -76,6 +76,42 @@ def first_samples(data: dict, size: int) -> dict:
     return split_batch(data, [size, batch_size - size])[0] if size < batch_size else data
 
 
+def largest_first(data: dict) -> dict:
+    """``data`` with its samples reordered for trial passes of a few samples: where its
+    ``inputs`` are images of several sizes (mmdet pads each batch to its largest), the tallest
+    first, then the widest, then by area, so that the first two or more samples pad to the
+    whole batch's shape and a trial of them is the heaviest part of their size; ``data`` itself
+    otherwise.
+
+    Example:
+        >>> batch = dict(inputs=[torch.zeros(3, 4, 9), torch.zeros(3, 8, 5), torch.zeros(3, 6, 6)],
+        ...              ids=torch.arange(3))
+        >>> largest_first(batch)['ids'].tolist()
+        [1, 0, 2]
+    """
+    inputs = data.get('inputs')
+    if not (isinstance(inputs, (list, tuple)) and len(inputs) > 1
+            and all(isinstance(image, torch.Tensor) and image.dim() >= 2 for image in inputs)
+            and len({tuple(image.shape) for image in inputs}) > 1):
+        return data
+    order = sorted(range(len(inputs)), key=lambda k: -inputs[k].shape[-2:].numel())
+    tallest = max(order, key=lambda k: inputs[k].shape[-2])
+    widest = max((k for k in order if k != tallest), key=lambda k: inputs[k].shape[-1])
+    order = [tallest, widest, *(k for k in order if k not in (tallest, widest))]
+    return _taken(data, order)
+
+
+def _taken(value: Any, order: Sequence[int]) -> Any:
+    """``value`` with its samples in ``order`` (as :func:`_split` finds them)."""
+    if isinstance(value, torch.Tensor) and value.dim():
+        return value[list(order)]
+    if isinstance(value, (list, tuple)):
+        return type(value)(value[k] for k in order)
+    if isinstance(value, dict):
+        return type(value)((key, _taken(item, order)) for key, item in value.items())
+    return value
+
+
 def merge_log_vars(parts: Sequence[dict], sizes: Sequence[int]) -> dict:
     """The log variables of a batch from those of its micro-batches: each value is the mean
     weighted by micro-batch size (the batch mean for per-sample means, such as losses)."""

@@ -29,7 +29,8 @@ from ...common.budget import Budget
 from ...common.parameters import is_sharded, optimizer_params
 from ...microbatch import MicroBatchConfig, SplitDecision, micro_batch_sizes, search_split
 from ..runner_model import unwrap
-from .batch_split import batch_size_of, first_samples, merge_log_vars, split_batch
+from .batch_split import (batch_size_of, first_samples, largest_first, merge_log_vars,
+                          split_batch)
 
 _OUT_OF_MEMORY = 2**62  # stands for a trial that ran out of memory in a cross-rank maximum
 _LOST_WINDOW = 'the gradient of some iterations is lost'
@@ -222,7 +223,9 @@ class MicroBatchTrainStep:
         return batch_size
 
     def _search(self, data: dict, batch_size: int) -> SplitDecision:
-        """Measure trial passes of a few micro-batch sizes on this batch and pick the split."""
+        """Measure trial passes of a few micro-batch sizes on this batch (its largest images
+        first: :func:`~.batch_split.largest_first`) and pick the split."""
+        data = largest_first(data)
         return search_split(batch_size, lambda size: self.run_part(data, size),
                             unwrap(self.model), self.wrapper.optimizer,
                             self.wrapper.memory_budget, agree=max_over_ranks)
