@@ -51,7 +51,8 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
                        switches: Sequence[Switch] = (), lower: str = LOWER,
                        saved: dict | None = None,
                        max_slowdown: float | None = LEAST_MAX_SLOWDOWN,
-                       nested: bool = True, inputs_on_host: bool = False) -> BudgetOutcome:
+                       nested: bool = True, inputs_on_host: bool = False,
+                       at_least: int | None = None) -> BudgetOutcome:
     """Measure the step, and put in effect the fastest combination of techniques whose measured
     peak fits ``budget``.
 
@@ -86,6 +87,9 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
         inputs_on_host: Whether checkpoint plans are also offered with their checkpoints'
             inputs in host memory (a model on a GPU; see
             :class:`~.checkpoint_plans.CheckpointPlans`).
+        at_least: Bytes a budget in bytes or a fraction resolves to at the least (what an
+            earlier decision of the run was given: a smaller batch, as an epoch's last, need not
+            go lower than the run already goes); ``None``: no floor.
 
     Raises:
         ConfigError: The batch runs out of memory with nothing applied, or no combination
@@ -107,7 +111,7 @@ def plan_within_budget(probe: StepProbe, budget: Budget, target: Target,
             outcome = _reuse_saved(saved, chosen, trials, bound, least, started)
             if outcome is not None:
                 return outcome
-    unplanned, start = _measure_unplanned(trials, budget)
+    unplanned, start = _measure_unplanned(trials, budget, at_least)
     try:
         decision = _search(start, trials, lower, unplanned, bound)
     except BaseException:
@@ -157,9 +161,11 @@ def _reuse_saved(saved: dict, chosen: Estimate, trials: Trials, max_slowdown: fl
                          if isinstance(predicted_from, int) else 0)
 
 
-def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
-    """Measure the step with nothing applied, and resolve ``budget`` against its peak (a
-    budget at or above the peak of a batch that ran out of memory is lowered below it).
+def _measure_unplanned(trials: Trials, budget: Budget,
+                       at_least: int | None) -> tuple[int, Estimate]:
+    """Measure the step with nothing applied, and resolve ``budget`` against its peak, to no
+    less than ``at_least`` bytes (a budget at or above the peak of a batch that ran out of
+    memory is lowered below it).
 
     Returns:
         The step's peak as it starts, and the step as the search starts from it (gradients
@@ -171,6 +177,8 @@ def _measure_unplanned(trials: Trials, budget: Budget) -> tuple[int, Estimate]:
     measurements = trials.measurements
     unplanned = measurements.unplanned_peak()
     trials.budget_bytes = resolve_budget(budget, unplanned)
+    if trials.budget_bytes is not None and at_least is not None:
+        trials.budget_bytes = max(trials.budget_bytes, at_least)
     if measurements.predicted_from and trials.budget_bytes is not None:
         trials.budget_bytes = min(trials.budget_bytes, unplanned - 1)  # it ran out of memory
     trials.micro_batches.undivided_saving = max(measurements.whole - unplanned, 0)

@@ -33,7 +33,8 @@ class BudgetOutcome:
             where the batch ran out of memory (``unplanned_predicted_from``).
         fixed_bytes: Parameters, gradients, buffers and optimizer state.
         seconds: Time spent measuring, searching and proving the decision.
-        reused: Whether the decision is an earlier run's, measured again and kept.
+        reused: Whether the decision is a saved one (an earlier run's, or this run's made again on
+            a larger batch of its bucket), measured again and kept.
         least: Whether the budget was the least peak the techniques reach (the decision's
             budget is then that measured peak).
         max_slowdown: With ``least``, the most measured time a combination could take, as a
@@ -77,7 +78,7 @@ class BudgetOutcome:
         budget = (least_text(self.max_slowdown) if self.least
                   else f'budget {mib(decision.budget_bytes)}')
         if self.reused:
-            return (f'{budget}; the earlier run\'s decision '
+            return (f'{budget}; the saved decision '
                     f'{decision.chosen.summary} is kept: measured peak '
                     f'{mib(decision.measured_bytes)}')
         predicted = self.unplanned_predicted_from

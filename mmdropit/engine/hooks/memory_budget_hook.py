@@ -31,7 +31,7 @@ from torch import nn
 from ...checkpoint.chain import Chain
 from ...checkpoint.per_block import own_checkpointing
 from ...codecs import CompressedActivations, compressible_modules, rebuildable_activations
-from ...common.budget import parse_budget, resolve_budget
+from ...common.budget import parse_budget
 from ...common.class_swap import ClassSwap
 from ...common.files import atomic_write
 from ...common.parameters import is_sharded, model_device
@@ -185,8 +185,10 @@ class MemoryBudgetHook(ShapeBucketHook):
     Args:
         budget: The peak of a whole training step (parameters, gradients, optimizer state,
             activations, temporaries): a size (``'11GB'``, ``'11GiB'``, bytes as int) or a
-            fraction of the measured step peak with nothing applied (``0.5``). On CUDA the
-            peak is ``max_memory_allocated``; on CPU PyTorch's MemTracker. ``None``: the
+            fraction of the measured step peak with nothing applied (``0.5``), of each input-shape
+            bucket's step, to no less than an earlier bucket was given (an epoch's smaller last
+            batch need not go lower than the run already goes). On CUDA the peak is
+            ``max_memory_allocated``; on CPU PyTorch's MemTracker. ``None``: the
             least peak the allowed techniques reach within ``max_slowdown`` (the three
             combinations predicted lowest are measured; the lowest is trained with, its peak
             logged as the budget).
@@ -232,6 +234,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         self._target: _RunnerTarget | None = None
         self._step: MicroBatchTrainStep | None = None
         self._compiled_peaks: CompiledPeaks | None = None  # under compile only
+        self._granted: int | None = None  # the largest budget in bytes a fraction gave so far
 
     def before_run(self, runner) -> None:
         if any(isinstance(hook, CheckpointPlanHook) for hook in runner.hooks):
@@ -287,12 +290,16 @@ class MemoryBudgetHook(ShapeBucketHook):
     def leave(self, runner, outcome: BudgetOutcome) -> None:
         remove_all(outcome.techniques, self._target)
 
+    def forget(self, key: ShapeKey) -> None:
+        if self._compiled_peaks:  # the new decision's compiled step is measured again
+            self._compiled_peaks.measured.pop(key, None)
+
     def decision_summary(self, runner, key: ShapeKey, outcome: BudgetOutcome) -> str:
         decision = outcome.decision
         chosen = decision.chosen
-        verb = "kept the earlier run's decision" if outcome.reused else 'chose'
+        verb = 'kept the saved decision' if outcome.reused else 'chose'
         fit = (least_text(outcome.max_slowdown) if outcome.least else
-               f'within budget {mib(resolve_budget(self.budget, outcome.unplanned_peak))}')
+               f'within budget {mib(decision.budget_bytes)}')
         compiled = self._compiled_peaks is not None
         eager = ', eager' if compiled else ''
         timed = decision.timed.get(chosen.summary)
@@ -330,7 +337,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         else decide again for a budget lower by what compiling added to its eager peak (at
         most :data:`COMPILED_CORRECTIONS` times, then warn)."""
         key, outcome, peaks = self.current, self.decisions[self.current], self._compiled_peaks
-        budget = resolve_budget(self.budget, outcome.unplanned_peak)
+        budget = None if outcome.least else outcome.decision.budget_bytes
         corrections = peaks.corrections.get(key, 0)
         if budget is None or peak <= budget or corrections >= COMPILED_CORRECTIONS:
             peaks.measured[key] = peak
@@ -395,10 +402,14 @@ class MemoryBudgetHook(ShapeBucketHook):
         saved = self._saved_decision(runner, name) if lower is None else None
         reuse = saved if isinstance(saved, dict) and saved.get('fingerprint') == fingerprint \
             else None
+        fraction = isinstance(self.budget, float) and lower is None
         outcome = plan_within_budget(probe, self.budget if lower is None else lower, target,
                                      switches, go_lower, reuse, self.max_slowdown,
                                      nested=self._compiled_peaks is None,
-                                     inputs_on_host=self.offload)
+                                     inputs_on_host=self.offload,
+                                     at_least=self._granted if fraction else None)
+        if fraction:
+            self._granted = max(self._granted or 0, outcome.decision.budget_bytes)
         if outcome.unused_saved:
             runner.logger.warning(
                 f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '

@@ -3,11 +3,13 @@
 Multi-scale detection loads batches of several shapes; a plan made for one shape does not fit
 another. :class:`ShapeBucketHook` keys its decisions by :func:`shape_key` (batch size, channels,
 spatial sizes rounded up to ``bucket``), decides before the first iteration of each new bucket,
-and switches decisions when the bucket of the batch changes. Logs name both the real shape of
+and switches decisions when the bucket of the batch changes. A bucket holds batches of several
+sizes: a batch larger than the one its decision was made on (:func:`batch_extent`) has it made
+again on that batch. Logs name both the real shape of
 the batch a decision was made on and its bucket (:func:`bucket_text`); files and saved
 decisions are named after the bucket alone (:func:`shape_text`). Under DDP or FSDP the processes
 agree on one bucket each iteration (:func:`agreed_key`, the largest of their sizes), so that they
-decide, and run the decision's collectives, together: one all-reduce of nine integers a step,
+decide, and run the decision's collectives, together: one all-reduce of ten integers a step,
 read on the host (MMEngine's ``RuntimeInfoHook`` reads the losses there every step anyway).
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 
 import torch
 from mmengine.dist import all_reduce, is_distributed
+from mmengine.logging import print_log
 
 from ...errors import ConfigError
 from .summary import SummaryHook
@@ -45,26 +48,37 @@ def shape_key(inputs: object, bucket: int) -> ShapeKey:
     return (batch, *shape[:1], *spatial)
 
 
-def agreed_key(key: ShapeKey) -> ShapeKey:
-    """The bucket every process uses: each size the largest over the processes (``key`` as it
-    is without a process group). Multi-scale detection pads each process's batch to its own
-    images, so the processes of one iteration can fall into different buckets; a decision
-    runs collectives, so all decide on one.
+def batch_extent(inputs: object) -> int:
+    """The elements of a data batch's inputs as the model gets them (a list of images padded
+    to the largest of each size), which its activations grow with.
+
+    Example:
+        >>> batch_extent([torch.zeros(3, 600, 800), torch.zeros(3, 480, 820)])
+        2952000
+    """
+    return math.prod(shape_key(inputs, bucket=1))
+
+
+def agreed_key(key: ShapeKey, extent: int) -> tuple[ShapeKey, int]:
+    """The bucket and batch extent every process uses: each the largest over the processes
+    (as they are without a process group). Multi-scale detection pads each process's batch to
+    its own images, so the processes of one iteration can fall into different buckets; a
+    decision runs collectives, so all decide on one.
 
     Raises:
         ConfigError: ``key`` holds more sizes than an agreed key can.
     """
     if not is_distributed():
-        return key
+        return key, extent
     if len(key) > _KEY_SIZES:
         raise ConfigError(f'inputs of {len(key) - 2} spatial dimensions are more than shape '
                           f'buckets take under DDP / FSDP ({_KEY_SIZES - 2})')
-    sizes = torch.zeros(1 + _KEY_SIZES, dtype=torch.int64)
-    sizes[0] = len(key)
-    sizes[1:1 + len(key)] = torch.tensor(key, dtype=torch.int64)
+    sizes = torch.zeros(2 + _KEY_SIZES, dtype=torch.int64)
+    sizes[0], sizes[1] = len(key), extent
+    sizes[2:2 + len(key)] = torch.tensor(key, dtype=torch.int64)
     all_reduce(sizes, op='max')
-    length, *values = sizes.tolist()
-    return tuple(values[:length])
+    length, largest, *values = sizes.tolist()
+    return tuple(values[:length]), largest
 
 
 def shape_text(key: ShapeKey) -> str:
@@ -89,10 +103,11 @@ def bucket_text(key: ShapeKey, inputs: object) -> str:
 class ShapeBucketHook(SummaryHook):
     """A hook that makes one decision per input-shape bucket and trains with it.
 
-    Subclasses implement :meth:`decide` (made before the first iteration of a new bucket),
-    :meth:`enter` and :meth:`leave` (put a decision in effect and take it away), and
-    :meth:`decision_summary` (the decision of the first iteration's bucket, in the hook's
-    summary line after that iteration).
+    Subclasses implement :meth:`decide` (made before the first iteration of a new bucket, and
+    again before one whose batch is larger than the one it was made on), :meth:`enter` and
+    :meth:`leave` (put a decision in effect and take it away), and :meth:`decision_summary`
+    (the decision of the first iteration's bucket, in the hook's summary line after that
+    iteration); :meth:`forget` drops what they keep of a decision made again.
 
     Args:
         bucket: Spatial sizes are rounded up to a multiple of this before comparing shapes.
@@ -113,6 +128,7 @@ class ShapeBucketHook(SummaryHook):
         self.bucket = bucket
         self.decisions: dict[ShapeKey, object] = {}
         self.described: dict[ShapeKey, str] = {}
+        self.extents: dict[ShapeKey, int] = {}
         self.current: ShapeKey | None = None
 
     def decide(self, runner, data_batch: dict, key: ShapeKey) -> object:
@@ -138,11 +154,23 @@ class ShapeBucketHook(SummaryHook):
         """Take ``decision`` away."""
         raise NotImplementedError
 
+    def forget(self, key: ShapeKey) -> None:
+        """The bucket ``key``'s decision is made again: drop what was kept of the old one."""
+
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         if not isinstance(data_batch, dict):
             return
         inputs = data_batch.get('inputs')
-        key = agreed_key(shape_key(inputs, self.bucket))
+        key, extent = agreed_key(shape_key(inputs, self.bucket), batch_extent(inputs))
+        if key in self.decisions and extent > self.extents[key]:
+            print_log(f'{type(self).__name__}: {bucket_text(key, inputs)} is '
+                      f'{extent / self.extents[key]:.2f}x the batch its decision was made on '
+                      f'({self.described[key]}): made again on it', logger='current')
+            if self.current is not None:
+                self.leave(runner, self.decisions[self.current])
+            self.current = None
+            del self.decisions[key]
+            self.forget(key)
         if key == self.current:
             return
         if self.current is not None:
@@ -150,5 +178,6 @@ class ShapeBucketHook(SummaryHook):
         if key not in self.decisions:
             self.described[key] = bucket_text(key, inputs)
             self.decisions[key] = self.decide(runner, data_batch, key)
+            self.extents[key] = extent
         self.enter(runner, self.decisions[key])
         self.current = key
