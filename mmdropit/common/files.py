@@ -59,6 +59,6 @@ def _create_beside(path: str, directory: str) -> tuple[int, str]:
             break
         except FileExistsError:
             continue
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):  # no old file, or a file system without modes
         os.chmod(partial, stat.S_IMODE(os.stat(path).st_mode))
     return handle, partial

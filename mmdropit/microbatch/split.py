@@ -30,6 +30,11 @@ from ..common.units import mib
 from ..errors import ConfigError
 from ..memory.trial_peak import trial_peak
 
+CANNOT_TRAIN = 2**61
+"""Stands for a trial that raised in the peak :func:`search_split` hands its ``agree``: above
+any peak, below the mark of a trial out of memory (``2**62``, which ``agree`` turns into
+``None``), so that the largest over the processes tells them all that one could not train."""
+
 BUDGET_HELP = ("a micro-batch memory_budget is a fraction of the undivided step's measured peak "
                "such as 0.5, or a size such as '6GB' or '512MiB'")
 
@@ -155,17 +160,13 @@ def smallest_split(batch_size: int, measure: Callable[[int], int | None],
             f'memory_budget {budget_bytes} bytes ({_mib(budget_bytes)}) is below the peak of '
             f'{part}, the smallest reachable: {reachable}. Raise the budget, or lower the '
             'memory of one sample first (DropITHook, CheckpointPlanHook, mixed precision)')
-    count = _fewest_parts(batch_size, _predicted_size(batch_size, smallest, peak(smallest),
-                                                      full, budget_bytes))
-    while not usable(count):  # the line was optimistic: more parts until they fit and train
+    predicted = _fewest_parts(batch_size, _predicted_size(batch_size, smallest,
+                                                          peak(smallest), full, budget_bytes))
+    count: int | None = predicted
+    while count is not None and not usable(count):  # the line was optimistic: more parts
         largest = _largest_part(batch_size, count)
-        if largest == 1:
-            raise ConfigError(
-                f'no split of {batch_size} samples into parts that train fits memory_budget '
-                f'{_mib(budget_bytes)}: parts of {sorted(failed)} samples cannot '
-                f'({next(iter(failed.values()))}); change the batch size or the budget')
-        count = _fewest_parts(batch_size, largest - 1)
-    fewer = count
+        count = None if largest == 1 else _fewest_parts(batch_size, largest - 1)
+    fewer = predicted if count is None else count
     while fewer > 1:  # the line may have been pessimistic: fewer parts while the largest fits
         fewer = _fewest_parts(batch_size, _largest_part(batch_size, fewer - 1))
         largest = _largest_part(batch_size, fewer)
@@ -173,6 +174,11 @@ def smallest_split(batch_size: int, measure: Callable[[int], int | None],
             break
         if usable(fewer):
             count = fewer
+    if count is None:  # more parts left a part that cannot train, fewer did not fit
+        raise ConfigError(
+            f'no split of {batch_size} samples into parts that train fits memory_budget '
+            f'{_mib(budget_bytes)}: parts of {sorted(failed)} samples cannot '
+            f'({next(iter(failed.values()))}); change the batch size or the budget')
     return _decision(batch_size, count, measured, budget_bytes)
 
 
@@ -194,14 +200,25 @@ def search_split(batch_size: int, run_part: Callable[[int], object], model: nn.M
         optimizer: Its optimizer (its state counts in the peak).
         budget: As for :func:`smallest_split`.
         agree: Turns this process's measured peak into the one every process uses (e.g. the
-            largest over all ranks, so that all take the same decision); ``None``: as measured.
+            largest over all ranks, so that all take the same decision; a trial that raised
+            hands it :data:`CANNOT_TRAIN`, and every process then treats the size as one that
+            cannot train); ``None``: as measured.
 
     Returns:
         The decision, with every measurement made.
     """
     def measure(size: int) -> int | None:
-        peak = trial_peak(lambda: run_part(size), model, optimizer)
-        return peak if agree is None else agree(peak)
+        try:
+            peak, failure = trial_peak(lambda: run_part(size), model, optimizer), None
+        except (RuntimeError, ValueError) as error:  # e.g. BatchNorm on one sample
+            peak, failure = CANNOT_TRAIN, error
+        if agree is not None:
+            peak = agree(peak)
+        if failure is not None:
+            raise failure
+        if peak is not None and peak >= CANNOT_TRAIN:
+            raise ValueError(f'another process could not train a part of {size} samples')
+        return peak
 
     return smallest_split(batch_size, measure, budget)
 

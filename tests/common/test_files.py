@@ -44,3 +44,18 @@ def test_a_failed_write_leaves_the_old_file_and_no_partial(tmp_path):
         raise RuntimeError('killed')
     assert target.read_text() == '{}'
     assert os.listdir(tmp_path) == ['memory_plan.json']
+
+
+def test_a_file_system_without_modes_still_gets_the_file(tmp_path, monkeypatch):
+    """vfat and some FUSE mounts refuse chmod: the write goes through, with the mode it got."""
+    target = tmp_path / 'last_checkpoint'
+    target.write_text('epoch_1.pth')
+
+    def refused(*args, **kwargs):
+        raise PermissionError('Operation not permitted')
+
+    monkeypatch.setattr(os, 'chmod', refused)
+    with atomic_write(target, 'w') as stream:
+        stream.write('epoch_2.pth')
+    assert target.read_text() == 'epoch_2.pth'
+    assert os.listdir(tmp_path) == ['last_checkpoint']

@@ -4,9 +4,11 @@ measuring, checked against every split."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from mmdropit import ConfigError
-from mmdropit.microbatch import micro_batch_sizes, smallest_split
+from mmdropit.microbatch import micro_batch_sizes, search_split, smallest_split
+from mmdropit.microbatch.split import CANNOT_TRAIN
 
 
 def _measure(trains, calls: list[int]):
@@ -68,3 +70,40 @@ def test_parts_that_cannot_train_are_a_one_line_error():
 def test_the_whole_batch_failing_raises_its_own_error():
     with pytest.raises(ValueError, match='cannot train on 7 samples'):
         smallest_split(7, _measure(lambda size: size % 2 == 0, []), 0.5)
+
+
+def test_where_more_parts_leave_a_part_that_cannot_train_fewer_are_tried():
+    """Five samples, BatchNorm refusing one, the whole batch out of memory: the line predicts
+    parts of two (2 + 2 + 1: one cannot train), and 3 + 2 fits."""
+    peaks = {2: 120, 3: 130, 4: None, 5: None}
+
+    def measure(size: int) -> int | None:
+        if size == 1:
+            raise ValueError('Expected more than 1 value per channel when training')
+        return peaks[size]
+
+    decision = smallest_split(5, measure, 135)
+    assert decision.micro_batches == 2 and decision.peak_bytes == 130
+
+
+def test_a_size_that_fails_in_one_process_fails_in_all():
+    """``agree`` gets :data:`CANNOT_TRAIN` from the process whose trial raised; the largest over
+    the processes makes every one treat the size as one that cannot train."""
+    model = torch.nn.Linear(2, 2)
+    sizes: list[int] = []
+    handed: list[int | None] = []
+
+    def run_part(size: int) -> None:  # this process trains every size but 1
+        sizes.append(size)
+        if size == 1:
+            raise ValueError('cannot train on one sample')
+        model(torch.ones(size, 2)).sum().backward()
+
+    def agree(peak: int | None) -> int | None:  # another process cannot train 3 samples
+        handed.append(peak)
+        return CANNOT_TRAIN if sizes[-1] == 3 else peak
+
+    decision = search_split(6, run_part, model, None, 0.8, agree=agree)
+    assert handed[sizes.index(1)] == CANNOT_TRAIN  # this process's own failure, handed on
+    assert 3 in sizes and not {1, 3} & set(decision.measured)
+    assert not {1, 3} & set(micro_batch_sizes(6, decision.micro_batches))

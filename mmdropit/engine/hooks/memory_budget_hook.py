@@ -235,6 +235,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         self._step: MicroBatchTrainStep | None = None
         self._compiled_peaks: CompiledPeaks | None = None  # under compile only
         self._granted: int | None = None  # the largest budget in bytes a fraction gave so far
+        self._budgets: dict[ShapeKey, int | None] = {}  # each bucket's, before corrections
 
     def before_run(self, runner) -> None:
         if any(isinstance(hook, CheckpointPlanHook) for hook in runner.hooks):
@@ -293,13 +294,14 @@ class MemoryBudgetHook(ShapeBucketHook):
     def forget(self, key: ShapeKey) -> None:
         if self._compiled_peaks:  # the new decision's compiled step is measured again
             self._compiled_peaks.measured.pop(key, None)
+            self._compiled_peaks.corrections.pop(key, None)
 
     def decision_summary(self, runner, key: ShapeKey, outcome: BudgetOutcome) -> str:
         decision = outcome.decision
         chosen = decision.chosen
         verb = 'kept the saved decision' if outcome.reused else 'chose'
         fit = (least_text(outcome.max_slowdown) if outcome.least else
-               f'within budget {mib(decision.budget_bytes)}')
+               f'within budget {mib(self._budgets[key])}')
         compiled = self._compiled_peaks is not None
         eager = ', eager' if compiled else ''
         timed = decision.timed.get(chosen.summary)
@@ -337,7 +339,7 @@ class MemoryBudgetHook(ShapeBucketHook):
         else decide again for a budget lower by what compiling added to its eager peak (at
         most :data:`COMPILED_CORRECTIONS` times, then warn)."""
         key, outcome, peaks = self.current, self.decisions[self.current], self._compiled_peaks
-        budget = None if outcome.least else outcome.decision.budget_bytes
+        budget = self._budgets[key]
         corrections = peaks.corrections.get(key, 0)
         if budget is None or peak <= budget or corrections >= COMPILED_CORRECTIONS:
             peaks.measured[key] = peak
@@ -410,6 +412,8 @@ class MemoryBudgetHook(ShapeBucketHook):
                                      at_least=self._granted if fraction else None)
         if fraction:
             self._granted = max(self._granted or 0, outcome.decision.budget_bytes)
+        if lower is None:
+            self._budgets[key] = None if outcome.least else outcome.decision.budget_bytes
         if outcome.unused_saved:
             runner.logger.warning(
                 f'MemoryBudgetHook: {Path(runner.work_dir) / "memory_plan.json"} holds a '

@@ -78,10 +78,11 @@ def first_samples(data: dict, size: int) -> dict:
 
 def largest_first(data: dict) -> dict:
     """``data`` with its samples reordered for trial passes of a few samples: where its
-    ``inputs`` are images of several sizes (mmdet pads each batch to its largest), the tallest
-    first, then the widest, then by area, so that the first two or more samples pad to the
-    whole batch's shape and a trial of them is the heaviest part of their size; ``data`` itself
-    otherwise.
+    ``inputs`` are images of several sizes (mmdet pads each batch to its largest), the largest
+    image first, then each time the one that pads the images before it largest (ties: the
+    larger image), so that a trial of the first samples is as heavy as a part of their size
+    can be (two that hold the tallest and the widest pad to the whole batch's shape); ``data``
+    itself otherwise.
 
     Example:
         >>> batch = dict(inputs=[torch.zeros(3, 4, 9), torch.zeros(3, 8, 5), torch.zeros(3, 6, 6)],
@@ -94,10 +95,16 @@ def largest_first(data: dict) -> dict:
             and all(isinstance(image, torch.Tensor) and image.dim() >= 2 for image in inputs)
             and len({tuple(image.shape) for image in inputs}) > 1):
         return data
-    order = sorted(range(len(inputs)), key=lambda k: -inputs[k].shape[-2:].numel())
-    tallest = max(order, key=lambda k: inputs[k].shape[-2])
-    widest = max((k for k in order if k != tallest), key=lambda k: inputs[k].shape[-1])
-    order = [tallest, widest, *(k for k in order if k not in (tallest, widest))]
+    sizes = [tuple(image.shape[-2:]) for image in inputs]
+    order: list[int] = []
+    height = width = 0
+    left = set(range(len(sizes)))
+    while left:
+        chosen = max(sorted(left), key=lambda k: (
+            max(height, sizes[k][0]) * max(width, sizes[k][1]), sizes[k][0] * sizes[k][1]))
+        order.append(chosen)
+        left.remove(chosen)
+        height, width = max(height, sizes[chosen][0]), max(width, sizes[chosen][1])
     return _taken(data, order)
 
 
