@@ -1,8 +1,10 @@
 """Checkpoint files as the command lines meet them: truncated or empty ones named in one line,
-and a resume that falls back to the newest whole checkpoint when ``last_checkpoint`` is broken.
+and a resume that falls back to the latest whole checkpoint when ``last_checkpoint`` is broken
+or missing.
 
 A kill while MMEngine writes ``last_checkpoint`` leaves it empty or pointing at a file that was
-never finished; every ``epoch_*.pth`` / ``iter_*.pth`` before it is still whole.
+never finished (the plugin's atomic writes leave the old one, or none on the first write);
+every ``epoch_*.pth`` / ``iter_*.pth`` before it is still whole.
 
 Example:
     >>> import tempfile, torch
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import os.path as osp
+import re
 import zipfile
 
 from torch import nn
@@ -24,6 +27,7 @@ from torch import nn
 from ..errors import ConfigError
 
 LAST = 'last_checkpoint'
+_NUMBERED = re.compile(r'(epoch|iter)_(\d+)\.pth')
 
 
 def is_whole(path: str) -> bool:
@@ -55,23 +59,32 @@ def resume_fallback(work_dir: str) -> tuple[str | None, str | None]:
 
     Returns:
         ``(None, None)`` when ``last_checkpoint`` names a whole checkpoint (MMEngine resumes
-        from it) or the work dir holds no checkpoint at all; otherwise the newest whole
-        checkpoint in the work dir (``None`` if there is none) and why ``last_checkpoint`` was
-        not used.
+        from it); otherwise the checkpoint to resume from (``None`` if there is none) and why
+        ``last_checkpoint`` was not used: where it names a file that is not there, the file of
+        that name in the work dir (a work dir moved or copied), else the whole ``epoch_N.pth``
+        / ``iter_N.pth`` of the highest ``N`` (a best checkpoint holds no optimizer state).
     """
     last = osp.join(work_dir, LAST)
+    named = ''
+    if osp.isfile(last):
+        with open(last) as stream:
+            named = stream.read().strip()
+        if named and is_whole(named):
+            return None, None
     if not osp.isfile(last):
-        return None, None
-    with open(last) as stream:
-        named = stream.read().strip()
-    if named and is_whole(named):
-        return None, None
-    reason = f'{LAST} is empty' if not named else \
-        f'{LAST} names {named}, which is {"missing" if not osp.isfile(named) else "truncated"}'
-    candidates = [osp.join(work_dir, name) for name in os.listdir(work_dir)
-                  if name.endswith('.pth')]
-    whole = [path for path in candidates if is_whole(path)]
-    return (max(whole, key=osp.getmtime) if whole else None), reason
+        reason = f'no {LAST} in the work dir'
+    elif not named:
+        reason = f'{LAST} is empty'
+    else:
+        reason = (f'{LAST} names {named}, which is '
+                  f'{"missing" if not osp.isfile(named) else "truncated"}')
+        moved = osp.join(work_dir, osp.basename(named))
+        if not osp.isfile(named) and is_whole(moved):
+            return moved, reason
+    numbered = [(int(match[2]), osp.join(work_dir, name)) for name in os.listdir(work_dir)
+                if (match := _NUMBERED.fullmatch(name))]
+    whole = [(number, path) for number, path in numbered if is_whole(path)]
+    return (max(whole)[1] if whole else None), reason
 
 
 def check_matches(path: str, model: nn.Module, least: float = 0.5) -> None:

@@ -78,10 +78,11 @@ def enable_auto_scale_lr(cfg: Config) -> None:
 def set_resume(cfg: Config, resume: str | None) -> None:
     """``--resume`` alone resumes from the work dir's latest checkpoint; with a path, from it.
 
-    When ``{work_dir}/last_checkpoint`` is empty or names a missing or truncated file (a kill
-    while MMEngine wrote it), the newest whole checkpoint of the work dir is resumed instead,
-    and a line says so; without one, training starts afresh as it would without ``--resume``
-    (the config's ``load_from`` kept), and the line says that. No file is removed.
+    When ``{work_dir}/last_checkpoint`` is missing, empty or names a missing or truncated file
+    (a kill while MMEngine wrote it), the latest whole checkpoint of the work dir is resumed
+    instead (:func:`~.checkpoint_files.resume_fallback`), and a line says so; without one (a
+    first run, too), training starts afresh as it would without ``--resume`` (the config's
+    ``load_from`` kept), and the line says that. No file is removed.
 
     Raises:
         ConfigError: The given checkpoint does not exist, or is empty or truncated.
@@ -98,11 +99,11 @@ def set_resume(cfg: Config, resume: str | None) -> None:
         return
     work_dir = cfg.get('work_dir')
     fallback, reason = resume_fallback(work_dir) if work_dir and osp.isdir(work_dir) else \
-        (None, None)
+        (None, 'no work dir yet')
     if reason is not None:
         # resume=True with no load_from would make MMEngine read last_checkpoint after all
         cfg.resume, cfg.load_from = (True, fallback) if fallback else (False, configured)
-        print(f'resume: {reason}; ' + (f'resuming from {fallback}, the newest whole checkpoint '
+        print(f'resume: {reason}; ' + (f'resuming from {fallback}, the latest whole checkpoint '
                                        'in the work dir' if fallback else
                                        'no whole checkpoint in the work dir: training starts '
                                        'afresh, as without --resume'), flush=True)

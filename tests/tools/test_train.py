@@ -13,6 +13,7 @@ from mmengine.registry import OPTIM_WRAPPERS
 from mmengine.runner import Runner
 
 import mmdropit  # noqa: F401
+from mmdropit.cli.checkpoint_files import resume_fallback
 from mmdropit.cli.train_options import enable_amp, enable_auto_scale_lr, set_resume
 from mmdropit.errors import ConfigError
 from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
@@ -119,9 +120,11 @@ def test_auto_scale_lr_needs_a_base_batch_size():
 
 
 def test_resume_flag_forms(tmp_path):
-    cfg = Config(dict(load_from='x.pth'))
+    cfg = Config(dict(load_from='x.pth', work_dir=str(tmp_path)))
+    torch.save({'meta': {}}, tmp_path / 'epoch_1.pth')
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'epoch_1.pth'))
     set_resume(cfg, 'auto')
-    assert cfg.resume is True and cfg.load_from is None
+    assert cfg.resume is True and cfg.load_from is None  # MMEngine reads last_checkpoint
     checkpoint = tmp_path / 'a.pth'
     torch.save({'meta': {}}, checkpoint)
     set_resume(cfg, str(checkpoint))
@@ -135,6 +138,27 @@ def test_resume_with_nothing_whole_to_resume_keeps_the_configs_load_from(tmp_pat
     cfg = Config(dict(load_from='pretrained.pth', work_dir=str(tmp_path)))
     set_resume(cfg, 'auto')
     assert cfg.resume is False and cfg.load_from == 'pretrained.pth'
+    # a first run with --resume (no work dir yet, or an empty one) fine-tunes from load_from
+    for work_dir in (tmp_path / 'not_yet', tmp_path / 'empty'):
+        cfg = Config(dict(load_from='pretrained.pth', work_dir=str(work_dir)))
+        if work_dir.name == 'empty':
+            work_dir.mkdir()
+        set_resume(cfg, 'auto')
+        assert cfg.resume is False and cfg.load_from == 'pretrained.pth'
+
+
+def test_resume_takes_the_highest_numbered_whole_checkpoint(tmp_path):
+    """Not a best checkpoint (no optimizer state) however new; without last_checkpoint too; in
+    a work dir moved since, the file last_checkpoint names, found in it."""
+    for name in ('epoch_1.pth', 'epoch_3.pth', 'best_accuracy_top1_epoch_2.pth'):
+        torch.save({'meta': {}}, tmp_path / name)
+    (tmp_path / 'epoch_4.pth').write_bytes(b'PK\x03\x04 cut short')
+    assert resume_fallback(str(tmp_path)) == (str(tmp_path / 'epoch_3.pth'),
+                                              'no last_checkpoint in the work dir')
+    (tmp_path / 'last_checkpoint').write_text('/old/place/epoch_1.pth')
+    assert resume_fallback(str(tmp_path)) == (
+        str(tmp_path / 'epoch_1.pth'), 'last_checkpoint names /old/place/epoch_1.pth, which is '
+        'missing')
 
 
 def test_test_py_evaluates_the_checkpoint_of_train_py(tmp_path):
@@ -155,7 +179,7 @@ def test_resume_with_a_broken_last_checkpoint_takes_the_newest_whole_one(tmp_pat
     result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', str(tmp_path), '--resume',
                       '--cfg-options', *TINY_VIT_2_ITERS, 'train_cfg.max_epochs=2')
     newest = tmp_path / 'epoch_1.pth'
-    assert (f'resume: last_checkpoint is empty; resuming from {newest}, the newest whole '
+    assert (f'resume: last_checkpoint is empty; resuming from {newest}, the latest whole '
             'checkpoint in the work dir') in result.stdout
     log = result.stdout + result.stderr
     assert 'Epoch(train) [2][2/2]' in log and 'Epoch(train) [1][' not in log
