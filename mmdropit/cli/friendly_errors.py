@@ -14,8 +14,10 @@ _COLLECTIVE_TIMED_OUT = re.compile(r'gloo.*Timed out waiting (\d+)ms')
 
 
 def explain(exc: BaseException) -> str | None:
-    """A one-line explanation of ``exc``, or ``None`` when it is not a known user error."""
+    """A one-line explanation of ``exc``, or ``None`` when it is not a known user error (one
+    raised in a DataLoader worker is explained by its own message)."""
     message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    message = _worker_message(message, exc)
     first_line = message.strip().splitlines()[0] if message.strip() else type(exc).__name__
     if isinstance(exc, MMDropITError):
         return first_line
@@ -52,6 +54,17 @@ def explain(exc: BaseException) -> str | None:
         return (f'{first_line} -- check data_root / ann_file / load_from in the config or '
                 'override them with --cfg-options')
     return None
+
+
+def _worker_message(message: str, exc: BaseException) -> str:
+    """The error's own message where a DataLoader worker raised it: torch raises it again in
+    the main process as ``Caught X in DataLoader worker process N.`` and the worker's
+    traceback, which ends with ``module.X: message``; ``message`` as it is otherwise."""
+    if not message.startswith('Caught ') or 'Original Traceback' not in message:
+        return message
+    own = re.compile(rf'^(?:[\w.]+\.)?{re.escape(type(exc).__name__)}: (.*)$')
+    found = [match[1] for line in message.splitlines() if (match := own.match(line))]
+    return found[-1] if found else message
 
 
 def _other_rank() -> str:

@@ -87,10 +87,13 @@ def load_config(args: argparse.Namespace) -> Config:
     if cfg.get('load_from'):
         check_checkpoint(cfg.load_from, 'load_from')
     if args.work_dir is not None:
+        if not args.work_dir.strip():
+            raise ConfigError('--work-dir is empty: give a directory, or leave the option out '
+                              'for ./work_dirs/<config name>')
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
-    val_interval = cfg.get('train_cfg', {}).get('val_interval', 1)
+    val_interval = (cfg.get('train_cfg') or {}).get('val_interval', 1)
     if not isinstance(val_interval, int) or val_interval < 1:
         raise ConfigError(f'train_cfg.val_interval must be an int >= 1, got {val_interval!r} '
                           '(a large one validates rarely)')
@@ -197,16 +200,28 @@ def run_reporting_errors(action: Callable[[], object], debug: bool) -> None:
     """
     try:
         action()
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        _end('interrupted (checkpoints are written whole or not at all): continue a training '
+             'with the same command and --resume', 130)
     except Exception as exc:
         message = explain(exc)
         if message is None or debug:
             raise
-        if _distributed():
-            print(f'error: {message}', file=sys.stderr)
-            end_distributed_process(1)
-        sys.exit(f'error: {message}')
+        _end(f'error: {message}', 1)
     if _distributed():
         end_distributed_process(0)
+
+
+def _end(line: str, code: int) -> None:
+    """Print ``line`` and end the process with ``code`` (a distributed one as
+    :func:`run_reporting_errors` says)."""
+    if _distributed():
+        print(line, file=sys.stderr)
+        end_distributed_process(code)
+    print(line, file=sys.stderr)
+    sys.exit(code)
 
 
 def _distributed() -> bool:

@@ -31,9 +31,12 @@ ALLOWED = {
     ('numpy', 'ndarray'), ('numpy', 'dtype'),
     ('numpy.core.multiarray', '_reconstruct'), ('numpy._core.multiarray', '_reconstruct'),
     ('numpy.core.multiarray', 'scalar'), ('numpy._core.multiarray', 'scalar'),
-    ('collections', 'OrderedDict'),
+    ('numpy.core.numeric', '_frombuffer'), ('numpy._core.numeric', '_frombuffer'),
+    ('_codecs', 'encode'), ('collections', 'OrderedDict'),
 }
-"""The only callables a data pickle may name: how numpy arrays and ordered dicts are rebuilt."""
+"""The only callables a data pickle may name: how numpy arrays (also from a pickle of protocol
+5, which keeps their bytes out of band), bytes written by Python 3 in protocol 2 and ordered
+dicts are rebuilt."""
 
 
 class _DataUnpickler(pickle.Unpickler):

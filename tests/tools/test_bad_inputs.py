@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch._utils import ExceptionWrapper
 
 from mmdropit.cli.friendly_errors import explain
+from mmdropit.cli.run import run_reporting_errors
+from mmdropit.errors import DataFormatError
 from tests.conftest import (ROOT, TINY_FRCNN, TINY_VIT, TINY_VIT_2_ITERS, digit_coco_options,
                             free_port, one_line_error, run_dist_train, run_tool)
 
@@ -404,3 +407,42 @@ def test_a_missing_base_file_is_one_line_naming_it(tmp_path):
                       check=False)
     assert (f'names a file that does not exist: {tmp_path}/nowhere/base.py -- a _base_ path is '
             'relative to the config that names it') in one_line_error(result)
+
+
+@pytest.mark.parametrize('raised, expected', [
+    (DataFormatError('cifar.pkl is not a plain data pickle: it calls os.system'),
+     'cifar.pkl is not a plain data pickle: it calls os.system'),
+    (FileNotFoundError("[Errno 2] No such file or directory: 'data/img_7.png'"),
+     "[Errno 2] No such file or directory: 'data/img_7.png' -- check data_root"),
+])
+def test_an_error_in_a_dataloader_worker_is_explained_by_its_own_message(raised, expected):
+    """torch raises a worker's error again as ``Caught X in DataLoader worker process N.``
+    with the worker's traceback; the line says what the worker's error said."""
+    try:
+        raise raised
+    except Exception:
+        wrapped = ExceptionWrapper(where='in DataLoader worker process 0')
+    with pytest.raises(type(raised)) as error:
+        wrapped.reraise()
+    assert str(error.value).startswith('Caught ')
+    assert explain(error.value).startswith(expected)
+
+
+def test_ctrl_c_is_one_line_saying_how_to_go_on(capsys):
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as ended:
+        run_reporting_errors(interrupted, debug=False)
+    assert ended.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines() == [
+        'interrupted (checkpoints are written whole or not at all): continue a training with '
+        'the same command and --resume']
+
+
+def test_an_empty_work_dir_is_one_line(tmp_path):
+    result = run_tool('tools/train.py', str(TINY_VIT), '--work-dir', '', check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        'error: --work-dir is empty: give a directory, or leave the option out for '
+        './work_dirs/<config name>']
