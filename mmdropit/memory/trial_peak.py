@@ -88,7 +88,7 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None
 def _gradients_set_then_restored(model: nn.Module, held: bool = True) -> Iterator[None]:
     """Give every trainable parameter a gradient (``held``: as in an accumulation window) or
     none (as after ``zero_grad(set_to_none=True)``), and restore the gradients that existed
-    before on exit."""
+    before on exit, also those FSDP2 keeps unsharded (:func:`_unsynced_gradients_restored`)."""
     params = [param for param in model.parameters() if param.requires_grad]
     before = [param.grad for param in params]
     for param in params:
@@ -99,10 +99,45 @@ def _gradients_set_then_restored(model: nn.Module, held: bool = True) -> Iterato
         else:
             param.grad = param.grad.clone()
     try:
-        yield
+        with _unsynced_gradients_restored(model):
+            yield
     finally:
         for param, grad in zip(params, before):
             param.grad = grad
+
+
+@contextlib.contextmanager
+def _unsynced_gradients_restored(model: nn.Module) -> Iterator[None]:
+    """Put back the gradients FSDP2 keeps unsharded, as they were before the block. A backward
+    with gradient sync off (a micro-batch that is not the last, as a trial runs) leaves its
+    gradients in each FSDP2 parameter's unsharded copy (``FSDPParam._unsharded_param.grad``,
+    or ``unsharded_accumulated_grad`` in the reduce dtype; torch's private records), where the
+    next synced backward adds them to what it reduces: a trial's gradients would have gone
+    into the first update."""
+    records = [record for module in model.modules()
+               if (group := _fsdp_param_group(module)) is not None
+               for record in group.fsdp_params]
+    saved = [(_unsharded_grad(record), record.unsharded_accumulated_grad) for record in records]
+    saved = [tuple(None if grad is None else grad.clone() for grad in pair) for pair in saved]
+    try:
+        yield
+    finally:
+        for record, (grad, accumulated) in zip(records, saved):
+            unsharded = getattr(record, '_unsharded_param', None)
+            if unsharded is not None:
+                unsharded.grad = grad
+            record.unsharded_accumulated_grad = accumulated
+
+
+def _fsdp_param_group(module: nn.Module) -> object | None:
+    """The FSDP2 parameter group ``fully_shard`` put on ``module``, if any."""
+    get_state = getattr(module, '_get_fsdp_state', None)
+    return None if get_state is None else getattr(get_state(), '_fsdp_param_group', None)
+
+
+def _unsharded_grad(record: object) -> torch.Tensor | None:
+    unsharded = getattr(record, '_unsharded_param', None)
+    return None if unsharded is None else unsharded.grad
 
 
 def trial_peak(run: Callable[[], object], model: nn.Module,

@@ -2,6 +2,7 @@
 gradient accumulation, full-state checkpoints (plain load and resume), launch errors."""
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -18,6 +19,8 @@ from mmdropit.common.process_exit import end_distributed_process
 from mmdropit.engine.fsdp import (DistributedLaunchError, FullyShardModelWrapper, ShardPolicy,
                                   check_launch)
 from mmdropit.engine.classification import TimmClassifier
+from mmdropit.engine.optim import MicroBatchOptimWrapper
+from mmdropit.memory.trial_peak import trial_peak
 from tests.conftest import (FLEXIBLE_RUNNER, TINY_VIT_2_ITERS, TINY_VIT_DROPIT, free_port,
                             run_dist_train, run_tool)
 
@@ -252,3 +255,37 @@ def test_shard_policy_selects_blocks_and_resnet_stages():
     assert names == [f'backbone.layer{i}' for i in (4, 3, 2, 1)]
     custom = ShardPolicy(classes=['Attention'], names=['head'])
     assert [n for n, _ in custom.units(vit)] == ['head', 'blocks.1.attn', 'blocks.0.attn']
+
+
+def _trial_then_step(rank: int, port: int, out: str) -> None:
+    """A trial pass (gradient sync off, as a micro-batch that is not the last) under FSDP2,
+    then a real step: its gradients against the same step without the trial."""
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=2)
+    torch.manual_seed(0)
+    reference = _TwoLayers()
+    inputs = [torch.randn(6, 4) + rank for _ in range(2)]
+    gradients = []
+    for trial in (False, True):
+        model = FullyShardModelWrapper(copy.deepcopy(reference))
+        model.collective_saves = True
+        optim = MicroBatchOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.0),
+                                       micro_batches=2)
+        optim.initialize_count_status(model, 0, 2)
+        if trial:
+            trial_peak(lambda: model.train_step.run_part(dict(inputs=inputs[1]), 3), model.module,
+                       optim.optimizer)
+        optim.optimizer.step = lambda *args, **kwargs: None
+        optim.zero_grad = lambda *args, **kwargs: None
+        model.train_step(dict(inputs=inputs[0]), optim)
+        gradients.append([param.grad.full_tensor() for param in model.parameters()])
+    torch.save(gradients, f'{out}{rank}')
+    end_distributed_process()
+
+
+def test_a_trial_pass_leaves_nothing_in_fsdp2s_unsharded_gradients(tmp_path):
+    torch.multiprocessing.spawn(_trial_then_step, args=(free_port(), str(tmp_path / 'rank')),
+                                nprocs=2)
+    without, after_trial = torch.load(tmp_path / 'rank0')
+    for plain, trialled in zip(without, after_trial):
+        assert torch.equal(plain, trialled)
