@@ -289,3 +289,35 @@ def test_a_trial_pass_leaves_nothing_in_fsdp2s_unsharded_gradients(tmp_path):
     without, after_trial = torch.load(tmp_path / 'rank0')
     for plain, trialled in zip(without, after_trial):
         assert torch.equal(plain, trialled)
+
+
+def _window_across_processes(rank: int, port: int, out: str) -> None:
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=2)
+    plain = _TwoLayers()
+    optim = MicroBatchOptimWrapper(optimizer=torch.optim.SGD(plain.parameters(), lr=0.1),
+                                   accumulative_counts=2)
+    optim.initialize_count_status(plain, 0, 4)
+    optim.update_params(plain(torch.randn(3, 4))['loss'])  # the window's first iteration
+    saved = optim.state_dict()
+    single = dict(saved, accumulated_gradients=[p.grad.clone() for p in plain.parameters()])
+    model = FullyShardModelWrapper(_TwoLayers())  # a single-process checkpoint, resumed here
+    model.collective_saves = True
+    resumed = MicroBatchOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                     accumulative_counts=2)
+    resumed.load_state_dict(single)
+    resumed.initialize_count_status(model, 1, 4)
+    model.train_step(dict(inputs=torch.randn(3, 4)), resumed)  # ends the window: one update
+    torch.save(('accumulated_gradients' in saved,
+                [p.grad for p in model.parameters()]), f'{out}{rank}')
+    end_distributed_process()
+
+
+def test_an_accumulation_window_of_several_processes_resumes_afresh(tmp_path):
+    """Each process holds its own gradients until the window ends, one writes the checkpoint:
+    they are not saved; a single-process checkpoint's are not put into FSDP2's shards (which
+    failed in FSDP2's reduce-scatter: a plain tensor where a DTensor was expected)."""
+    torch.multiprocessing.spawn(_window_across_processes,
+                                args=(free_port(), str(tmp_path / 'rank')), nprocs=2)
+    saved, gradients = torch.load(tmp_path / 'rank0', weights_only=False)
+    assert not saved and all(grad is None for grad in gradients)  # stepped and zeroed

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Callable
 
 import torch
-from mmengine.dist import all_reduce
+from mmengine.dist import all_reduce, get_world_size
 from mmengine.logging import MMLogger, print_log
 from torch import nn
 
@@ -112,17 +112,18 @@ class MicroBatching:
 
     def state_dict(self) -> dict:
         """The wrapper's state; in the middle of an accumulation window (``accumulative_counts``)
-        it also holds the gradients accumulated so far, so that a resumed run continues the
-        window exactly instead of losing it. Not under FSDP2: its gradients are shards that only
-        all processes together could gather, and the checkpoint is written by one."""
+        of a single-process run it also holds the gradients accumulated so far, so that a
+        resumed run continues the window exactly instead of losing it. Not in a run of several
+        processes: until the window's last iteration each holds its own gradients (DDP's
+        ``no_sync``; FSDP2's unsharded ones), and the checkpoint is written by one."""
         state = super().state_dict()
         if self.should_update():  # no gradient is waiting for the window's last iteration
             return state
         params = optimizer_params(self.optimizer)
-        if is_sharded(params):
-            print_log('the gradients of the unfinished accumulation window are not saved under '
-                      'FSDP2; a run resumed from this checkpoint starts the window afresh',
-                      logger='current', level=logging.WARNING)
+        if get_world_size() > 1:
+            print_log('the gradients of the unfinished accumulation window are each '
+                      "process's own and are not saved; a run resumed from this checkpoint "
+                      'starts the window afresh', logger='current', level=logging.WARNING)
             return state
         state['accumulated_gradients'] = [
             None if param.grad is None else param.grad.detach().cpu().clone() for param in params]
@@ -134,6 +135,11 @@ class MicroBatching:
         if gradients is None:
             return
         params = optimizer_params(self.optimizer)
+        if get_world_size() > 1 or is_sharded(params):
+            print_log("the checkpoint's accumulated gradients are one process's: in a run of "
+                      'several processes the accumulation window starts afresh',
+                      logger='current', level=logging.WARNING)
+            return
         if len(gradients) != len(params) or any(
                 grad is not None and grad.shape != param.shape
                 for param, grad in zip(params, gradients)):
