@@ -16,8 +16,8 @@ from mmengine.optim import OptimWrapper
 from mmengine.registry import MODELS
 
 from mmdropit.common.process_exit import end_distributed_process
-from mmdropit.engine.fsdp import (DistributedLaunchError, FullyShardModelWrapper, ShardPolicy,
-                                  check_launch)
+from mmdropit.engine.fsdp import (DistributedLaunchError, FullyShardModelWrapper,
+                                  FullyShardStrategy, ShardPolicy, check_launch)
 from mmdropit.engine.classification import TimmClassifier
 from mmdropit.engine.optim import MicroBatchOptimWrapper
 from mmdropit.memory.trial_peak import trial_peak
@@ -321,3 +321,33 @@ def test_an_accumulation_window_of_several_processes_resumes_afresh(tmp_path):
                                 args=(free_port(), str(tmp_path / 'rank')), nprocs=2)
     saved, gradients = torch.load(tmp_path / 'rank0', weights_only=False)
     assert not saved and all(grad is None for grad in gradients)  # stepped and zeroed
+
+
+class _Classifier(BaseModel):
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, classes))
+
+    def forward(self, inputs, data_samples=None, mode='loss'):
+        return {'loss': self.layers(inputs).square().mean()}
+
+
+def _load_another_head(rank: int, port: int, out: str) -> None:
+    dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank,
+                            world_size=2)
+    torch.manual_seed(0)  # the same checkpoint on both ranks
+    pretrained = _Classifier(classes=5).state_dict()
+    strategy = FullyShardStrategy()
+    strategy.model = FullyShardModelWrapper(_Classifier(classes=1), full_state_dict_hooks=False)
+    strategy.load_model_state_dict(dict(pretrained))
+    body = strategy.model.module.layers[0].weight.full_tensor()
+    torch.save(torch.equal(body, pretrained['layers.0.weight']), f'{out}{rank}')
+    end_distributed_process()
+
+
+def test_load_from_a_checkpoint_with_another_head_loads_the_rest(tmp_path):
+    """Fine-tuning from weights of other classes: MMEngine's loader warns of the head's other
+    shape and loads the rest; under FullyShardStrategy torch's loader raised."""
+    torch.multiprocessing.spawn(_load_another_head, args=(free_port(), str(tmp_path / 'rank')),
+                                nprocs=2)
+    assert torch.load(tmp_path / 'rank0') and torch.load(tmp_path / 'rank1')

@@ -10,12 +10,15 @@ Example config (launched with ``bash tools/dist_train.sh CONFIG 8``)::
 """
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 
+import torch
 from mmengine._strategy import DDPStrategy
 from mmengine.device import get_device
 from mmengine.dist import is_main_process
+from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, STRATEGIES
 from torch import nn
@@ -77,9 +80,22 @@ class FullyShardStrategy(DDPStrategy):
 
     def load_model_state_dict(self, state_dict: dict, *, strict: bool = False,
                               revise_keys: list = [(r'^module.', '')]) -> None:  # noqa: B006
-        """Load a full state dict (as saved by any strategy) into the shards."""
+        """Load a full state dict (as saved by any strategy) into the shards; not ``strict``,
+        weights of other shapes than the model's (a head for other classes) are left out with
+        a warning, as MMEngine's loader does (torch's raises)."""
         for pattern, replacement in revise_keys:
             state_dict = {re.sub(pattern, replacement, k): v for k, v in state_dict.items()}
+        if not strict:
+            shapes = {key: tuple(value.shape)
+                      for key, value in self.model.module.state_dict().items()}
+            other = [key for key, value in state_dict.items() if key in shapes and
+                     isinstance(value, torch.Tensor) and tuple(value.shape) != shapes[key]]
+            if other:
+                print_log(f'load_from: {len(other)} weight(s) of other shapes than the model\'s '
+                          f'are left out ({", ".join(other[:3])}'
+                          f'{" ..." if len(other) > 3 else ""})', logger='current',
+                          level=logging.WARNING)
+                state_dict = {key: value for key, value in state_dict.items() if key not in other}
         set_model_state_dict(self.model.module, state_dict,
                              options=StateDictOptions(full_state_dict=True, strict=strict))
 
