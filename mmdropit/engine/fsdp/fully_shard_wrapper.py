@@ -80,7 +80,12 @@ class FullyShardModelWrapper(GatheredState, nn.Module):
             host memory (FSDP2's ``CPUOffloadPolicy``, pinned on CUDA): each unit's shard is
             copied to the device for its forward and backward, and the optimizer steps on the
             CPU. Frees the GPU of all model state at the cost of the copies and a CPU optimizer
-            step.
+            step. On GPUs the process group needs a CPU backend beside NCCL (gathering a
+            state dict and clipping gradients run collectives on the host shards):
+            ``env_cfg = dict(dist_cfg=dict(backend='cpu:gloo,cuda:nccl'))``.
+
+    Raises:
+        ConfigError: ``cpu_offload`` on GPUs whose process group has no CPU backend.
     """
 
     def __init__(self, module: nn.Module, shard_policy: Mapping[str, Any] | None = None,
@@ -94,6 +99,11 @@ class FullyShardModelWrapper(GatheredState, nn.Module):
         init_and_sync(module)
         policy = ShardPolicy(**(shard_policy or {}))
         device = next(module.parameters()).device
+        if cpu_offload and device.type == 'cuda' and 'gloo' not in str(dist.get_backend()):
+            raise ConfigError(f'{type(self).__name__} cpu_offload=True keeps the shards in host '
+                              f'memory, which the {dist.get_backend()} process group cannot '
+                              "gather: set env_cfg = dict(dist_cfg=dict(backend='cpu:gloo,"
+                              "cuda:nccl'))")
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         offload = (CPUOffloadPolicy(pin_memory=device.type == 'cuda') if cpu_offload
                    else OffloadPolicy())
