@@ -224,6 +224,9 @@ BAD_INPUTS = {
     'dropit-negative-warmup': BadInput(
         ['{config}'], 'warmup_iters must be an int >= 0',
         config=_hooks("dict(type='DropITHook', warmup_iters=-1)")),
+    'dropit-warmup-compiled': BadInput(
+        ['{config}'], 'warmup_iters changes gamma every iteration',
+        config=_hooks("dict(type='DropITHook', warmup_iters=10)") + '\ncompile = True'),
     'dropit-layers-as-text': BadInput(['{config}'], 'take a list of name patterns',
                                       config=_hooks("dict(type='DropITHook', layers='head')")),
     'dropit-layers-match-nothing': BadInput(

@@ -107,7 +107,8 @@ class CompressActivationsHook(SummaryHook):
         if not self.audit:
             return
         model = unwrap(runner.model)
-        report = audit(model, batch_loss(model, next(iter(runner.train_dataloader))))
+        report = audit(model, batch_loss(model, next(iter(runner.train_dataloader)),
+                                         lambda: runner.optim_wrapper.optim_context(model)))
         runner.logger.info(f'Compressed activations audit (one forward pass of the first '
                            f'batch):\n{report}')
 

@@ -18,7 +18,7 @@ from torch import nn
 from ...common.random_source import reseed
 from ...dropit import ConversionReport, DropITConfig, audit, keep_ratio, set_gamma_scale
 from ...errors import ConfigError
-from ..runner_model import batch_loss, unwrap
+from ..runner_model import batch_loss, compiles_model, unwrap
 from .summary import SummaryHook
 
 
@@ -91,6 +91,10 @@ class DropITHook(SummaryHook):
         return report
 
     def before_run(self, runner) -> None:
+        if self.warmup_iters and compiles_model(runner):
+            raise ConfigError('DropITHook warmup_iters changes gamma every iteration, and a '
+                              'compiled step is compiled again for each value: set '
+                              'warmup_iters=0, or train without compile')
         reseed()  # DropIT's generator: seeded from this run's seed at its first use
         report = self.apply(runner.model)
         runner.logger.info(f'{self._conversion()}. Left exact: '
@@ -101,7 +105,8 @@ class DropITHook(SummaryHook):
             return
         model = unwrap(runner.model)
         batch = next(iter(runner.train_dataloader))
-        report = audit(model, batch_loss(model, batch))
+        report = audit(model, batch_loss(model, batch,
+                                         lambda: runner.optim_wrapper.optim_context(model)))
         keep_ratio(model, reset=True)  # the audit's forward is not training
         runner.logger.info(f'DropIT audit (one forward pass of the first batch):\n{report}')
 
