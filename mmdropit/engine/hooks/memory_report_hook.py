@@ -64,13 +64,15 @@ class MemoryReportHook(SummaryHook):
                             StepPeakMeter | CompiledStepPeakMeter] | None = None
         self._compiled = False
         self._due = True  # the first measurement is still to come
+        self._seen = 0  # training iterations this run has begun (a resumed one starts past 0)
         self.last_scalars: dict[str, float] = {}
 
     def before_run(self, runner) -> None:
         self._compiled = compiles_model(runner)
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
-        if self._compiled and runner.iter == 0:
+        self._seen += 1
+        if self._compiled and self._seen == 1:
             return  # it compiles the step: the next one is measured
         if not (self._due or (runner.iter + 1) % self.interval == 0):
             return
