@@ -30,10 +30,13 @@ from ..common.units import mib
 from ..errors import ConfigError
 from ..memory.trial_peak import trial_peak
 
-CANNOT_TRAIN = 2**61
+OUT_OF_MEMORY = 2**62
+"""Stands for a trial that ran out of memory in a maximum over the processes (see
+``max_over_ranks``, which turns it back into ``None``): above any peak."""
+CANNOT_TRAIN = OUT_OF_MEMORY // 2
 """Stands for a trial that raised in the peak :func:`search_split` hands its ``agree``: above
-any peak, below the mark of a trial out of memory (``2**62``, which ``agree`` turns into
-``None``), so that the largest over the processes tells them all that one could not train."""
+any peak, below :data:`OUT_OF_MEMORY`, so that the largest over the processes tells them all
+that one could not train."""
 
 BUDGET_HELP = ("a micro-batch memory_budget is a fraction of the undivided step's measured peak "
                "such as 0.5, or a size such as '6GB' or '512MiB'")

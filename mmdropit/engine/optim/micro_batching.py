@@ -28,11 +28,11 @@ from torch import nn
 from ...common.budget import Budget
 from ...common.parameters import is_sharded, optimizer_params
 from ...microbatch import MicroBatchConfig, SplitDecision, micro_batch_sizes, search_split
+from ...microbatch.split import OUT_OF_MEMORY
 from ..runner_model import unwrap
 from .batch_split import (batch_size_of, first_samples, largest_first, merge_log_vars,
                           split_batch)
 
-_OUT_OF_MEMORY = 2**62  # stands for a trial that ran out of memory in a cross-rank maximum
 _LOST_WINDOW = 'the gradient of some iterations is lost'
 
 
@@ -248,10 +248,10 @@ class MicroBatchTrainStep:
 def max_over_ranks(peak: int | None) -> int | None:
     """The largest peak of all processes (``None`` if any ran out of memory), so that every
     process takes the same decision."""
-    value = torch.tensor([_OUT_OF_MEMORY if peak is None else peak], dtype=torch.float64)
+    value = torch.tensor([OUT_OF_MEMORY if peak is None else peak], dtype=torch.float64)
     all_reduce(value, op='max')
     largest = int(value.item())
-    return None if largest >= _OUT_OF_MEMORY else largest
+    return None if largest >= OUT_OF_MEMORY else largest
 
 
 def _warn_about_batch_norm(model: nn.Module) -> None:
