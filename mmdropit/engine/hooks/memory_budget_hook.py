@@ -234,7 +234,6 @@ class MemoryBudgetHook(ShapeBucketHook):
         self._target: _RunnerTarget | None = None
         self._step: MicroBatchTrainStep | None = None
         self._compiled_peaks: CompiledPeaks | None = None  # under compile only
-        self._granted: int | None = None  # the largest budget in bytes a fraction gave so far
         self._budgets: dict[ShapeKey, int | None] = {}  # each bucket's, before corrections
 
     def before_run(self, runner) -> None:
@@ -404,14 +403,13 @@ class MemoryBudgetHook(ShapeBucketHook):
         saved = self._saved_decision(runner, name) if lower is None else None
         reuse = saved if isinstance(saved, dict) and saved.get('fingerprint') == fingerprint \
             else None
-        fraction = isinstance(self.budget, float) and lower is None
+        fraction = isinstance(self.budget, float) and lower is None  # no less than given so far
         outcome = plan_within_budget(probe, self.budget if lower is None else lower, target,
                                      switches, go_lower, reuse, self.max_slowdown,
                                      nested=self._compiled_peaks is None,
                                      inputs_on_host=self.offload,
-                                     at_least=self._granted if fraction else None)
-        if fraction:
-            self._granted = max(self._granted or 0, outcome.decision.budget_bytes)
+                                     at_least=max(self._budgets.values(), default=None)
+                                     if fraction else None)
         if lower is None:
             self._budgets[key] = None if outcome.least else outcome.decision.budget_bytes
         if outcome.unused_saved:
