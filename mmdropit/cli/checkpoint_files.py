@@ -65,13 +65,13 @@ def resume_fallback(work_dir: str) -> tuple[str | None, str | None]:
         / ``iter_N.pth`` of the highest ``N`` (a best checkpoint holds no optimizer state).
     """
     last = osp.join(work_dir, LAST)
-    named = ''
+    named = None  # no last_checkpoint
     if osp.isfile(last):
         with open(last) as stream:
             named = stream.read().strip()
-        if named and is_whole(named):
-            return None, None
-    if not osp.isfile(last):
+    if named and is_whole(named):
+        return None, None
+    if named is None:
         reason = f'no {LAST} in the work dir'
     elif not named:
         reason = f'{LAST} is empty'
